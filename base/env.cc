@@ -1,0 +1,151 @@
+// The environment table and the variable parsers.
+#include "base/env.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+namespace kvtrain {
+
+const std::vector<EnvVarDoc>& EnvVarDocs() {
+  static const std::vector<EnvVarDoc> kDocs = {
+      {env::kRole, "(none)",
+       "`scheduler`, `server` or `worker`; set by tracker/launch.py. Unset "
+       "means a single-process job."},
+      {env::kRootUri, "(none)",
+       "Host name or IPv4 address of the scheduler."},
+      {env::kRootPort, "(none)", "Port the scheduler listens on (1-65535)."},
+      {env::kNumWorker, "(none)", "Number of worker processes (>= 1)."},
+      {env::kNumServer, "(none)",
+       "Number of server processes (>= 0; 0 for all-reduce jobs)."},
+      {env::kInterface, "(none)",
+       "Network interface whose IPv4 address this node advertises; an "
+       "unknown name is an error listing the interfaces that exist."},
+      {env::kNodeHost, "(none)",
+       "Address this node advertises (overrides DMLC_INTERFACE)."},
+      {env::kNodePort, "0 (any free port)",
+       "Port a server or worker binds."},
+      {env::kVerbose, "0",
+       "1: log registrations, ranks, connections, barriers; 2: also every "
+       "data message."},
+      {env::kHeartbeatInterval, "1",
+       "Seconds between heartbeats (decimals allowed; 0 turns heartbeats "
+       "off)."},
+      {env::kHeartbeatTimeout, "10",
+       "Seconds of silence after which a peer is declared dead and the job "
+       "is stopped."},
+      {env::kStartupTimeout, "60",
+       "Seconds the scheduler waits for every node to register before the "
+       "job fails naming who is missing."},
+      {env::kNumThreads, "cores available to the process",
+       "CPU threads for operators and BLAS."},
+      {env::kOmpNumThreads, "(none)",
+       "Used for the CPU thread count when KVTRAIN_NUM_THREADS is unset."},
+      {env::kEngine, "threaded",
+       "`threaded` runs operations asynchronously with dependency tracking; "
+       "`naive` runs each one synchronously (debugging)."},
+      {env::kCheckNan, "0",
+       "1: check every operator output for NaN/Inf and fail naming the "
+       "operator."},
+  };
+  return kDocs;
+}
+
+EnvLookup ProcessEnv() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string(v);
+  };
+}
+
+EnvLookup MapEnv(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](
+             const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end() || it->second.empty()) return std::nullopt;
+    return it->second;
+  };
+}
+
+namespace {
+
+std::string Quoted(const std::string& name, const std::string& value) {
+  return name + "=\"" + value + "\"";
+}
+
+}  // namespace
+
+StatusOr<int64_t> ParseIntVar(const std::string& name, const std::string& value,
+                              int64_t min, int64_t max) {
+  std::ostringstream expected;
+  expected << ": expected an integer in [" << min << ", " << max << "]";
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || end == value.c_str() || *end != '\0' || errno != 0) {
+    return Status::InvalidArgument(Quoted(name, value) + expected.str());
+  }
+  if (v < min || v > max) {
+    return Status::InvalidArgument(Quoted(name, value) + expected.str());
+  }
+  return static_cast<int64_t>(v);
+}
+
+StatusOr<double> ParseSecondsVar(const std::string& name,
+                                 const std::string& value, double min,
+                                 double max) {
+  std::ostringstream expected;
+  expected << ": expected a number of seconds in [" << min << ", " << max
+           << "]";
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || end == value.c_str() || *end != '\0' || errno != 0 ||
+      !std::isfinite(v) || v < min || v > max) {
+    return Status::InvalidArgument(Quoted(name, value) + expected.str());
+  }
+  return v;
+}
+
+StatusOr<bool> ParseBoolVar(const std::string& name, const std::string& value) {
+  if (value == "1" || value == "true" || value == "yes" || value == "on") {
+    return true;
+  }
+  if (value == "0" || value == "false" || value == "no" || value == "off") {
+    return false;
+  }
+  return Status::InvalidArgument(Quoted(name, value) +
+                                 ": expected 0 or 1 (or true/false)");
+}
+
+StatusOr<int64_t> GetIntVar(const EnvLookup& env, const std::string& name,
+                            int64_t fallback, int64_t min, int64_t max) {
+  const auto v = env(name);
+  if (!v) return fallback;
+  return ParseIntVar(name, *v, min, max);
+}
+
+StatusOr<double> GetSecondsVar(const EnvLookup& env, const std::string& name,
+                               double fallback, double min, double max) {
+  const auto v = env(name);
+  if (!v) return fallback;
+  return ParseSecondsVar(name, *v, min, max);
+}
+
+StatusOr<bool> GetBoolVar(const EnvLookup& env, const std::string& name,
+                          bool fallback) {
+  const auto v = env(name);
+  if (!v) return fallback;
+  return ParseBoolVar(name, *v);
+}
+
+StatusOr<std::string> RequireVar(const EnvLookup& env, const std::string& name,
+                                 const std::string& why) {
+  auto v = env(name);
+  if (!v) return Status::InvalidArgument(name + " is not set: " + why);
+  return *v;
+}
+
+}  // namespace kvtrain

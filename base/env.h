@@ -1,0 +1,84 @@
+// The environment-variable contract of kvtrain, in one place: every variable
+// any part of kvtrain reads is a named constant here and a row of kEnvVars
+// (name, default, meaning), which README.md's table mirrors (env_test checks).
+// Reading goes through an EnvLookup so tests can supply their own environment.
+#ifndef KVTRAIN_BASE_ENV_H_
+#define KVTRAIN_BASE_ENV_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kvtrain {
+namespace env {
+
+// Roles and the scheduler's address (set by tracker/launch.py).
+inline constexpr char kRole[] = "DMLC_ROLE";
+inline constexpr char kRootUri[] = "DMLC_PS_ROOT_URI";
+inline constexpr char kRootPort[] = "DMLC_PS_ROOT_PORT";
+inline constexpr char kNumWorker[] = "DMLC_NUM_WORKER";
+inline constexpr char kNumServer[] = "DMLC_NUM_SERVER";
+// The address and port this node advertises and binds.
+inline constexpr char kInterface[] = "DMLC_INTERFACE";
+inline constexpr char kNodeHost[] = "DMLC_NODE_HOST";
+inline constexpr char kNodePort[] = "DMLC_NODE_PORT";
+// Diagnostics and failure detection.
+inline constexpr char kVerbose[] = "PS_VERBOSE";
+inline constexpr char kHeartbeatInterval[] = "PS_HEARTBEAT_INTERVAL";
+inline constexpr char kHeartbeatTimeout[] = "PS_HEARTBEAT_TIMEOUT";
+inline constexpr char kStartupTimeout[] = "KVTRAIN_STARTUP_TIMEOUT";
+// Compute.
+inline constexpr char kNumThreads[] = "KVTRAIN_NUM_THREADS";
+inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
+inline constexpr char kEngine[] = "KVTRAIN_ENGINE";
+inline constexpr char kCheckNan[] = "KVTRAIN_CHECK_NAN";
+
+}  // namespace env
+
+// One documented environment variable.
+struct EnvVarDoc {
+  const char* name;
+  const char* default_value;  // as the README shows it
+  const char* meaning;
+};
+
+// Every variable kvtrain reads, in README order.
+const std::vector<EnvVarDoc>& EnvVarDocs();
+
+// Reads one variable: nullopt when unset. An empty value counts as unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+// The real process environment.
+EnvLookup ProcessEnv();
+// A fixed map, for tests.
+EnvLookup MapEnv(std::map<std::string, std::string> vars);
+
+// Parsers that name the variable, the value and what was expected, e.g.
+// `DMLC_NUM_WORKER="two": expected an integer in [1, 65535]`.
+StatusOr<int64_t> ParseIntVar(const std::string& name, const std::string& value,
+                              int64_t min, int64_t max);
+StatusOr<double> ParseSecondsVar(const std::string& name,
+                                 const std::string& value, double min,
+                                 double max);
+StatusOr<bool> ParseBoolVar(const std::string& name, const std::string& value);
+
+// Unset -> `fallback`; set -> parsed (and range-checked) or an error.
+StatusOr<int64_t> GetIntVar(const EnvLookup& env, const std::string& name,
+                            int64_t fallback, int64_t min, int64_t max);
+StatusOr<double> GetSecondsVar(const EnvLookup& env, const std::string& name,
+                               double fallback, double min, double max);
+StatusOr<bool> GetBoolVar(const EnvLookup& env, const std::string& name,
+                          bool fallback);
+
+// Unset -> error "NAME is not set: <why>".
+StatusOr<std::string> RequireVar(const EnvLookup& env, const std::string& name,
+                                 const std::string& why);
+
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_BASE_ENV_H_
