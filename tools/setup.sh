@@ -14,6 +14,9 @@ PACKAGES=(
   libgoogle-glog-dev libgflags-dev libgtest-dev libopenblas-dev zlib1g-dev
   # the default data set (Fashion-MNIST IDX files)
   dataset-fashion-mnist
+  # launchers and their tests: ssh (with a test sshd), rsync, Open MPI,
+  # network namespaces, the process table
+  openssh-client openssh-server rsync openmpi-bin iproute2 procps
 )
 
 missing=()

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Starts a kvtrain job: a scheduler on this host, then servers and workers
+locally, over ssh or through mpirun. Stops the whole job when any process
+fails or on Ctrl-C, and says which process failed and how."""
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import hostfile  # noqa: E402
+import launchers  # noqa: E402
+import netaddr  # noqa: E402
+from supervisor import Proc, Supervisor  # noqa: E402
+
+EXAMPLES = """examples:
+  # 2 workers and 2 servers on this machine
+  tracker/launch.py -n 2 -s 2 --launcher local \\
+      bazel-bin/examples/train_mnist --kv-store dist_sync
+
+  # over ssh: servers on the first hosts, then workers, round-robin
+  tracker/launch.py -n 4 -s 2 --launcher ssh -H hosts \\
+      --sync-dst-dir /tmp/kvtrain-job ./train_mnist --kv-store dist_sync
+
+  # pick the NIC every node advertises, log the control plane
+  DMLC_INTERFACE=eth1 PS_VERBOSE=1 tracker/launch.py -n 2 -s 2 ...
+
+  # through Open MPI's mpirun (servers and workers as two rank groups)
+  tracker/launch.py -n 2 -s 2 --launcher mpi -H hosts ./train_mnist ...
+
+hostfile lines: `host`, `host:sshport`, `host slots=N`; # comments.
+"""
+
+# The scheduler binds any free port and writes its number here, so no other
+# process can take the port between choosing and binding it.
+PORT_FILE_VAR = "KVTRAIN_SCHEDULER_PORT_FILE"
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(
+        prog="launch.py", description=__doc__, epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", "--num-workers", type=int, required=True,
+                    help="number of worker processes")
+    ap.add_argument("-s", "--num-servers", type=int,
+                    help="number of server processes (default: the number of workers)")
+    ap.add_argument("--launcher", choices=["local", "ssh", "mpi"], default="local",
+                    help="how servers and workers are started (default: local)")
+    ap.add_argument("-H", "--hostfile", help="hosts for ssh and mpi")
+    ap.add_argument("--sync-dst-dir", metavar="DIR",
+                    help="ssh: rsync the working directory to DIR on every host, run there")
+    ap.add_argument("--env", action="append", metavar="K=V", default=[],
+                    help="set K=V for every process (repeatable)")
+    ap.add_argument("--env-server", action="append", metavar="K=V", default=[],
+                    help="set K=V for servers only (repeatable)")
+    ap.add_argument("--env-worker", action="append", metavar="K=V", default=[],
+                    help="set K=V for workers only (repeatable)")
+    ap.add_argument("--host-ip", help="the scheduler's address (overrides the rule)")
+    ap.add_argument("--timeout", type=float, metavar="SECONDS",
+                    help="stop the whole job after this long (exit code 124)")
+    ap.add_argument("--ssh-arg", action="append", default=[], metavar="ARG",
+                    help="extra argument for ssh, e.g. --ssh-arg=-i --ssh-arg=key")
+    ap.add_argument("--mpirun-arg", action="append", default=[], metavar="ARG",
+                    help="extra argument for mpirun")
+    ap.add_argument("command", nargs=argparse.REMAINDER,
+                    help="the program and its arguments")
+    args = ap.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if args.num_servers is None:
+        args.num_servers = args.num_workers
+    problems = []
+    if not args.command:
+        problems.append("no command given")
+    if args.num_workers < 1:
+        problems.append("-n must be at least 1, got %d" % args.num_workers)
+    if args.num_servers < 0:
+        problems.append("-s must be 0 or more, got %d" % args.num_servers)
+    if args.launcher == "ssh" and not args.hostfile:
+        problems.append("--launcher ssh needs -H/--hostfile")
+    if args.sync_dst_dir and args.launcher != "ssh":
+        problems.append("--sync-dst-dir works with --launcher ssh only")
+    if problems:
+        ap.error("; ".join(problems))
+    return args
+
+
+class Launcher:
+    """One job from preflight to exit code."""
+
+    def __init__(self, args):
+        self.args = args
+        self.sup = Supervisor()
+        self.port_dir = tempfile.mkdtemp(prefix="kvtrain-launch-")
+
+    def log(self, msg):
+        self.sup.log(msg)
+
+    def prepare(self):
+        """Everything that can fail before a process starts."""
+        a = self.args
+        self.spec = launchers.JobSpec(
+            a.command, a.num_workers, a.num_servers,
+            env_all=launchers.parse_env_args(a.env, "--env"),
+            env_server=launchers.parse_env_args(a.env_server, "--env-server"),
+            env_worker=launchers.parse_env_args(a.env_worker, "--env-worker"))
+        self.hosts = hostfile.parse_hostfile(a.hostfile) if a.hostfile else []
+        roles = [("server", r) for r in range(a.num_servers)] + \
+                [("worker", r) for r in range(a.num_workers)]
+        if a.launcher == "ssh":
+            self.placement = hostfile.place(self.hosts, a.num_servers, a.num_workers)
+        else:
+            self.placement = [(role, rank, None) for role, rank in roles]
+        interface = self.spec.forwarded().get("DMLC_INTERFACE")
+        remote = [h.name for h in self.hosts] if a.launcher != "local" else []
+        self.spec.root_uri = netaddr.scheduler_address(a.host_ip, interface, remote)
+        launchers.check_local_command(a.command)
+        self.workdir = a.sync_dst_dir or os.getcwd()
+        if a.launcher == "ssh":
+            if a.sync_dst_dir:
+                launchers.sync_dir(self.hosts, a.ssh_arg, a.sync_dst_dir, self.log)
+            launchers.check_ssh_hosts(self.hosts, a.ssh_arg, self.workdir, a.command)
+
+    def start_scheduler(self):
+        port_file = os.path.join(self.port_dir, "port")
+        env = dict(self.spec.environ)
+        env.update(self.spec.role_env("scheduler", 0))
+        env["DMLC_PS_ROOT_PORT"] = "0"
+        env[PORT_FILE_VAR] = port_file
+        sched = self.sup.start(Proc("scheduler", 0, list(self.args.command), env))
+        limit = float(self.spec.forwarded().get("KVTRAIN_STARTUP_TIMEOUT", 60))
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if sched.popen.poll() is not None:
+                return None
+            try:
+                with open(port_file) as f:
+                    text = f.read().strip()
+                if text.isdigit():
+                    return int(text)
+            except OSError:
+                pass
+            time.sleep(0.02)
+        self.log("the scheduler did not report its port within %g s (is %s a "
+                 "kvtrain program?)" % (limit, self.args.command[0]))
+        return None
+
+    def procs(self):
+        a = self.args
+        if a.launcher == "local":
+            return launchers.local_procs(self.spec, [(r, k) for r, k, _ in self.placement])
+        if a.launcher == "ssh":
+            return launchers.ssh_procs(self.spec, self.placement, a.ssh_arg, self.workdir)
+        return launchers.mpi_procs(self.spec, self._mpi_hostfile(), a.mpirun_arg)
+
+    def _mpi_hostfile(self):
+        if not self.hosts:
+            return None
+        path = os.path.join(self.port_dir, "mpi_hosts")
+        with open(path, "w") as f:
+            for h in self.hosts:
+                f.write(h.name + (" slots=%d" % h.slots if h.slots else "") + "\n")
+        return path
+
+    def run(self):
+        a = self.args
+        for role, rank, host in self.placement:
+            if host is not None:
+                self.log("%s %d -> %s" % (role, rank, host.name))
+        port = self.start_scheduler()
+        if port is None:
+            if self.sup.procs[0].popen.poll() is not None:
+                return self.sup.run()  # reports the scheduler's failure
+            self.sup.teardown()
+            return 1
+        self.spec.root_port = port
+        self.log("scheduler at %s:%d; %d servers, %d workers (%s launcher)"
+                 % (self.spec.root_uri, port, a.num_servers, a.num_workers, a.launcher))
+        for p in self.procs():
+            self.sup.start(p)
+        return self.sup.run(timeout=a.timeout)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    launcher = Launcher(args)
+    try:
+        launcher.prepare()
+    except (launchers.LaunchError, hostfile.HostfileError, netaddr.AddressError) as e:
+        print("launch.py: error: %s" % e, file=sys.stderr)
+        return 2
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda s, _f: launcher.sup.request_stop(
+            "received " + signal.Signals(s).name))
+    try:
+        return launcher.run()
+    finally:
+        shutil.rmtree(launcher.port_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

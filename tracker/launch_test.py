@@ -1,0 +1,228 @@
+"""Unit tests of the launcher's parts: hostfile, placement, environment,
+scheduler address, argument checks, exit descriptions."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import hostfile  # noqa: E402
+import launch  # noqa: E402
+import launchers  # noqa: E402
+import netaddr  # noqa: E402
+import supervisor  # noqa: E402
+from tools import pyunit  # noqa: E402
+
+
+class HostfileTest(unittest.TestCase):
+    def test_forms_comments_and_blank_lines(self):
+        hosts = hostfile.parse_hostfile_text(
+            "# cluster\n10.0.0.1\n\nnode2:2222   # custom port\n"
+            "node3 slots=4\nnode4:23 slots=2\n")
+        self.assertEqual(hosts, [hostfile.Host("10.0.0.1"), hostfile.Host("node2", 2222),
+                                 hostfile.Host("node3", None, 4), hostfile.Host("node4", 23, 2)])
+
+    def test_errors_name_file_and_line(self):
+        cases = {
+            "a\nbad/host\n": "hosts:2: cannot parse host 'bad/host'",
+            "a slots=0\n": "hosts:1: slots must be a positive integer, got '0'",
+            "a cores=2\n": "hosts:1: unknown option 'cores=2'",
+            "a:99999\n": "hosts:1: ssh port 99999 out of range",
+            "# only comments\n\n": "hosts: no hosts listed",
+        }
+        for text, msg in cases.items():
+            with self.assertRaises(hostfile.HostfileError) as cm:
+                hostfile.parse_hostfile_text(text, "hosts")
+            self.assertIn(msg, str(cm.exception))
+
+    def test_missing_file(self):
+        with self.assertRaises(hostfile.HostfileError) as cm:
+            hostfile.parse_hostfile("/nonexistent/hosts")
+        self.assertIn("cannot read hostfile /nonexistent/hosts", str(cm.exception))
+
+
+class PlacementTest(unittest.TestCase):
+    def names(self, placement):
+        return [(r, k, h.name) for r, k, h in placement]
+
+    def test_servers_first_then_workers_round_robin(self):
+        hosts = [hostfile.Host("a"), hostfile.Host("b"), hostfile.Host("c")]
+        self.assertEqual(self.names(hostfile.place(hosts, 2, 3)), [
+            ("server", 0, "a"), ("server", 1, "b"),
+            ("worker", 0, "c"), ("worker", 1, "a"), ("worker", 2, "b")])
+
+    def test_one_host_takes_everything(self):
+        # apache/mxnet#17470: fewer hosts than processes must not hang.
+        placement = hostfile.place([hostfile.Host("localhost")], 2, 2)
+        self.assertEqual(len(placement), 4)
+        self.assertTrue(all(h.name == "localhost" for _, _, h in placement))
+
+    def test_slots_are_respected(self):
+        hosts = [hostfile.Host("a", slots=1), hostfile.Host("b", slots=3)]
+        self.assertEqual(self.names(hostfile.place(hosts, 1, 3)), [
+            ("server", 0, "a"), ("worker", 0, "b"), ("worker", 1, "b"),
+            ("worker", 2, "b")])
+
+    def test_too_few_slots_is_an_error(self):
+        hosts = [hostfile.Host("a", slots=1), hostfile.Host("b", slots=2)]
+        with self.assertRaises(hostfile.HostfileError) as cm:
+            hostfile.place(hosts, 2, 2)
+        self.assertIn("needs 4 processes (2 servers, 2 workers) but the hostfile's "
+                      "hosts offer 3 slots", str(cm.exception))
+
+
+class EnvTest(unittest.TestCase):
+    def spec(self, **kw):
+        environ = {"DMLC_INTERFACE": "eth1", "PS_VERBOSE": "1", "HOME": "/root",
+                   "LD_LIBRARY_PATH": "/opt/lib", "OMP_NUM_THREADS": "1",
+                   "KVTRAIN_NUM_THREADS": "2", "DMLC_ROLE": "stale"}
+        s = launchers.JobSpec(["prog"], 2, 3, environ=environ, **kw)
+        s.root_uri, s.root_port = "10.0.0.1", 9091
+        return s
+
+    def test_job_variables(self):
+        env = self.spec().role_env("worker", 1)
+        self.assertEqual(env["DMLC_ROLE"], "worker")
+        self.assertEqual(env["DMLC_RANK"], "1")
+        self.assertEqual(env["DMLC_PS_ROOT_URI"], "10.0.0.1")
+        self.assertEqual(env["DMLC_PS_ROOT_PORT"], "9091")
+        self.assertEqual(env["DMLC_NUM_WORKER"], "2")
+        self.assertEqual(env["DMLC_NUM_SERVER"], "3")
+
+    def test_forwarding(self):
+        env = self.spec().role_env("server", 0)
+        for k in ("DMLC_INTERFACE", "PS_VERBOSE", "LD_LIBRARY_PATH", "OMP_NUM_THREADS",
+                  "KVTRAIN_NUM_THREADS"):
+            self.assertIn(k, env)
+        self.assertNotIn("HOME", env)
+        self.assertEqual(env["DMLC_ROLE"], "server")  # never the launcher's own
+
+    def test_env_flags_per_role(self):
+        s = self.spec(env_all={"A": "1", "B": "all"}, env_server={"B": "server"},
+                      env_worker={"C": "worker"})
+        server, worker, sched = (s.role_env("server", 0), s.role_env("worker", 0),
+                                 s.role_env("scheduler", 0))
+        self.assertEqual((server["A"], server["B"]), ("1", "server"))
+        self.assertNotIn("C", server)
+        self.assertEqual((worker["A"], worker["B"], worker["C"]), ("1", "all", "worker"))
+        self.assertEqual(sched["B"], "all")
+
+    def test_env_arg_errors(self):
+        self.assertEqual(launchers.parse_env_args(["K=a=b", "E="], "--env"),
+                         {"K": "a=b", "E": ""})
+        for bad, msg in (("novalue", "--env 'novalue': expected NAME=VALUE"),
+                         ("1X=2", "expected NAME=VALUE"),
+                         ("DMLC_ROLE=server", "DMLC_ROLE is set by launch.py")):
+            with self.assertRaises(launchers.LaunchError) as cm:
+                launchers.parse_env_args([bad], "--env")
+            self.assertIn(msg, str(cm.exception))
+
+
+class AddressTest(unittest.TestCase):
+    def test_rule(self):
+        self.assertEqual(netaddr.scheduler_address("10.1.2.3", "lo", ["h"]), "10.1.2.3")
+        self.assertEqual(netaddr.scheduler_address(None, "lo", []), "127.0.0.1")
+        self.assertEqual(netaddr.scheduler_address(None, None, []), "127.0.0.1")
+        self.assertEqual(netaddr.scheduler_address(None, None, ["127.0.0.1"]), "127.0.0.1")
+
+    def test_loopback_refused_for_remote_hosts(self):
+        with self.assertRaises(netaddr.AddressError) as cm:
+            netaddr.scheduler_address(None, "lo", ["10.9.9.9"])
+        self.assertIn("which the remote hosts (10.9.9.9) cannot reach", str(cm.exception))
+
+    def test_unknown_interface_lists_existing_ones(self):
+        with self.assertRaises(netaddr.AddressError) as cm:
+            netaddr.interface_ipv4("nosuchnic0")
+        self.assertIn("DMLC_INTERFACE=nosuchnic0: no such interface; interfaces here:",
+                      str(cm.exception))
+        self.assertIn("lo", str(cm.exception))
+
+    def test_unresolvable_host(self):
+        with self.assertRaises(netaddr.AddressError):
+            netaddr.route_source("no-such-host.invalid")
+
+
+class ArgsTest(unittest.TestCase):
+    def error_of(self, argv):
+        r = subprocess.run([sys.executable, launch.__file__] + argv,
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        return r.stderr
+
+    def test_bad_arguments(self):
+        self.assertIn("no command given", self.error_of(["-n", "2"]))
+        self.assertIn("-n must be at least 1", self.error_of(["-n", "0", "x"]))
+        self.assertIn("--launcher ssh needs -H/--hostfile",
+                      self.error_of(["-n", "1", "--launcher", "ssh", "x"]))
+        self.assertIn("launch.py: error: command not found: no-such-program-kvt",
+                      self.error_of(["-n", "1", "no-such-program-kvt"]))
+        self.assertIn("--env 'x': expected NAME=VALUE",
+                      self.error_of(["-n", "1", "--env", "x", "true"]))
+
+    def test_defaults(self):
+        a = launch.parse_args(["-n", "3", "prog", "--kv-store", "dist_sync"])
+        self.assertEqual((a.num_workers, a.num_servers, a.launcher), (3, 3, "local"))
+        self.assertEqual(a.command, ["prog", "--kv-store", "dist_sync"])
+
+    def test_help_has_examples(self):
+        r = subprocess.run([sys.executable, launch.__file__, "-h"], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("--launcher ssh -H hosts", r.stdout)
+        self.assertIn("DMLC_INTERFACE=eth1", r.stdout)
+
+
+class RemoteScriptTest(unittest.TestCase):
+    """The ssh wrapper run by a local bash: same script, no sshd needed."""
+
+    def run_script(self, command, close_stdin_after=None):
+        script = launchers.remote_script({"KVT_SECRET": "s3cr3t 'quoted'"}, tempfile.gettempdir(),
+                                         command)
+        p = subprocess.Popen(["bash", "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        p.stdin.write(script)
+        p.stdin.flush()
+        if close_stdin_after is not None:
+            time.sleep(close_stdin_after)
+            p.stdin.close()
+            out = p.stdout.read()
+            p.wait(timeout=30)
+            return p, out
+        return p, None
+
+    def test_exports_and_exit_code(self):
+        p, _ = self.run_script(["sh", "-c", 'echo "$KVT_SECRET"; exit 7'])
+        out, _ = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 7)
+        self.assertIn("s3cr3t 'quoted'", out)
+
+    def test_missing_command(self):
+        p, _ = self.run_script(["no-such-prog-kvt"])
+        out, _ = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 127)
+        self.assertIn("command not found on", out)
+
+    def test_job_runs_while_stdin_is_open_and_stops_when_it_closes(self):
+        marker = "kvtmark-remote-%d" % os.getpid()
+        p, out = self.run_script(["sh", "-c", "sleep 1; echo alive; sleep 300; : " + marker],
+                                 close_stdin_after=3.0)
+        self.assertIn("alive", out)  # not stopped while the launcher is there
+        self.assertNotEqual(p.returncode, 0)
+        from launch_testlib import wait_no_processes
+        self.assertEqual(wait_no_processes(marker, 10), [])
+
+
+class DescribeExitTest(unittest.TestCase):
+    def test_forms(self):
+        self.assertEqual(supervisor.describe_exit(3), "exit code 3")
+        self.assertEqual(supervisor.describe_exit(-9), "signal SIGKILL")
+        self.assertEqual(supervisor.describe_exit(137, remote=True), "exit code 137 (SIGKILL)")
+        self.assertEqual(supervisor.describe_exit(137), "exit code 137")
+
+
+if __name__ == "__main__":
+    pyunit.main()

@@ -1,0 +1,238 @@
+"""How each launcher starts a job's servers and workers: the environment every
+process gets, and the local, ssh and mpi ways of starting them."""
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+
+from supervisor import Proc
+
+# Variables of the launcher's environment that reach every process (remote
+# ones too): these prefixes and names.
+FORWARD_PREFIXES = ("DMLC_", "PS_", "KVTRAIN_", "MXNET_", "GLOG_")
+FORWARD_NAMES = ("LD_LIBRARY_PATH", "OMP_NUM_THREADS")
+
+# Set by the launcher for each process; --env may not override them.
+JOB_VARS = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
+            "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_RANK")
+
+
+class LaunchError(RuntimeError):
+    """A problem found before anything started; the message says what."""
+
+
+class JobSpec:
+    """What to run: the command, the job's shape, the scheduler's address and
+    the user's extra variables (--env, --env-server, --env-worker)."""
+
+    def __init__(self, command, num_workers, num_servers, env_all=None,
+                 env_server=None, env_worker=None, environ=None):
+        self.command = command
+        self.num_workers = num_workers
+        self.num_servers = num_servers
+        self.env_all = env_all or {}
+        self.env_server = env_server or {}
+        self.env_worker = env_worker or {}
+        self.environ = dict(os.environ if environ is None else environ)
+        self.root_uri = None
+        self.root_port = None
+
+    def forwarded(self):
+        """The launcher's variables that reach every process, with --env."""
+        env = {k: v for k, v in self.environ.items()
+               if k.startswith(FORWARD_PREFIXES) or k in FORWARD_NAMES}
+        for k in JOB_VARS:
+            env.pop(k, None)
+        env.update(self.env_all)
+        return env
+
+    def role_env(self, role, rank):
+        """The variables of one process (without the launcher's whole
+        environment): forwarded ones, --env, role-specific ones, job ones."""
+        env = self.forwarded()
+        env.update(self.env_server if role == "server" else
+                   self.env_worker if role == "worker" else {})
+        env.update({
+            "DMLC_ROLE": role,
+            "DMLC_PS_ROOT_URI": self.root_uri,
+            "DMLC_PS_ROOT_PORT": str(self.root_port),
+            "DMLC_NUM_WORKER": str(self.num_workers),
+            "DMLC_NUM_SERVER": str(self.num_servers),
+            "DMLC_RANK": str(rank),
+        })
+        return env
+
+
+def parse_env_args(pairs, flag):
+    """['K=V', ...] -> dict; names the flag and entry on error."""
+    env = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise LaunchError("%s %r: expected NAME=VALUE" % (flag, pair))
+        if key in JOB_VARS:
+            raise LaunchError("%s %s: %s is set by launch.py for each process"
+                              % (flag, pair, key))
+        env[key] = value
+    return env
+
+
+def check_local_command(command):
+    prog = command[0]
+    found = (os.access(prog, os.X_OK) and os.path.isfile(prog)) if "/" in prog \
+        else shutil.which(prog)
+    if not found:
+        raise LaunchError("command not found: %s" % prog)
+
+
+def local_procs(spec, placement):
+    """Every server and worker as a child process of the launcher."""
+    procs = []
+    for role, rank in placement:
+        env = dict(spec.environ)
+        env.update(spec.role_env(role, rank))
+        procs.append(Proc(role, rank, list(spec.command), env))
+    return procs
+
+
+# --- ssh ---------------------------------------------------------------------
+
+def ssh_base(host, ssh_args):
+    # ssh keeps the first value of each option: the user's come first.
+    argv = ["ssh", "-T"] + list(ssh_args)
+    argv += ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"]
+    if host.port:
+        argv += ["-p", str(host.port)]
+    return argv + [host.name]
+
+
+def remote_script(env, workdir, command):
+    """A bash script, sent on ssh's stdin (so no value, secrets included,
+    appears on a command line), that runs `command` in its own session and
+    stops it when the launcher goes away (its stdin closes). The body is one
+    function so bash has read all of it before the watcher reads stdin."""
+    exports = "".join("  export %s=%s\n" % (k, shlex.quote(v)) for k, v in sorted(env.items()))
+    prog = shlex.quote(command[0])
+    cmd = " ".join(shlex.quote(c) for c in command)
+    return (
+        "kvtrain_job() {\n"
+        + exports +
+        "  cd %s 2>/dev/null || { echo \"launch.py: no directory %s on $(hostname)\" >&2; exit 127; }\n"
+        % (shlex.quote(workdir), workdir) +
+        "  command -v %s >/dev/null 2>&1 || { echo \"launch.py: command not found on $(hostname): %s\" >&2; exit 127; }\n"
+        % (prog, command[0]) +
+        "  setsid %s </dev/null &\n" % cmd +
+        "  local child=$!\n"
+        # Background commands read /dev/null unless stdin is redirected
+        # explicitly: the watcher reads the launcher's pipe through fd 3.
+        "  exec 3<&0\n"
+        "  { while read -r _ <&3; do :; done; kill -TERM -- -$child 2>/dev/null;\n"
+        "    sleep 3; kill -KILL -- -$child 2>/dev/null; } &\n"
+        "  local watcher=$!\n"
+        "  wait $child; local rc=$?\n"
+        "  kill $watcher 2>/dev/null\n"
+        "  exit $rc\n"
+        "}\n"
+        "kvtrain_job\n")
+
+
+def ssh_procs(spec, placement, ssh_args, workdir):
+    procs = []
+    for role, rank, host in placement:
+        env = spec.role_env(role, rank)
+        env["DMLC_NODE_HOST"] = host.name
+        argv = ssh_base(host, ssh_args) + ["bash", "-s"]
+        local_env = dict(os.environ)
+        procs.append(Proc(role, rank, argv, local_env, host=host.name,
+                          stdin_data=remote_script(env, workdir, spec.command),
+                          remote=True))
+    return procs
+
+
+def check_ssh_hosts(hosts, ssh_args, workdir, command, timeout=20):
+    """Before anything starts: every host answers over ssh and has the
+    working directory and the command. Raises LaunchError naming the host."""
+    seen = set()
+    for h in hosts:
+        if (h.name, h.port) in seen:
+            continue
+        seen.add((h.name, h.port))
+        probe = "cd %s && command -v %s" % (shlex.quote(workdir), shlex.quote(command[0]))
+        argv = ssh_base(h, ssh_args[:] + ["-o", "ConnectTimeout=10"]) + [probe]
+        try:
+            r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                               timeout=timeout, text=True)
+        except subprocess.TimeoutExpired:
+            raise LaunchError("cannot reach host %s over ssh: no answer in %d s"
+                              % (h.name, timeout)) from None
+        if r.returncode == 255:
+            err = (r.stderr.strip().splitlines() or ["ssh failed"])[-1]
+            raise LaunchError("cannot reach host %s over ssh: %s" % (h.name, err))
+        if r.returncode != 0:
+            raise LaunchError("on host %s: directory %s or command %s not found"
+                              % (h.name, workdir, command[0]))
+
+
+def sync_dir(hosts, ssh_args, dst, log):
+    """rsync the launcher's working directory to `dst` on every host."""
+    if not shutil.which("rsync"):
+        raise LaunchError("--sync-dst-dir needs rsync (Debian package rsync)")
+    seen = set()
+    for h in hosts:
+        if (h.name, h.port) in seen:
+            continue
+        seen.add((h.name, h.port))
+        rsh = " ".join(shlex.quote(a) for a in ssh_base(h, ssh_args)[:-1])
+        log("rsync %s -> %s:%s" % (os.getcwd(), h.name, dst))
+        r = subprocess.run(["rsync", "-az", "--mkpath", "-e", rsh, "./",
+                            "%s:%s/" % (h.name, dst)],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if r.returncode != 0:
+            err = (r.stderr.strip().splitlines() or ["rsync failed"])[-1]
+            raise LaunchError("rsync to %s:%s failed: %s" % (h.name, dst, err))
+
+
+# --- mpi ---------------------------------------------------------------------
+
+class MpiProc(Proc):
+    """One mpirun that starts every process of a role; its output lines carry
+    Open MPI's rank tag, which becomes the usual [role rank] prefix."""
+
+    TAG = re.compile(rb"^\[\d+,(\d+)\]<std(?:out|err)>:")
+
+    def split_label(self, line):
+        m = self.TAG.match(line)
+        if not m:
+            return "%s group" % self.role, line
+        return "%s %d" % (self.role, int(m.group(1))), line[m.end():]
+
+    @property
+    def name(self):
+        return "%s group (mpirun)" % self.role
+
+
+def mpi_procs(spec, hostfile_path, mpirun_args):
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        raise LaunchError("--launcher mpi needs mpirun (Debian package openmpi-bin)")
+    procs = []
+    for role, count in (("server", spec.num_servers), ("worker", spec.num_workers)):
+        if count == 0:
+            continue
+        env = dict(spec.environ)
+        role_env = spec.role_env(role, 0)
+        role_env.pop("DMLC_RANK")
+        env.update(role_env)
+        argv = [mpirun, "--allow-run-as-root", "--oversubscribe", "--tag-output",
+                "-n", str(count)] + list(mpirun_args)
+        if hostfile_path:
+            argv += ["--hostfile", hostfile_path]
+        for k in sorted(role_env):
+            argv += ["-x", k]  # the value travels in mpirun's environment
+        # Each process's rank within its role is its MPI rank.
+        argv += ["sh", "-c", 'DMLC_RANK=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}; '
+                 'export DMLC_RANK; exec "$@"', "kvtrain-rank"] + list(spec.command)
+        procs.append(MpiProc(role, 0, argv, env))
+    return procs

@@ -1,0 +1,114 @@
+"""The local launcher with real processes (a stand-in job that checks in with
+its scheduler): success, output prefixes, environment, failure teardown,
+Ctrl-C, --timeout, and no process left behind in any case."""
+
+import os
+import signal
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from launch_testlib import (FAKE_JOB, kill_marked, launch, new_marker,  # noqa: E402
+                            read_until, start_launch, wait_no_processes)
+from tools import pyunit  # noqa: E402
+
+
+class LocalLaunchTest(unittest.TestCase):
+    def setUp(self):
+        self.marker = new_marker()
+
+    def tearDown(self):
+        kill_marked(self.marker)
+
+    def job(self, *extra):
+        return [sys.executable, FAKE_JOB, "--marker", self.marker] + list(extra)
+
+    def test_job_runs_and_exits_zero(self):
+        code, out = launch(["-n", "2", "-s", "2"] + self.job(
+            "--print-env", "DMLC_ROLE", "--print-env", "DMLC_NUM_WORKER"))
+        self.assertEqual(code, 0, out)
+        for role in ("worker", "server"):
+            for rank in (0, 1):
+                self.assertIn("[%s %d] %s %d done" % (role, rank, role, rank), out)
+                self.assertIn("[%s %d] DMLC_ROLE=%s" % (role, rank, role), out)
+                self.assertIn("[%s %d] stderr line from %s %d" % (role, rank, role, rank), out)
+        self.assertIn("[worker 1] DMLC_NUM_WORKER=2", out)
+        self.assertIn("[scheduler 0] scheduler: all 4 nodes checked in", out)
+        self.assertIn("scheduler at 127.0.0.1:", out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_env_flags_reach_the_right_processes(self):
+        code, out = launch(["-n", "1", "-s", "1", "--env", "KVT_A=all",
+                            "--env-server", "KVT_B=srv", "--env-worker", "KVT_B=wrk"]
+                           + self.job("--print-env", "KVT_A", "--print-env", "KVT_B",
+                                      "--print-env", "PS_VERBOSE"),
+                           env={"PS_VERBOSE": "1"})
+        self.assertEqual(code, 0, out)
+        self.assertIn("[server 0] KVT_A=all", out)
+        self.assertIn("[worker 0] KVT_A=all", out)
+        self.assertIn("[server 0] KVT_B=srv", out)
+        self.assertIn("[worker 0] KVT_B=wrk", out)
+        self.assertIn("[worker 0] PS_VERBOSE=1", out)
+
+    def test_failing_worker_stops_the_job(self):
+        code, out = launch(["-n", "2", "-s", "2"] + self.job(
+            "--fail", "worker:1", "--hang", "*"))
+        self.assertEqual(code, 3, out)
+        self.assertIn("launch.py: worker 1 failed with exit code 3; stopped every other "
+                      "process", out)
+        self.assertIn("launch.py: last lines of worker 1:", out)
+        self.assertIn("launch.py:   | failing on purpose", out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_killed_server_is_named_with_its_signal(self):
+        p = start_launch(["-n", "1", "-s", "2"] + self.job("--hang", "*",
+                                                          "--print-env", "DMLC_RANK"))
+        read_until(p, "[server 1] DMLC_RANK=1")
+        victim = None
+        for pid in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if (self.marker.encode() in cmd and b"DMLC_ROLE=server" in env
+                    and b"DMLC_RANK=1" in env):
+                victim = int(pid)
+        self.assertIsNotNone(victim)
+        os.kill(victim, signal.SIGKILL)
+        out, _ = p.communicate(timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("server 1 failed with signal SIGKILL", out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_sigint_tears_everything_down(self):
+        p = start_launch(["-n", "2", "-s", "1"] + self.job("--hang", "*"))
+        read_until(p, "scheduler: all 3 nodes checked in")
+        start = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, out)
+        self.assertLess(time.monotonic() - start, 20)
+        self.assertIn("received SIGINT; stopping every process", out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_timeout_stops_the_job(self):
+        code, out = launch(["-n", "1", "-s", "1", "--timeout", "3"] + self.job("--hang", "*"))
+        self.assertEqual(code, 124, out)
+        self.assertIn("the job exceeded --timeout 3 s", out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_scheduler_that_never_reports_a_port(self):
+        code, out = launch(["-n", "1", "--env", "KVTRAIN_STARTUP_TIMEOUT=2",
+                            "sh", "-c", "sleep 30; : " + self.marker])
+        self.assertEqual(code, 1, out)
+        self.assertIn("the scheduler did not report its port within 2 s", out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+
+if __name__ == "__main__":
+    pyunit.main()

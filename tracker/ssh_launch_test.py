@@ -1,0 +1,164 @@
+"""The ssh launcher against a real sshd on 127.0.0.1 (throw-away keys, free
+port): a 2x2 job, --sync-dst-dir with one host for four processes, env and
+DMLC_NODE_HOST on the remote side, an unreachable host, a failing and a
+SIGKILLed remote worker, and SIGINT — with no process left behind."""
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import testbed  # noqa: E402
+from launch_testlib import (FAKE_JOB, kill_marked, launch, new_marker,  # noqa: E402
+                            processes_with, read_until, start_launch,
+                            wait_no_processes)
+from tools import pyunit  # noqa: E402
+
+
+def setUpModule():
+    global SSHD, WORKDIR
+    if not os.path.exists(testbed.SSHD):
+        raise unittest.SkipTest("openssh-server is not installed (tools/setup.sh installs it)")
+    WORKDIR = testbed.temp_dir()
+    SSHD = testbed.SshServer(WORKDIR).start()
+
+
+def tearDownModule():
+    SSHD.stop()
+    shutil.rmtree(WORKDIR, ignore_errors=True)
+
+
+class SshLaunchTest(unittest.TestCase):
+    def setUp(self):
+        self.marker = new_marker()
+        self.tmp = tempfile.mkdtemp(prefix="kvtrain-sshjob-")
+        self.hostfile = os.path.join(self.tmp, "hosts")
+        with open(self.hostfile, "w") as f:
+            f.write("# one host, four processes\n127.0.0.1:%d\n" % SSHD.port)
+
+    def tearDown(self):
+        kill_marked(self.marker)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def ssh_args(self):
+        return ["--ssh-arg=%s" % a for a in SSHD.client_args()]
+
+    def base(self, n=2, s=2):
+        return (["-n", str(n), "-s", str(s), "--launcher", "ssh", "-H", self.hostfile]
+                + self.ssh_args())
+
+    def job(self, *extra):
+        return [sys.executable, FAKE_JOB, "--marker", self.marker] + list(extra)
+
+    def test_two_by_two_job(self):
+        code, out = launch(self.base() + ["--env", "KVT_A=1"] + self.job(
+            "--print-env", "DMLC_NODE_HOST", "--print-env", "KVT_A",
+            "--print-env", "KVTRAIN_TEST_FORWARD"), env={"KVTRAIN_TEST_FORWARD": "yes"})
+        self.assertEqual(code, 0, out)
+        for role in ("server", "worker"):
+            for rank in (0, 1):
+                self.assertIn("launch.py: %s %d -> 127.0.0.1" % (role, rank), out)
+                self.assertIn("[%s %d] %s %d done" % (role, rank, role, rank), out)
+                self.assertIn("[%s %d] DMLC_NODE_HOST=127.0.0.1" % (role, rank), out)
+                self.assertIn("[%s %d] KVT_A=1" % (role, rank), out)
+                self.assertIn("[%s %d] KVTRAIN_TEST_FORWARD=yes" % (role, rank), out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_secret_values_travel_on_stdin_not_argv(self):
+        # A forwarded variable (KVTRAIN_*) of the launcher's environment.
+        p = start_launch(self.base(1, 1) + self.job("--print-env", "KVTRAIN_TEST_SECRET",
+                                                    "--hang", "*"),
+                         env={"KVTRAIN_TEST_SECRET": "hunter2-" + self.marker})
+        read_until(p, "[worker 0] KVTRAIN_TEST_SECRET=hunter2-")
+        # No process on the machine (ssh clients, remote shells, the job)
+        # has the secret on its command line.
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if int(pid) != os.getpid():
+                self.assertNotIn(b"hunter2", cmd, "pid %s: %r" % (pid, cmd))
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_sync_dst_dir_with_fewer_hosts_than_processes(self):
+        src = os.path.join(self.tmp, "src")
+        dst = os.path.join(self.tmp, "dst")
+        os.makedirs(src)
+        shutil.copy(FAKE_JOB, os.path.join(src, "job.py"))
+        code, out = launch(self.base() + ["--sync-dst-dir", dst, sys.executable, "job.py",
+                                          "--marker", self.marker], cwd=src)
+        self.assertEqual(code, 0, out)
+        self.assertTrue(os.path.exists(os.path.join(dst, "job.py")))
+        self.assertIn("launch.py: rsync %s -> 127.0.0.1:%s" % (src, dst), out)
+        self.assertIn("[worker 1] worker 1 done", out)
+
+    def test_unreachable_host_fails_before_anything_starts(self):
+        with open(self.hostfile, "a") as f:
+            f.write("127.0.0.1:%d\n" % testbed.free_port())
+        code, out = launch(self.base() + self.job())
+        self.assertEqual(code, 2, out)
+        self.assertIn("launch.py: error: cannot reach host 127.0.0.1 over ssh", out)
+        self.assertNotIn("[scheduler 0]", out)
+
+    def test_sync_to_an_impossible_directory(self):
+        blocker = os.path.join(self.tmp, "a-file")
+        open(blocker, "w").close()
+        dst = os.path.join(blocker, "sub")  # a directory under a regular file
+        code, out = launch(self.base() + ["--sync-dst-dir", dst] + self.job())
+        self.assertEqual(code, 2, out)
+        self.assertIn("launch.py: error: rsync to 127.0.0.1:%s failed" % dst, out)
+        self.assertNotIn("[scheduler 0]", out)
+
+    def test_failing_remote_worker_stops_everything(self):
+        code, out = launch(self.base() + self.job("--fail", "worker:0", "--hang", "*"))
+        self.assertEqual(code, 3, out)
+        self.assertIn("launch.py: worker 0 on 127.0.0.1 failed with exit code 3", out)
+        self.assertIn("launch.py:   | failing on purpose", out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_sigkilled_remote_worker_and_sigint(self):
+        p = start_launch(self.base() + self.job("--hang", "*", "--print-env", "DMLC_RANK"))
+        read_until(p, "scheduler: all 4 nodes checked in")
+        victim = self.find_job_process("worker", "1")
+        os.kill(victim, signal.SIGKILL)
+        start = time.monotonic()
+        out, _ = p.communicate(timeout=60)
+        self.assertLess(time.monotonic() - start, 30)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("worker 1 on 127.0.0.1 failed with exit code 137 (SIGKILL)", out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_sigint_leaves_nothing_running(self):
+        p = start_launch(self.base() + self.job("--hang", "*"))
+        read_until(p, "scheduler: all 4 nodes checked in")
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def find_job_process(self, role, rank):
+        for pid in processes_with(self.marker):
+            try:
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if (FAKE_JOB.encode() in cmd and b"DMLC_ROLE=" + role.encode() in env
+                    and b"DMLC_RANK=" + rank.encode() in env):
+                return pid
+        self.fail("no %s %s process found" % (role, rank))
+
+
+if __name__ == "__main__":
+    pyunit.main()

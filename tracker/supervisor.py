@@ -1,0 +1,182 @@
+"""Runs a job's processes and watches them: prefixes every output line with
+the process's role and rank, and when any process fails (non-zero exit or
+signal), the job times out, or the launcher gets SIGINT/SIGTERM, stops every
+other process and reports which one failed with its last lines."""
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+
+def describe_exit(code, remote=False):
+    """'exit code 3', 'signal SIGKILL', or for remote processes, whose
+    signals arrive as 128+N, 'exit code 137 (SIGKILL)'."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return "signal " + signal.Signals(-code).name
+        except ValueError:
+            return "signal %d" % -code
+    if remote and code > 128:
+        try:
+            return "exit code %d (%s)" % (code, signal.Signals(code - 128).name)
+        except ValueError:
+            pass
+    return "exit code %d" % code
+
+
+class Proc:
+    """One process of the job. `stdin_data`, if given, is written to its stdin,
+    which then stays open until teardown (remote wrappers watch it)."""
+
+    def __init__(self, role, rank, argv, env, host="localhost", stdin_data=None,
+                 remote=False):
+        self.role = role
+        self.rank = rank
+        self.argv = argv
+        self.env = env
+        self.host = host
+        self.stdin_data = stdin_data
+        self.remote = remote
+        self.popen = None
+        self.last_lines = collections.deque(maxlen=20)
+        self.pumps = []
+
+    @property
+    def name(self):
+        return "%s %d" % (self.role, self.rank)
+
+    def split_label(self, line):
+        """The [label] and text of one output line."""
+        return self.name, line
+
+    @property
+    def returncode(self):
+        return self.popen.returncode if self.popen else None
+
+
+class Supervisor:
+    """Not thread-safe: start() and run() are called from the main thread."""
+
+    def __init__(self, out=None, grace_seconds=5.0, prefix_output=True):
+        self.out = out or sys.stdout.buffer
+        self.grace = grace_seconds
+        self.prefix = prefix_output
+        self.procs = []
+        self._out_lock = threading.Lock()
+        self._stop_reason = None
+
+    def log(self, msg):
+        with self._out_lock:
+            self.out.write(("launch.py: " + msg + "\n").encode())
+            self.out.flush()
+
+    def start(self, proc):
+        proc.popen = subprocess.Popen(
+            proc.argv, env=proc.env, start_new_session=True,
+            stdin=subprocess.PIPE if proc.stdin_data is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if proc.stdin_data is not None:
+            proc.popen.stdin.write(proc.stdin_data.encode())
+            proc.popen.stdin.flush()
+        for stream in (proc.popen.stdout, proc.popen.stderr):
+            t = threading.Thread(target=self._pump, args=(proc, stream), daemon=True)
+            t.start()
+            proc.pumps.append(t)
+        self.procs.append(proc)
+        return proc
+
+    def _pump(self, proc, stream):
+        for line in iter(stream.readline, b""):
+            label, text = proc.split_label(line)
+            self.emit(proc, label, text)
+        stream.close()
+
+    def emit(self, proc, label, line):
+        """Writes one output line of `proc` under `label` ('worker 1')."""
+        if not line.endswith(b"\n"):
+            line += b"\n"
+        proc.last_lines.append(line.decode(errors="replace").rstrip("\n"))
+        with self._out_lock:
+            if self.prefix:
+                self.out.write(b"[" + label.encode() + b"] ")
+            self.out.write(line)
+            self.out.flush()
+
+    def request_stop(self, reason):
+        """Asks run() to tear the job down (safe from signal handlers)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+
+    def run(self, timeout=None):
+        """Waits for the job. Returns the launcher's exit code: 0 when every
+        process exited 0, otherwise non-zero after tearing everything down."""
+        deadline = time.monotonic() + timeout if timeout else None
+        while True:
+            if self._stop_reason:
+                self.log(self._stop_reason + "; stopping every process")
+                self.teardown()
+                return 130 if "SIGINT" in self._stop_reason else 143
+            failed = next((p for p in self.procs if p.popen.poll() not in (None, 0)), None)
+            if failed:
+                return self._fail(failed)
+            if all(p.popen.poll() == 0 for p in self.procs):
+                self._join_pumps()
+                return 0
+            if deadline and time.monotonic() > deadline:
+                self.log("the job exceeded --timeout %g s; stopping every process" % timeout)
+                self.teardown()
+                return 124
+            time.sleep(0.05)
+
+    def _fail(self, failed):
+        how = describe_exit(failed.returncode, failed.remote)
+        self.teardown(exclude=failed)
+        self._join_pumps()
+        where = " on %s" % failed.host if failed.remote else ""
+        self.log("%s%s failed with %s; stopped every other process" % (failed.name, where, how))
+        if failed.last_lines:
+            self.log("last lines of %s:" % failed.name)
+            for line in failed.last_lines:
+                self.log("  | " + line)
+        code = failed.returncode
+        return code if code and code > 0 else 1
+
+    def teardown(self, exclude=None):
+        """SIGTERM to every live process group (closing remote wrappers'
+        stdin, which stops the remote side), SIGKILL after the grace period."""
+        live = [p for p in self.procs if p is not exclude and p.popen.poll() is None]
+        for p in live:
+            if p.popen.stdin:
+                try:
+                    p.popen.stdin.close()
+                except OSError:
+                    pass
+            _signal_group(p.popen, signal.SIGTERM)
+        end = time.monotonic() + self.grace
+        while time.monotonic() < end and any(p.popen.poll() is None for p in live):
+            time.sleep(0.05)
+        for p in live:
+            if p.popen.poll() is None:
+                _signal_group(p.popen, signal.SIGKILL)
+                p.popen.wait()
+        # Children of an exited process may still hold its group alive.
+        for p in self.procs:
+            _signal_group(p.popen, signal.SIGKILL)
+
+    def _join_pumps(self):
+        for p in self.procs:
+            for t in p.pumps:
+                t.join(timeout=2)
+
+
+def _signal_group(popen, sig):
+    try:
+        os.killpg(popen.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

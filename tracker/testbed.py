@@ -1,0 +1,145 @@
+"""Test beds for the launcher's ssh tests: a real sshd with throw-away keys
+on a free port, and network namespaces joined by a bridge so that "remote"
+hosts have their own addresses. Root is needed for namespaces."""
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+SSHD = "/usr/sbin/sshd"
+
+
+def free_port(addr="127.0.0.1"):
+    s = socket.socket()
+    s.bind((addr, 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _run(argv, check=True):
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s failed: %s" % (" ".join(argv), r.stderr.strip()))
+    return r
+
+
+class SshServer:
+    """sshd listening on addr:port (inside network namespace `netns` if
+    given) that accepts one generated client key."""
+
+    def __init__(self, workdir, addr="127.0.0.1", port=None, netns=None):
+        self.dir = workdir
+        self.addr = addr
+        self.port = port or free_port(addr)
+        self.netns = netns
+        self.proc = None
+
+    @staticmethod
+    def make_keys(workdir):
+        """Host key, client key and authorized_keys in `workdir`."""
+        for name in ("host_key", "client_key"):
+            path = os.path.join(workdir, name)
+            if not os.path.exists(path):
+                _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", path])
+        shutil.copy(os.path.join(workdir, "client_key.pub"),
+                    os.path.join(workdir, "authorized_keys"))
+
+    def start(self):
+        self.make_keys(self.dir)
+        os.makedirs("/run/sshd", exist_ok=True)
+        conf = os.path.join(self.dir, "sshd_config.%s.%d" % (self.addr, self.port))
+        with open(conf, "w") as f:
+            f.write("\n".join([
+                "Port %d" % self.port, "ListenAddress %s" % self.addr,
+                "HostKey %s" % os.path.join(self.dir, "host_key"),
+                "AuthorizedKeysFile %s" % os.path.join(self.dir, "authorized_keys"),
+                "PidFile none", "StrictModes no", "UsePAM no",
+                "PermitRootLogin prohibit-password", "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no", "LogLevel ERROR", ""]))
+        argv = [SSHD, "-D", "-e", "-f", conf]
+        if self.netns:
+            argv = ["ip", "netns", "exec", self.netns] + argv
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        self._wait_listening()
+        return self
+
+    def _wait_listening(self, timeout=20):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError("sshd exited: " + self.proc.stderr.read())
+            probe = ["ssh"] + self.client_args() + ["-p", str(self.port), self.addr, "true"]
+            if self.netns:
+                probe = ["ip", "netns", "exec", self.netns] + probe
+            if _run(["timeout", "10"] + probe, check=False).returncode == 0:
+                return
+            time.sleep(0.2)
+        raise RuntimeError("sshd on %s:%d did not accept logins" % (self.addr, self.port))
+
+    def client_args(self):
+        """ssh options that log in to this server (for --ssh-arg)."""
+        return ["-i", os.path.join(self.dir, "client_key"),
+                "-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no",
+                "-o", "LogLevel=ERROR", "-o", "BatchMode=yes"]
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+class NetnsBed:
+    """Namespaces kvtns1..N, each with interface `ifname` at 10.213.0.(i+1),
+    bridged to interface `ifname` at 10.213.0.1 in the root namespace, so the
+    same DMLC_INTERFACE names the right device on every "host"."""
+
+    SUBNET = "10.213.0."
+
+    def __init__(self, count=2, ifname="kvt0"):
+        self.count = count
+        self.ifname = ifname
+        self.tag = "%x" % (os.getpid() & 0xfff)
+        self.namespaces = ["kvtns%s_%d" % (self.tag, i) for i in range(1, count + 1)]
+        self.addrs = [self.SUBNET + str(i + 1) for i in range(1, count + 1)]
+        self.root_addr = self.SUBNET + "1"
+
+    @staticmethod
+    def available():
+        """True when network namespaces can be created here."""
+        name = "kvtprobe%d" % os.getpid()
+        if shutil.which("ip") is None or os.geteuid() != 0:
+            return False
+        if _run(["ip", "netns", "add", name], check=False).returncode != 0:
+            return False
+        _run(["ip", "netns", "del", name], check=False)
+        return True
+
+    def setup(self):
+        self.teardown()
+        _run(["ip", "link", "add", self.ifname, "type", "bridge"])
+        _run(["ip", "addr", "add", self.root_addr + "/24", "dev", self.ifname])
+        _run(["ip", "link", "set", self.ifname, "up"])
+        for i, (ns, addr) in enumerate(zip(self.namespaces, self.addrs), 1):
+            host_end = "kvth%s%d" % (self.tag, i)
+            _run(["ip", "netns", "add", ns])
+            _run(["ip", "link", "add", host_end, "type", "veth", "peer", "name",
+                  self.ifname, "netns", ns])
+            _run(["ip", "link", "set", host_end, "master", self.ifname, "up"])
+            _run(["ip", "-n", ns, "addr", "add", addr + "/24", "dev", self.ifname])
+            _run(["ip", "-n", ns, "link", "set", self.ifname, "up"])
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        return self
+
+    def teardown(self):
+        for ns in self.namespaces:
+            _run(["ip", "netns", "del", ns], check=False)
+        _run(["ip", "link", "del", self.ifname], check=False)
+
+
+def temp_dir():
+    return tempfile.mkdtemp(prefix="kvtrain-ssh-")
