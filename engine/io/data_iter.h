@@ -1,0 +1,100 @@
+// Data iterators: batches of (data, label) tensors from memory, from an
+// MNIST-format directory, or synthetic ones for benchmarks. Shuffling,
+// partitioning across workers, last-batch handling and prefetching are
+// options of every iterator built here.
+#ifndef KVTRAIN_ENGINE_IO_DATA_ITER_H_
+#define KVTRAIN_ENGINE_IO_DATA_ITER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "ops/tensor/tensor.h"
+
+namespace kvtrain {
+
+// One batch. `pad` trailing rows repeat earlier examples to fill the last
+// batch of an epoch (metrics should ignore them).
+struct Batch {
+  Tensor data;   // float32 (batch, ...)
+  Tensor label;  // float32 (batch)
+  int pad = 0;
+};
+
+// Iterates over one epoch at a time. Not thread-safe: one consumer.
+class DataIter {
+ public:
+  virtual ~DataIter() = default;
+  // Fills `batch` with the next batch; false at the end of the epoch.
+  virtual StatusOr<bool> Next(Batch* batch) = 0;
+  // Starts the next epoch (reshuffling when shuffling is on).
+  virtual Status Reset() = 0;
+  virtual int batch_size() const = 0;
+  // Shape of one batch's data, e.g. (100, 784).
+  virtual Shape data_shape() const = 0;
+  // Batches per epoch in this part.
+  virtual int64_t num_batches() const = 0;
+};
+
+enum class LastBatch {
+  kPad,      // fill the last batch with examples from the part's start
+  kDiscard,  // drop an incomplete last batch
+};
+
+struct IterOptions {
+  // Examples per batch (>= 1).
+  int batch_size = 100;
+  // Reshuffle every epoch; the order depends only on `seed` and the epoch,
+  // so every worker computes the same global order.
+  bool shuffle = false;
+  uint64_t seed = 0;
+  // Partitioning: the (shuffled) examples are cut into batch-sized chunks
+  // and part i takes chunks i, i + num_parts, i + 2 num_parts, ... So global
+  // batch t of num_parts * batch_size examples is the union of every part's
+  // batch t: n workers at batch b see exactly what one process at n * b sees.
+  int num_parts = 1;
+  int part_index = 0;
+  LastBatch last_batch = LastBatch::kPad;
+  // Prepare the next batch on a background thread.
+  bool prefetch = true;
+  // Pixel scaling: data = raw * scale.
+  float scale = 1.0f / 255.0f;
+  // MNIST: images as (batch, 784) when true, (batch, 1, 28, 28) when false.
+  bool flat = true;
+  // Use only the first N examples (0: all).
+  int64_t num_examples = 0;
+};
+
+// Validates options against a data set of `count` examples.
+Status CheckIterOptions(const IterOptions& opts, int64_t count);
+
+// Batches of rows of `data` ((N, ...) uint8 or float32, multiplied by
+// opts.scale) with labels ((N) any dtype, converted to float32).
+StatusOr<std::unique_ptr<DataIter>> NewArrayIter(Tensor data, Tensor label,
+                                                 const IterOptions& opts);
+
+// The MNIST-format data set in `dir`: train-images-idx3-ubyte and
+// train-labels-idx1-ubyte (train) or t10k-* (test), each optionally .gz.
+StatusOr<std::unique_ptr<DataIter>> NewMnistIter(const std::string& dir,
+                                                 bool train,
+                                                 const IterOptions& opts);
+
+// Loads the MNIST images ((N, 28, 28) uint8) and labels ((N) uint8) of
+// `dir`, checking that they agree and that labels are 0..9.
+Status LoadMnist(const std::string& dir, bool train, Tensor* images,
+                 Tensor* labels);
+
+// `num_batches` batches of uniform [-1, 1) data of `batch_shape` and labels
+// in [0, num_classes), fixed by `seed` (the same batches every epoch).
+StatusOr<std::unique_ptr<DataIter>> NewSyntheticIter(const Shape& batch_shape,
+                                                     int num_classes,
+                                                     int64_t num_batches,
+                                                     uint64_t seed);
+
+// The default data set: Debian's dataset-fashion-mnist package.
+inline constexpr char kDefaultMnistDir[] = "/usr/share/datasets/fashion-mnist";
+
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_ENGINE_IO_DATA_ITER_H_

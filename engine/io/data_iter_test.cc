@@ -1,0 +1,250 @@
+#include "engine/io/data_iter.h"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <set>
+
+#include <gtest/gtest.h>
+
+namespace kvtrain {
+namespace {
+
+// Data rows [i, i, ...] and labels i, so batches reveal which examples they hold.
+void MakeData(int64_t n, int64_t width, Tensor* data, Tensor* label) {
+  *data = Tensor::Empty({n, width}, DType::kFloat32);
+  *label = Tensor::Empty({n}, DType::kInt32);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < width; ++j) data->data<float>()[i * width + j] = i;
+    label->data<int32_t>()[i] = static_cast<int32_t>(i);
+  }
+}
+
+std::vector<std::vector<int>> Epoch(DataIter* it, std::vector<int>* pads = nullptr) {
+  std::vector<std::vector<int>> out;
+  Batch b;
+  while (true) {
+    StatusOr<bool> more = it->Next(&b);
+    EXPECT_TRUE(more.ok());
+    if (!*more) break;
+    std::vector<int> ids;
+    for (float v : b.label.ToVector()) ids.push_back(static_cast<int>(v));
+    // The data rows match the labels.
+    const std::vector<float> d = b.data.ToVector();
+    const int64_t width = b.data.size() / b.data.dim(0);
+    for (size_t r = 0; r < ids.size(); ++r) EXPECT_EQ(d[r * width], ids[r]);
+    out.push_back(ids);
+    if (pads) pads->push_back(b.pad);
+  }
+  return out;
+}
+
+// An iterator over MakeData rows, unscaled so rows keep their ids.
+std::unique_ptr<DataIter> Iter(int64_t n, IterOptions o) {
+  Tensor data, label;
+  MakeData(n, 3, &data, &label);
+  o.scale = 1;
+  StatusOr<std::unique_ptr<DataIter>> it = NewArrayIter(data, label, o);
+  EXPECT_TRUE(it.ok()) << it.status();
+  return std::move(it).value();
+}
+
+TEST(ArrayIterTest, BatchesInOrderWithPadding) {
+  IterOptions o;
+  o.batch_size = 4;
+  auto it = Iter(10, o);
+  EXPECT_EQ(it->num_batches(), 3);
+  EXPECT_EQ(it->data_shape(), Shape({4, 3}));
+  std::vector<int> pads;
+  auto epoch = Epoch(it.get(), &pads);
+  ASSERT_EQ(epoch.size(), 3u);
+  EXPECT_EQ(epoch[0], std::vector<int>({0, 1, 2, 3}));
+  EXPECT_EQ(epoch[2], std::vector<int>({8, 9, 0, 1}));  // wrapped from the start
+  EXPECT_EQ(pads, std::vector<int>({0, 0, 2}));
+  // A second epoch after Reset is the same (no shuffle).
+  ASSERT_TRUE(it->Reset().ok());
+  EXPECT_EQ(Epoch(it.get()), epoch);
+}
+
+TEST(ArrayIterTest, DiscardDropsTheIncompleteBatch) {
+  IterOptions o;
+  o.batch_size = 4;
+  o.last_batch = LastBatch::kDiscard;
+  auto it = Iter(10, o);
+  EXPECT_EQ(it->num_batches(), 2);
+  EXPECT_EQ(Epoch(it.get()).size(), 2u);
+}
+
+TEST(ArrayIterTest, ShuffleIsSeededAndChangesPerEpoch) {
+  IterOptions o;
+  o.batch_size = 5;
+  o.shuffle = true;
+  o.seed = 7;
+  auto a = Iter(20, o), b = Iter(20, o);
+  const auto a0 = Epoch(a.get()), b0 = Epoch(b.get());
+  EXPECT_EQ(a0, b0);  // same seed, same order
+  std::set<int> seen;
+  for (const auto& batch : a0) seen.insert(batch.begin(), batch.end());
+  EXPECT_EQ(seen.size(), 20u);  // a permutation
+  ASSERT_TRUE(a->Reset().ok());
+  EXPECT_NE(Epoch(a.get()), a0);  // the next epoch is reshuffled
+  o.seed = 8;
+  EXPECT_NE(Epoch(Iter(20, o).get()), a0);
+}
+
+// Part i's batch t is global batch t's i-th slice: n workers at batch b see
+// what one process sees at batch n*b.
+TEST(ArrayIterTest, PartsInterleaveByBatch) {
+  IterOptions global;
+  global.batch_size = 6;
+  global.shuffle = true;
+  global.seed = 3;
+  const auto whole = Epoch(Iter(36, global).get());
+  IterOptions part = global;
+  part.batch_size = 3;
+  part.num_parts = 2;
+  std::vector<std::vector<std::vector<int>>> parts;
+  for (int i = 0; i < 2; ++i) {
+    part.part_index = i;
+    parts.push_back(Epoch(Iter(36, part).get()));
+  }
+  ASSERT_EQ(parts[0].size(), whole.size());
+  for (size_t t = 0; t < whole.size(); ++t) {
+    std::vector<int> joined = parts[0][t];
+    joined.insert(joined.end(), parts[1][t].begin(), parts[1][t].end());
+    EXPECT_EQ(joined, whole[t]) << "batch " << t;
+  }
+}
+
+TEST(ArrayIterTest, PrefetchGivesTheSameBatches) {
+  IterOptions o;
+  o.batch_size = 7;
+  o.shuffle = true;
+  o.prefetch = false;
+  const auto plain = Epoch(Iter(50, o).get());
+  o.prefetch = true;
+  auto it = Iter(50, o);
+  EXPECT_EQ(Epoch(it.get()), plain);
+  // Reset in the middle of an epoch, with the producer running.
+  ASSERT_TRUE(it->Reset().ok());
+  Batch b;
+  ASSERT_TRUE(*it->Next(&b));
+  ASSERT_TRUE(it->Reset().ok());
+  EXPECT_EQ(Epoch(it.get()).size(), plain.size());
+}
+
+TEST(ArrayIterTest, ScalesUint8Pixels) {
+  Tensor data = Tensor::Empty({2, 2}, DType::kUInt8);
+  for (int i = 0; i < 4; ++i) data.data<uint8_t>()[i] = static_cast<uint8_t>(i * 85);
+  Tensor label = Tensor::Zeros({2}, DType::kUInt8);
+  IterOptions o;
+  o.batch_size = 2;
+  auto it = std::move(NewArrayIter(data, label, o)).value();
+  Batch b;
+  ASSERT_TRUE(*it->Next(&b));
+  const auto v = b.data.ToVector();
+  EXPECT_FLOAT_EQ(v[0], 0);
+  EXPECT_FLOAT_EQ(v[3], 1);
+  EXPECT_FLOAT_EQ(v[1], 85.0f / 255);
+}
+
+TEST(ArrayIterTest, BadOptions) {
+  Tensor data, label;
+  MakeData(10, 2, &data, &label);
+  IterOptions o;
+  o.batch_size = 0;
+  EXPECT_EQ(NewArrayIter(data, label, o).status().message(),
+            "batch size must be at least 1, got 0");
+  o.batch_size = 2;
+  o.num_parts = 2;
+  o.part_index = 2;
+  EXPECT_EQ(NewArrayIter(data, label, o).status().message(),
+            "part_index 2 is not in [0, num_parts=2)");
+  o = IterOptions();
+  Tensor short_label = Tensor::Zeros({9}, DType::kInt32);
+  EXPECT_EQ(NewArrayIter(data, short_label, o).status().message(),
+            "iterator labels (9) do not match data (10, 2): expected one label per row");
+}
+
+TEST(SyntheticIterTest, FixedBySeed) {
+  auto a = std::move(NewSyntheticIter({4, 5}, 10, 3, 1)).value();
+  auto b = std::move(NewSyntheticIter({4, 5}, 10, 3, 1)).value();
+  Batch x, y;
+  int n = 0;
+  while (*a->Next(&x)) {
+    ASSERT_TRUE(*b->Next(&y));
+    EXPECT_EQ(x.data.ToVector(), y.data.ToVector());
+    for (float l : x.label.ToVector()) EXPECT_TRUE(l >= 0 && l < 10);
+    for (float d : x.data.ToVector()) EXPECT_TRUE(d >= -1 && d < 1);
+    ++n;
+  }
+  EXPECT_EQ(n, 3);
+  EXPECT_FALSE(NewSyntheticIter({0, 5}, 10, 3, 1).ok());
+}
+
+// --- MNIST directories ---------------------------------------------------
+
+std::string Dir(const std::string& name) {
+  std::string d = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  mkdir(d.c_str(), 0755);
+  return d;
+}
+
+void WriteIdx(const std::string& path, std::vector<uint32_t> dims,
+              const std::string& payload) {
+  std::string h = {0, 0, 8, static_cast<char>(dims.size())};
+  for (uint32_t d : dims) {
+    for (int s = 24; s >= 0; s -= 8) h.push_back(static_cast<char>(d >> s));
+  }
+  gzFile f = gzopen(path.c_str(), "wb");
+  const std::string all = h + payload;
+  gzwrite(f, all.data(), all.size());
+  gzclose(f);
+}
+
+TEST(MnistTest, LoadsADirectoryAndChecksIt) {
+  const std::string dir = Dir("mnist_ok");
+  WriteIdx(dir + "/t10k-images-idx3-ubyte.gz", {3, 2, 2}, std::string(12, '\x10'));
+  WriteIdx(dir + "/t10k-labels-idx1-ubyte.gz", {3}, std::string("\x01\x02\x09", 3));
+  IterOptions o;
+  o.batch_size = 3;
+  o.flat = false;
+  StatusOr<std::unique_ptr<DataIter>> it = NewMnistIter(dir, false, o);
+  ASSERT_TRUE(it.ok()) << it.status();
+  EXPECT_EQ((*it)->data_shape(), Shape({3, 1, 2, 2}));
+  Batch b;
+  ASSERT_TRUE(*(*it)->Next(&b));
+  EXPECT_EQ(b.label.ToVector(), std::vector<float>({1, 2, 9}));
+
+  EXPECT_EQ(NewMnistIter(dir + "/none", false, o).status().message(),
+            "data directory " + dir + "/none does not exist");
+  EXPECT_EQ(NewMnistIter(dir, true, o).status().message(),
+            dir + "/train-images-idx3-ubyte[.gz] not found");
+
+  const std::string bad = Dir("mnist_bad");
+  WriteIdx(bad + "/t10k-images-idx3-ubyte.gz", {2, 2, 2}, std::string(8, '\x10'));
+  WriteIdx(bad + "/t10k-labels-idx1-ubyte.gz", {3}, std::string("\x01\x02\x03", 3));
+  EXPECT_EQ(NewMnistIter(bad, false, o).status().message(),
+            bad + "/t10k-labels-idx1-ubyte.gz has 3 labels but " + bad +
+                "/t10k-images-idx3-ubyte.gz has 2 images");
+  WriteIdx(bad + "/t10k-labels-idx1-ubyte.gz", {2}, std::string("\x01\x0c", 2));
+  EXPECT_EQ(NewMnistIter(bad, false, o).status().message(),
+            bad + "/t10k-labels-idx1-ubyte.gz: label 12 at index 1 is not a class 0-9");
+}
+
+TEST(MnistTest, TheBundledFashionMnist) {
+  struct stat st;
+  if (stat(kDefaultMnistDir, &st) != 0) {
+    GTEST_SKIP() << kDefaultMnistDir << " is missing (tools/setup.sh installs "
+                 << "dataset-fashion-mnist)";
+  }
+  Tensor images, labels;
+  ASSERT_TRUE(LoadMnist(kDefaultMnistDir, false, &images, &labels).ok());
+  EXPECT_EQ(images.shape(), Shape({10000, 28, 28}));
+  std::vector<int> per_class(10);
+  for (float l : labels.ToVector()) per_class[static_cast<int>(l)]++;
+  EXPECT_EQ(per_class, std::vector<int>(10, 1000));
+}
+
+}  // namespace
+}  // namespace kvtrain
