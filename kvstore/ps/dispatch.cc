@@ -1,0 +1,329 @@
+// The receive thread (decode, check, dispatch every message) and the timer
+// thread (heartbeats, start-up deadline, dead peers) of a Postoffice.
+#include <climits>
+#include <set>
+#include <sstream>
+
+#include "kvstore/ps/postoffice_impl.h"
+#include "kvstore/ps/scheduler.h"
+
+namespace kvtrain {
+namespace ps {
+namespace {
+
+constexpr int kControlPriority = INT_MAX;
+// DATA messages held for an application id nobody registered yet.
+constexpr size_t kMaxEarlyMessages = 10000;
+
+std::string Seconds(double s) {
+  std::ostringstream os;
+  os.precision(3);
+  os << s << " s";
+  return os.str();
+}
+
+}  // namespace
+
+void PostofficeImpl::RecvLoop() {
+  while (!stop_.load()) {
+    RawMessage raw;
+    StatusOr<bool> got = van_->Recv(&raw);
+    if (early_pending_.load()) DeliverEarly();
+    if (!got.ok()) {
+      KV_LOG_LIMITED(WARNING, bad_input_log_) << name() << ": " << got.status();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    if (!*got) continue;
+    Message msg;
+    Status s = DecodeMessage(std::move(raw.frames), &msg);
+    if (!s.ok()) {
+      Drop(raw.token, s.message());
+      continue;
+    }
+    Handle(raw.token, std::move(msg));
+  }
+}
+
+void PostofficeImpl::Drop(const std::string& token, const std::string& why) {
+  const NodeTable* t = table();
+  const NodeEntry* e = t == nullptr ? nullptr : t->ByToken(token);
+  KV_LOG_LIMITED(WARNING, bad_input_log_)
+      << name() << ": dropped a message from "
+      << (e != nullptr ? e->name : "connection " + PrintableToken(token))
+      << ": " << why;
+}
+
+void PostofficeImpl::Handle(const std::string& token, Message&& msg) {
+  const wire::Header& h = msg.meta;
+  if (h.command() == wire::REGISTER) {
+    if (scheduler_) {
+      scheduler_->OnRegister(token, msg);
+    } else {
+      Drop(token, "REGISTER sent to a " + std::string(RoleName(role())));
+    }
+    return;
+  }
+  const NodeTable* t = table();
+  if (t == nullptr) {
+    HandleBeforeTable(token, std::move(msg));
+    return;
+  }
+  const NodeEntry* from = t->ByToken(token);
+  if (from == nullptr) return Drop(token, "unregistered peer");
+  if (h.sender() != from->id) {
+    return Drop(token, "sender id " + std::to_string(h.sender()) +
+                           " does not match its connection");
+  }
+  if (h.job_id() != t->job_id()) {
+    return Drop(token, "job id \"" + h.job_id() + "\" is not this job's");
+  }
+  if (h.recipient() != my_id()) {
+    return Drop(token, "addressed to node " + std::to_string(h.recipient()));
+  }
+  t->Touch(from->id, NowNs());
+  const wire::Control& c = h.control();
+  switch (h.command()) {
+    case wire::DATA:
+      LOG_IF(INFO, verbose() >= 2)
+          << name() << " <- " << from->name << ": " << DescribeData(msg);
+      return DeliverData(std::move(msg));
+    case wire::HEARTBEAT:
+      return;
+    case wire::BARRIER:
+      if (!scheduler_) return Drop(token, "BARRIER sent to a non-scheduler");
+      return scheduler_->OnBarrier(from->id, c.barrier_group(),
+                                   c.barrier_seq());
+    case wire::BARRIER_DONE:
+      if (from->id != kSchedulerId) return Drop(token, "BARRIER_DONE");
+      return MarkBarrierDone(c.barrier_group(), c.barrier_seq());
+    case wire::TERMINATE:
+      if (scheduler_) return scheduler_->OnTerminate(from->id);
+      if (from->id != kSchedulerId) return Drop(token, "TERMINATE");
+      return MarkTerminated();
+    case wire::ABORT:
+      if (!scheduler_ && from->id != kSchedulerId) {
+        return Drop(token, "ABORT from a non-scheduler");
+      }
+      return Fail(Status::Aborted(c.reason()), scheduler_ != nullptr, from->id);
+    default:
+      return Drop(token, "unexpected " + wire::Command_Name(h.command()));
+  }
+}
+
+void PostofficeImpl::HandleBeforeTable(const std::string& token,
+                                       Message&& msg) {
+  const wire::Header& h = msg.meta;
+  // Only the scheduler writes to a node before the table, and it echoes
+  // the node's own registration (with its random token).
+  const wire::Control& c = h.control();
+  const bool echoes_me =
+      !scheduler_ && c.nodes_size() > 0 &&
+      (h.command() == wire::ABORT ? c.nodes(0).token() == this->token() : true);
+  if (echoes_me && h.command() == wire::NODE_TABLE) {
+    return HandleNodeTable(token, msg);
+  }
+  if (echoes_me && h.command() == wire::ABORT) {
+    return Fail(Status::Aborted(c.reason()), false);
+  }
+  Drop(token, wire::Command_Name(h.command()) + " before the job started");
+}
+
+void PostofficeImpl::HandleNodeTable(const std::string& token,
+                                     const Message& msg) {
+  const wire::Control& c = msg.meta.control();
+  std::vector<NodeEntry> entries;
+  std::set<int> ids;
+  int servers = 0, workers = 0, my_rank = -1;
+  bool scheduler_ok = false;
+  for (const wire::NodeInfo& n : c.nodes()) {
+    NodeEntry e;
+    if (!FromWireRole(n.role(), &e.role)) return Drop(token, "bad node table");
+    e.rank = n.rank();
+    e.id = n.id();
+    e.host = n.host();
+    e.port = n.port();
+    e.token = n.token();
+    e.pid = n.pid();
+    e.name = NodeName(e.role, e.rank, e.host, e.port);
+    const int want = e.role == Role::kScheduler ? kSchedulerId
+                     : e.role == Role::kServer  ? ServerId(e.rank)
+                                                : WorkerId(e.rank);
+    if (e.rank < 0 || e.id != want || !ids.insert(e.id).second) {
+      return Drop(token, "node table with inconsistent ranks");
+    }
+    if (e.role == Role::kScheduler) scheduler_ok = e.token == token;
+    if (e.role == Role::kServer) ++servers;
+    if (e.role == Role::kWorker) ++workers;
+    if (e.token == this->token()) {
+      if (e.role != role() || e.host != host_ || e.port != port_) {
+        return Drop(token, "node table misplaces this node");
+      }
+      my_rank = e.rank;
+    }
+    entries.push_back(std::move(e));
+  }
+  if (!scheduler_ok || my_rank < 0 || servers != config_.num_servers ||
+      workers != config_.num_workers || msg.meta.job_id().empty()) {
+    return Drop(token, "node table does not match this job");
+  }
+  auto t = std::make_unique<NodeTable>(std::move(entries), msg.meta.job_id());
+  for (const NodeEntry& e : t->nodes()) {
+    if (e.id == kSchedulerId || e.token == this->token()) continue;
+    Status s = van_->Connect(e.id, e.host, e.port);
+    if (!s.ok())
+      return Fail(s.Annotate(name() + ": connecting to " + e.name), false);
+    LOG_IF(INFO, verbose() >= 1) << name() << ": connecting to " << e.name;
+  }
+  LOG_IF(INFO, verbose() >= 1)
+      << NodeName(role(), my_rank, host_, port_) << ": assigned rank "
+      << my_rank << " of " << (role() == Role::kServer ? servers : workers)
+      << " " << RoleName(role()) << "s (job " << msg.meta.job_id() << ")";
+  InstallTable(std::move(t), my_rank);
+}
+
+Status PostofficeImpl::RegisterCustomer(Customer* c) {
+  std::lock_guard<std::recursive_mutex> l(customers_mu_);
+  if (customers_.count(c->app_id())) {
+    return Status::AlreadyExists("application id " +
+                                 std::to_string(c->app_id()) +
+                                 " is already used on " + name());
+  }
+  customers_[c->app_id()] = c;
+  if (early_.count(c->app_id())) early_pending_.store(true);
+  return Status::OK();
+}
+
+void PostofficeImpl::UnregisterCustomer(Customer* c) {
+  std::lock_guard<std::recursive_mutex> l(customers_mu_);
+  auto it = customers_.find(c->app_id());
+  if (it != customers_.end() && it->second == c) customers_.erase(it);
+}
+
+void PostofficeImpl::DeliverData(Message&& msg) {
+  std::lock_guard<std::recursive_mutex> l(customers_mu_);
+  const int app = msg.meta.app_id();
+  auto it = customers_.find(app);
+  if (it == customers_.end()) {
+    if (early_count_ >= kMaxEarlyMessages) {
+      KV_LOG_LIMITED(WARNING, bad_input_log_)
+          << name() << ": dropped a message for application id " << app
+          << ": nothing registered it and " << kMaxEarlyMessages
+          << " messages already wait";
+      return;
+    }
+    early_[app].push_back(std::move(msg));
+    ++early_count_;
+    return;
+  }
+  auto early = early_.find(app);
+  if (early != early_.end()) {
+    for (Message& m : early->second) it->second->Accept(std::move(m));
+    early_count_ -= early->second.size();
+    early_.erase(early);
+  }
+  it->second->Accept(std::move(msg));
+}
+
+void PostofficeImpl::DeliverEarly() {
+  std::lock_guard<std::recursive_mutex> l(customers_mu_);
+  early_pending_.store(false);
+  for (auto it = early_.begin(); it != early_.end();) {
+    auto c = customers_.find(it->first);
+    if (c == customers_.end()) {
+      ++it;
+      continue;
+    }
+    for (Message& m : it->second) c->second->Accept(std::move(m));
+    early_count_ -= it->second.size();
+    it = early_.erase(it);
+  }
+}
+
+// ---- Timer thread ----
+
+void PostofficeImpl::TimerLoop() {
+  const double hb_s = config_.heartbeat_interval_s;
+  const auto tick =
+      std::chrono::duration<double>(hb_s > 0 ? std::min(hb_s / 4, 0.1) : 0.1);
+  const int64_t hb_ns = static_cast<int64_t>(hb_s * 1e9);
+  int64_t next_hb = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(timer_mu_);
+      timer_cv_.wait_for(l, tick, [this] { return stop_.load(); });
+      if (stop_.load()) return;
+    }
+    State state;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (failed_) continue;
+      state = state_;
+    }
+    const int64_t now = NowNs();
+    if (state == State::kStarting && table() == nullptr) {
+      const double waited = (now - start_ns_) / 1e9;
+      if (scheduler_ && waited > config_.startup_timeout_s) {
+        Fail(Status::DeadlineExceeded(
+                 scheduler_->StartupFailure(config_.startup_timeout_s)),
+             true);
+      } else if (!scheduler_ && waited > config_.startup_timeout_s +
+                                             std::chrono::duration<double>(
+                                                 options_.startup_grace)
+                                                 .count()) {
+        Fail(Status::DeadlineExceeded(
+                 "no node table from the scheduler at " + config_.root_uri +
+                 ":" + std::to_string(config_.root_port) + " within " +
+                 Seconds(waited) + " (is the scheduler running? " +
+                 env::kRootUri + "/" + env::kRootPort + ")"),
+             false);
+      }
+      continue;
+    }
+    if (hb_s <= 0 ||
+        (state != State::kRunning && state != State::kFinalizing)) {
+      continue;
+    }
+    if (now >= next_hb) {
+      SendHeartbeats();
+      next_hb = now + hb_ns;
+    }
+    CheckPeers(now);
+  }
+}
+
+void PostofficeImpl::SendHeartbeats() {
+  const NodeTable* t = table();
+  if (t == nullptr) return;
+  for (const NodeEntry& e : t->nodes()) {
+    if (e.id == my_id()) continue;
+    if (!scheduler_ && e.id != kSchedulerId) continue;
+    Message m;
+    m.meta.set_command(wire::HEARTBEAT);
+    SendTo(e.id, &m, kControlPriority);
+  }
+}
+
+void PostofficeImpl::CheckPeers(int64_t now_ns) {
+  const NodeTable* t = table();
+  if (t == nullptr) return;
+  const int64_t limit = static_cast<int64_t>(config_.heartbeat_timeout_s * 1e9);
+  for (const NodeEntry& e : t->nodes()) {
+    if (e.id == my_id()) continue;
+    if (!scheduler_ && e.id != kSchedulerId) continue;
+    const int64_t silent = now_ns - t->LastSeen(e.id);
+    if (silent > limit) {
+      Fail(Status::Unavailable(e.name +
+                               " stopped responding: nothing heard "
+                               "for " +
+                               Seconds(silent / 1e9) + " (" +
+                               env::kHeartbeatTimeout + "=" +
+                               Seconds(config_.heartbeat_timeout_s) + ")"),
+           scheduler_ != nullptr, e.id);
+      return;
+    }
+  }
+}
+
+}  // namespace ps
+}  // namespace kvtrain

@@ -1,0 +1,68 @@
+// Test helper: a whole job (scheduler, servers, workers) inside one process
+// over InprocVan, with failure handlers that record instead of exiting.
+#ifndef KVTRAIN_KVSTORE_PS_INPROC_JOB_H_
+#define KVTRAIN_KVSTORE_PS_INPROC_JOB_H_
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kvstore/ps/inproc_van.h"
+#include "kvstore/ps/ps.h"
+
+namespace kvtrain {
+namespace ps {
+
+struct InprocJobOptions {
+  int num_servers = 1;
+  int num_workers = 1;
+  double heartbeat_interval_s = 0.05;
+  double heartbeat_timeout_s = 2.0;
+  double startup_timeout_s = 20.0;
+  int verbose = 0;
+  // The scheduler's (virtual) port.
+  int root_port = 9000;
+};
+
+// Not thread-safe, except the failure records.
+class InprocJob {
+ public:
+  explicit InprocJob(const InprocJobOptions& options);
+  ~InprocJob();
+
+  NodeConfig ConfigFor(Role role) const;
+  // Creates a node with a recording failure handler; it is owned here.
+  StatusOr<Postoffice*> AddNode(const NodeConfig& config);
+  // Creates the scheduler and every server and worker.
+  Status CreateAll();
+  // Starts every node created so far, concurrently; the first error.
+  Status StartAll();
+  Status FinalizeAll();
+
+  // After StartAll: nodes by rank.
+  Postoffice* scheduler();
+  Postoffice* server(int rank);
+  Postoffice* worker(int rank);
+  const std::vector<std::unique_ptr<Postoffice>>& nodes() { return nodes_; }
+  InprocNetwork* net() { return &net_; }
+
+  // "worker 0 (127.0.0.1:30001): <reason>" for each failure so far.
+  std::vector<std::string> Failures();
+  // Waits until at least `count` nodes failed.
+  bool WaitForFailures(size_t count, Duration timeout);
+
+ private:
+  InprocJobOptions options_;
+  InprocNetwork net_;
+  std::vector<std::unique_ptr<Postoffice>> nodes_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> failures_;
+};
+
+}  // namespace ps
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_PS_INPROC_JOB_H_

@@ -1,0 +1,78 @@
+// InprocVan: a Van that connects Postoffices inside one process (unit tests
+// host a scheduler, servers and workers in one binary). Frames are handed
+// over by reference; a node can be cut off to simulate its death.
+#ifndef KVTRAIN_KVSTORE_PS_INPROC_VAN_H_
+#define KVTRAIN_KVSTORE_PS_INPROC_VAN_H_
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "base/thread_annotations.h"
+#include "kvstore/ps/van.h"
+
+namespace kvtrain {
+namespace ps {
+
+class InprocVan;
+
+// The "network": InprocVans addressed by port (hosts are ignored).
+// Thread-safe; must outlive its vans.
+class InprocNetwork {
+ public:
+  // From now on, messages from or to `port` are dropped (the node "died").
+  void Isolate(int port) EXCLUDES(mu_);
+  // Messages delivered so far (for tests).
+  int64_t delivered() EXCLUDES(mu_);
+
+ private:
+  friend class InprocVan;
+  StatusOr<int> Register(InprocVan* van, int port) EXCLUDES(mu_);
+  void Unregister(int port) EXCLUDES(mu_);
+  void Deliver(int from_port, int to_port, RawMessage msg) EXCLUDES(mu_);
+
+  std::mutex mu_;
+  std::map<int, InprocVan*> vans_ GUARDED_BY(mu_);
+  std::set<int> isolated_ GUARDED_BY(mu_);
+  int next_port_ GUARDED_BY(mu_) = 30000;
+  int64_t delivered_ GUARDED_BY(mu_) = 0;
+};
+
+// Thread-safety as Van. Priorities are ignored: delivery is immediate.
+class InprocVan : public Van {
+ public:
+  InprocVan(InprocNetwork* net, std::string token,
+            Duration poll_interval = std::chrono::milliseconds(20));
+  ~InprocVan() override;
+
+  const std::string& token() const override { return token_; }
+  StatusOr<int> Bind(int port) override;
+  Status Connect(int conn, const std::string& host, int port) override;
+  void Disconnect(int conn) override;
+  Status Send(int conn, int priority, std::vector<Blob> frames) override;
+  StatusOr<bool> Recv(RawMessage* msg) override;
+  void Flush(Duration /*timeout*/) override {}
+  void Close(Duration linger) override;
+
+ private:
+  friend class InprocNetwork;
+  void Enqueue(RawMessage msg) EXCLUDES(mu_);
+
+  InprocNetwork* const net_;
+  const std::string token_;
+  const Duration poll_interval_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RawMessage> inbox_ GUARDED_BY(mu_);
+  std::map<int, int> conns_ GUARDED_BY(mu_);  // conn -> port
+  int port_ GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace ps
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_PS_INPROC_VAN_H_

@@ -1,0 +1,397 @@
+// KVWorker/KVServer over the in-process van: exact sums across servers,
+// pulls into buffers, errors naming server and key, deadlines, deferred
+// responses, commands, callbacks, per-key order, early requests, aborts.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <thread>
+
+#include "kvstore/ps/inproc_job.h"
+
+namespace kvtrain {
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr auto kLong = std::chrono::seconds(20);
+
+template <typename T>
+T Take(StatusOr<T> s) {
+  EXPECT_TRUE(s.ok()) << s.status();
+  return std::move(s).value();
+}
+
+// Server state of the summing handler: key -> float sums.
+struct SumStore {
+  std::mutex mu;
+  std::map<uint64_t, std::vector<float>> sums;
+
+  void Handle(const RequestMeta& meta, const KVPairs& kv, KVServer* server) {
+    const size_t n = kv.num_keys();
+    KVPairs out;
+    out.keys = kv.keys;
+    std::vector<float> vals;
+    std::vector<int64_t> lens;
+    const float* in = kv.vals.as<float>();
+    const int64_t* in_lens = kv.lens.as<int64_t>();
+    std::lock_guard<std::mutex> l(mu);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t len = kv.lens.empty() ? kv.vals.size() / 4 / n
+                                         : static_cast<size_t>(in_lens[i]) / 4;
+      std::vector<float>& s = sums[kv.key(i)];
+      if (meta.push) {
+        if (s.empty()) s.assign(len, 0.f);
+        for (size_t j = 0; j < len; ++j) s[j] += in[j];
+        in += len;
+      }
+      vals.insert(vals.end(), s.begin(), s.end());
+      lens.push_back(static_cast<int64_t>(s.size() * 4));
+    }
+    if (meta.pull) {
+      out.vals = Blob::FromVector(std::move(vals));
+      out.lens = Blob::FromVector(std::move(lens));
+    } else {
+      out = KVPairs();
+    }
+    EXPECT_TRUE(server->Respond(meta, out).ok());
+  }
+};
+
+struct Cluster {
+  explicit Cluster(int servers, int workers, int handler_threads = 1)
+      : job([&] {
+          InprocJobOptions o;
+          o.num_servers = servers;
+          o.num_workers = workers;
+          return o;
+        }()),
+        stores(servers) {
+    EXPECT_TRUE(job.CreateAll().ok());
+    EXPECT_TRUE(job.StartAll().ok());
+    for (int r = 0; r < servers; ++r) {
+      KVServerOptions so;
+      so.handler_threads = handler_threads;
+      SumStore* store = &stores[r];
+      auto s = KVServer::Create(
+          job.server(r), 0,
+          [store](const RequestMeta& m, const KVPairs& kv, KVServer* srv) {
+            store->Handle(m, kv, srv);
+          },
+          so);
+      EXPECT_TRUE(s.ok()) << s.status();
+      servers_.push_back(std::move(*s));
+    }
+    for (int r = 0; r < workers; ++r) {
+      auto w = KVWorker::Create(job.worker(r), 0);
+      EXPECT_TRUE(w.ok()) << w.status();
+      workers_.push_back(std::move(*w));
+    }
+  }
+  ~Cluster() {
+    workers_.clear();
+    servers_.clear();
+  }
+  InprocJob job;
+  std::vector<SumStore> stores;
+  std::vector<std::unique_ptr<KVServer>> servers_;
+  std::vector<std::unique_ptr<KVWorker>> workers_;
+};
+
+// Keys spread over every server's range.
+std::vector<uint64_t> SpreadKeys(Postoffice* po, int per_server) {
+  std::vector<uint64_t> keys;
+  for (const KeyRange& r : po->ServerKeyRanges()) {
+    for (int i = 0; i < per_server; ++i) keys.push_back(r.begin + 3 * i + 1);
+  }
+  return keys;
+}
+
+TEST(KVAppTest, PushThenPullSumsExactlyAcrossServers) {
+  Cluster c(2, 3);
+  const std::vector<uint64_t> keys = SpreadKeys(c.job.worker(0), 50);
+  const int per_key = 3;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&, w] {
+      std::vector<float> vals;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        for (int j = 0; j < per_key; ++j) vals.push_back((w + 1) * (i + j));
+      }
+      auto ts =
+          c.workers_[w]->Push(KVPairs::From(keys, Blob::FromVector(vals)));
+      ASSERT_TRUE(ts.ok()) << ts.status();
+      ASSERT_TRUE(c.workers_[w]->Wait(*ts, kLong).ok());
+      ASSERT_TRUE(c.job.worker(w)->Barrier(kWorkerGroup, kLong).ok());
+      auto pull = c.workers_[w]->Pull(Blob::FromVector(keys));
+      ASSERT_TRUE(pull.ok());
+      PullResult result;
+      ASSERT_TRUE(c.workers_[w]->Wait(*pull, kLong, &result).ok());
+      ASSERT_EQ(result.parts.size(), 2u);  // one per server
+      std::vector<float> got(keys.size() * per_key);
+      ASSERT_TRUE(
+          result.CopyTo(reinterpret_cast<char*>(got.data()), got.size() * 4)
+              .ok());
+      for (size_t i = 0; i < keys.size(); ++i) {
+        for (int j = 0; j < per_key; ++j) {
+          ASSERT_EQ(got[i * per_key + j], 6.0f * (i + j)) << "key " << keys[i];
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(c.stores[0].sums.size(), 50u);
+  EXPECT_EQ(c.stores[1].sums.size(), 50u);
+}
+
+TEST(KVAppTest, PushPullIntoBufferWithPerKeyLengths) {
+  Cluster c(2, 1);
+  const std::vector<uint64_t> keys = SpreadKeys(c.job.worker(0), 2);
+  const std::vector<int64_t> lens = {4, 40, 0, 8000};  // bytes per key
+  std::vector<float> vals(8044 / 4);
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i);
+  std::vector<float> out(vals.size(), -1.f);
+  PullDest dest;
+  dest.data = reinterpret_cast<char*>(out.data());
+  dest.size = out.size() * 4;
+  dest.lens = Blob::FromVector(lens);
+  auto ts = c.workers_[0]->PushPull(
+      KVPairs::From(keys, Blob::FromVector(vals), lens), {}, dest);
+  ASSERT_TRUE(ts.ok()) << ts.status();
+  ASSERT_TRUE(c.workers_[0]->Wait(*ts, kLong).ok());
+  EXPECT_EQ(out, vals);
+  // A buffer whose layout disagrees with what the servers hold is an error
+  // naming the key.
+  std::vector<char> small(12);
+  PullDest wrong;
+  wrong.data = small.data();
+  wrong.size = small.size();
+  auto bad = c.workers_[0]->Pull(
+      Blob::FromVector(std::vector<uint64_t>{keys[0], keys[1]}), {}, wrong);
+  ASSERT_TRUE(bad.ok());
+  Status s = c.workers_[0]->Wait(*bad, kLong);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("key " + std::to_string(keys[0])));
+  EXPECT_THAT(s.message(), HasSubstr("server 0 (127.0.0.1:"));
+}
+
+TEST(KVAppTest, BadRequestsAreRejectedUpFront) {
+  Cluster c(1, 1);
+  KVWorker* w = c.workers_[0].get();
+  auto unsorted = w->Push(
+      KVPairs::From({5, 3}, Blob::FromVector(std::vector<float>{1, 2})));
+  EXPECT_THAT(unsorted.status().message(), HasSubstr("sorted and unique"));
+  auto uneven = w->Push(KVPairs::From({1, 2}, Blob::FromString("abc")));
+  EXPECT_THAT(uneven.status().message(), HasSubstr("do not split equally"));
+  auto lens = w->Push(
+      KVPairs::From({1, 2}, Blob::FromVector(std::vector<float>{1}), {4, 4}));
+  EXPECT_THAT(lens.status().message(), HasSubstr("lens add up to 8 bytes"));
+  std::vector<char> buf(10);
+  PullDest dest{buf.data(), buf.size(), Blob()};
+  auto pull =
+      w->Pull(Blob::FromVector(std::vector<uint64_t>{1, 2, 3}), {}, dest);
+  EXPECT_THAT(pull.status().message(), HasSubstr("does not split equally"));
+  EXPECT_EQ(w->Wait(12345, kLong).code(), Status::Code::kNotFound);
+  EXPECT_EQ(KVServer::Create(c.job.worker(0), 1, [](auto&, auto&, auto*) {})
+                .status()
+                .code(),
+            Status::Code::kFailedPrecondition);
+  EXPECT_EQ(KVWorker::Create(c.job.worker(0), 0).status().code(),
+            Status::Code::kAlreadyExists);
+}
+
+// A server that fails keys it dislikes, and never answers key 666.
+void PickyHandler(const RequestMeta& meta, const KVPairs& kv, KVServer* s) {
+  if (kv.num_keys() > 0 && kv.key(0) == 666) return;
+  if (kv.num_keys() > 0 && kv.key(0) == 13) {
+    s->RespondError(meta, Status::NotFound("key 13 was never initialised"));
+    return;
+  }
+  s->Respond(meta);
+}
+
+TEST(KVAppTest, ErrorsAndDeadlinesNameTheServer) {
+  InprocJobOptions o;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  auto server = KVServer::Create(job.server(0), 0, PickyHandler);
+  ASSERT_TRUE(server.ok());
+  auto worker = KVWorker::Create(job.worker(0), 0);
+  ASSERT_TRUE(worker.ok());
+  const std::string sname = job.server(0)->name();
+  auto ts = (*worker)->Push(KVPairs::From({13}, Blob::FromString("abcd")));
+  ASSERT_TRUE(ts.ok());
+  Status s = (*worker)->Wait(*ts, kLong);
+  EXPECT_EQ(s.code(), Status::Code::kNotFound);
+  EXPECT_EQ(s.message(), sname + ": key 13 was never initialised");
+  auto silent = (*worker)->Pull(Blob::FromVector(std::vector<uint64_t>{666}));
+  ASSERT_TRUE(silent.ok());
+  s = (*worker)->Wait(*silent, std::chrono::milliseconds(100));
+  EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded);
+  EXPECT_THAT(s.message(), HasSubstr("pull request"));
+  EXPECT_THAT(s.message(), HasSubstr("by " + sname));
+  // The job fails while the request is still pending: Wait says why.
+  job.net()->Isolate(job.server(0)->port());
+  s = (*worker)->Wait(*silent, kLong);
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+  EXPECT_THAT(s.message(), HasSubstr(sname + " stopped responding"));
+}
+
+TEST(KVAppTest, DeferredResponsesOncePerStepFromEveryWorker) {
+  InprocJobOptions o;
+  o.num_workers = 3;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  // dist_sync style: answer nobody until every worker pushed.
+  std::mutex mu;
+  std::vector<RequestMeta> waiting;
+  std::set<int> ranks;
+  std::vector<std::thread> responders;
+  auto server = KVServer::Create(
+      job.server(0), 0,
+      [&](const RequestMeta& meta, const KVPairs&, KVServer* s) {
+        std::lock_guard<std::mutex> l(mu);
+        EXPECT_EQ(meta.sender_role, Role::kWorker);
+        ranks.insert(meta.sender_rank);
+        waiting.push_back(meta);
+        if (waiting.size() < 3) return;
+        responders.emplace_back([s, w = waiting] {
+          for (const RequestMeta& m : w) EXPECT_TRUE(s->Respond(m).ok());
+        });
+        waiting.clear();
+      });
+  ASSERT_TRUE(server.ok());
+  std::vector<std::unique_ptr<KVWorker>> workers;
+  std::vector<int64_t> ts;
+  for (int r = 0; r < 3; ++r) {
+    workers.push_back(Take(KVWorker::Create(job.worker(r), 0)));
+    auto t = workers[r]->Push(KVPairs::From({7}, Blob::FromString("xxxx")));
+    ASSERT_TRUE(t.ok());
+    ts.push_back(*t);
+    if (r < 2) {
+      EXPECT_EQ(workers[r]->Wait(*t, std::chrono::milliseconds(50)).code(),
+                Status::Code::kDeadlineExceeded);
+    }
+  }
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(workers[r]->Wait(ts[r], kLong).ok());
+  std::lock_guard<std::mutex> l(mu);
+  for (auto& t : responders) t.join();
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
+}
+
+TEST(KVAppTest, CommandsWithoutKeysReachEveryServer) {
+  InprocJobOptions o;
+  o.num_servers = 3;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  std::vector<std::unique_ptr<KVServer>> servers;
+  for (int r = 0; r < 3; ++r) {
+    servers.push_back(Take(KVServer::Create(
+        job.server(r), 5,
+        [r](const RequestMeta& meta, const KVPairs&, KVServer* s) {
+          KVPairs out;
+          out.vals = Blob::FromString(meta.body + "@" + std::to_string(r) +
+                                      "#" + std::to_string(meta.head));
+          s->Respond(meta, out);
+        })));
+  }
+  auto worker = KVWorker::Create(job.worker(0), 5);
+  ASSERT_TRUE(worker.ok());
+  RequestOptions opts;
+  opts.head = 42;
+  opts.body = "save";
+  auto ts = (*worker)->Pull(Blob(), opts);
+  ASSERT_TRUE(ts.ok());
+  PullResult result;
+  ASSERT_TRUE((*worker)->Wait(*ts, kLong, &result).ok());
+  ASSERT_EQ(result.parts.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(result.parts[r].vals.ToString(),
+              "save@" + std::to_string(r) + "#42");
+  }
+}
+
+TEST(KVAppTest, CallbacksRunOnceAndCannotBeWaited) {
+  Cluster c(2, 1);
+  std::mutex mu;
+  std::condition_variable cv;
+  int calls = 0;
+  RequestOptions opts;
+  opts.callback = [&](const Status& s) {
+    EXPECT_TRUE(s.ok()) << s;
+    std::lock_guard<std::mutex> l(mu);
+    ++calls;
+    cv.notify_all();
+  };
+  const std::vector<uint64_t> keys = SpreadKeys(c.job.worker(0), 1);
+  for (int i = 0; i < 10; ++i) {
+    auto ts = c.workers_[0]->Push(
+        KVPairs::From(keys, Blob::FromVector(std::vector<float>{1, 2})), opts);
+    ASSERT_TRUE(ts.ok());
+    EXPECT_NE(c.workers_[0]->Wait(*ts, kLong).code(), Status::Code::kOk);
+  }
+  std::unique_lock<std::mutex> l(mu);
+  ASSERT_TRUE(cv.wait_for(l, kLong, [&] { return calls == 10; }));
+}
+
+TEST(KVAppTest, HandlerThreadsKeepEachKeysOrder) {
+  InprocJobOptions o;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  std::mutex mu;
+  std::map<uint64_t, std::vector<int>> seen;
+  KVServerOptions so;
+  so.handler_threads = 4;
+  auto server = KVServer::Create(
+      job.server(0), 0,
+      [&](const RequestMeta& meta, const KVPairs& kv, KVServer* s) {
+        {
+          std::lock_guard<std::mutex> l(mu);
+          seen[kv.key(0)].push_back(kv.vals.as<int>()[0]);
+        }
+        s->Respond(meta);
+      },
+      so);
+  ASSERT_TRUE(server.ok());
+  auto worker = KVWorker::Create(job.worker(0), 0);
+  std::vector<int64_t> ts;
+  for (int i = 0; i < 100; ++i) {
+    for (uint64_t key : {1, 2, 3, 4, 5}) {
+      auto t = (*worker)->Push(
+          KVPairs::From({key}, Blob::FromVector(std::vector<int>{i})));
+      ASSERT_TRUE(t.ok());
+      ts.push_back(*t);
+    }
+  }
+  for (int64_t t : ts) ASSERT_TRUE((*worker)->Wait(t, kLong).ok());
+  for (uint64_t key : {1, 2, 3, 4, 5}) {
+    ASSERT_EQ(seen[key].size(), 100u);
+    for (int i = 0; i < 100; ++i) ASSERT_EQ(seen[key][i], i) << "key " << key;
+  }
+}
+
+TEST(KVAppTest, RequestsBeforeTheServerRegistersWaitForIt) {
+  InprocJobOptions o;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  auto worker = KVWorker::Create(job.worker(0), 3);
+  auto ts = (*worker)->Push(KVPairs::From({1}, Blob::FromString("abcd")));
+  ASSERT_TRUE(ts.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto server = KVServer::Create(
+      job.server(0), 3,
+      [](const RequestMeta& m, const KVPairs&, KVServer* s) { s->Respond(m); });
+  ASSERT_TRUE(server.ok());
+  EXPECT_TRUE((*worker)->Wait(*ts, kLong).ok());
+}
+
+}  // namespace
+}  // namespace ps
+}  // namespace kvtrain

@@ -1,0 +1,387 @@
+// KVWorker: slices requests by server key range, tracks the responses, and
+// delivers pulled values as views or into caller buffers.
+#include <algorithm>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "base/logging.h"
+#include "kvstore/ps/postoffice_impl.h"
+
+namespace kvtrain {
+namespace ps {
+namespace {
+
+// Byte offset of each key's value (n + 1 entries) for `lens`, or for an
+// equal split of `total` bytes among n keys.
+std::vector<size_t> Offsets(const Blob& lens, size_t n, size_t total) {
+  std::vector<size_t> off(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    off[i + 1] =
+        off[i] +
+        (lens.empty() ? total / n : static_cast<size_t>(lens.as<int64_t>()[i]));
+  }
+  return off;
+}
+
+const char* Kind(bool push, bool pull) {
+  return push ? (pull ? "push+pull" : "push") : (pull ? "pull" : "command");
+}
+
+}  // namespace
+
+class KVWorker::Impl : public Customer {
+ public:
+  Impl(PostofficeImpl* po, int app_id) : po_(po), app_id_(app_id) {}
+  ~Impl() override { po_->UnregisterCustomer(this); }
+
+  int app_id() const override { return app_id_; }
+  StatusOr<int64_t> Request(const KVPairs& kvs, bool push, bool pull,
+                            const RequestOptions& opts, const PullDest& dest);
+  Status Wait(int64_t ts, Duration timeout, PullResult* result);
+  void Accept(Message&& msg) override;
+  void Abort(const Status& reason) override;
+
+ private:
+  struct Slice {
+    int server = 0;
+    size_t key_begin = 0, key_end = 0;  // key indices of the request
+    bool answered = false;
+  };
+  struct Pending {
+    const char* kind = "";
+    bool pull = false;
+    std::vector<Slice> slices;
+    int remaining = 0;
+    int copying = 0;  // responses being copied into dest outside mu_
+    bool done = false;
+    Status status;
+    Blob keys;
+    PullDest dest;
+    std::vector<size_t> dest_off;  // per key, into dest
+    std::vector<KVPairs> parts;    // per slice (views)
+    std::function<void(const Status&)> callback;
+  };
+
+  Status CheckPullDest(const PullDest& dest, size_t n) const;
+  Status CheckResponse(const Pending& p, size_t s, const KVPairs& kv) const;
+  // Completes `it` if nothing is outstanding; returns a callback to run.
+  std::function<void()> MaybeFinish(int64_t ts) REQUIRES(mu_);
+
+  PostofficeImpl* const po_;
+  const int app_id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<int64_t, Pending> pending_ GUARDED_BY(mu_);
+  int64_t next_ts_ GUARDED_BY(mu_) = 1;
+  LogRateLimiter log_;
+};
+
+Status KVWorker::Impl::CheckPullDest(const PullDest& dest, size_t n) const {
+  if (dest.data == nullptr) return Status::OK();
+  if (n == 0) return Status::InvalidArgument("a pull into a buffer needs keys");
+  if (!dest.lens.empty()) {
+    if (dest.lens.size() != n * sizeof(int64_t)) {
+      return Status::InvalidArgument(
+          "PullDest.lens hold " + std::to_string(dest.lens.size() / 8) +
+          " entries for " + std::to_string(n) + " keys");
+    }
+    const std::vector<size_t> off = Offsets(dest.lens, n, dest.size);
+    if (off[n] != dest.size) {
+      return Status::InvalidArgument(
+          "PullDest.lens add up to " + std::to_string(off[n]) +
+          " bytes but the buffer has " + std::to_string(dest.size));
+    }
+    return Status::OK();
+  }
+  if (dest.size % n != 0) {
+    return Status::InvalidArgument(
+        "a pull buffer of " + std::to_string(dest.size) +
+        " bytes does not split equally among " + std::to_string(n) +
+        " keys (give PullDest.lens)");
+  }
+  return Status::OK();
+}
+
+StatusOr<int64_t> KVWorker::Impl::Request(const KVPairs& kvs, bool push,
+                                          bool pull, const RequestOptions& opts,
+                                          const PullDest& dest) {
+  KV_RETURN_IF_ERROR(po_->CheckRunning());
+  KV_RETURN_IF_ERROR(kvs.Validate());
+  const size_t n = kvs.num_keys();
+  if (n > 0 && kvs.key(n - 1) == UINT64_MAX) {
+    return Status::InvalidArgument(
+        "key 18446744073709551615 (2^64-1) is "
+        "reserved");
+  }
+  if (pull) KV_RETURN_IF_ERROR(CheckPullDest(dest, n));
+  const std::vector<KeyRange> ranges = po_->ServerKeyRanges();
+  if (ranges.empty()) {
+    return Status::FailedPrecondition("the job has no servers");
+  }
+  Pending p;
+  p.kind = Kind(push, pull);
+  p.pull = pull;
+  p.keys = kvs.keys;
+  p.dest = dest;
+  p.callback = opts.callback;
+  const uint64_t* k = kvs.keys.as<uint64_t>();
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    Slice s;
+    s.server = ServerId(static_cast<int>(r));
+    s.key_begin = std::lower_bound(k, k + n, ranges[r].begin) - k;
+    s.key_end = std::lower_bound(k, k + n, ranges[r].end) - k;
+    if (n == 0 || s.key_end > s.key_begin) p.slices.push_back(s);
+  }
+  p.remaining = static_cast<int>(p.slices.size());
+  p.parts.resize(p.slices.size());
+  if (pull && dest.data != nullptr)
+    p.dest_off = Offsets(dest.lens, n, dest.size);
+  const std::vector<size_t> val_off =
+      push ? Offsets(kvs.lens, n, kvs.vals.size()) : std::vector<size_t>();
+  const std::vector<Slice> slices = p.slices;
+  int64_t ts;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ts = next_ts_++;
+    pending_.emplace(ts, std::move(p));
+  }
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const Slice& s = slices[i];
+    Message m;
+    wire::Header& h = m.meta;
+    h.set_command(wire::DATA);
+    h.set_app_id(app_id_);
+    h.set_timestamp(ts);
+    h.set_request(true);
+    h.set_push(push);
+    h.set_pull(pull);
+    h.set_priority(opts.priority);
+    h.set_head(opts.head);
+    h.set_body(opts.body);
+    const size_t kb = s.key_begin, ke = s.key_end;
+    if (ke > kb) {
+      m.AddFrame(wire::KEYS, kvs.keys.Slice(kb * 8, (ke - kb) * 8));
+    }
+    if (push && ke > kb) {
+      m.AddFrame(wire::VALUES,
+                 kvs.vals.Slice(val_off[kb], val_off[ke] - val_off[kb]));
+      h.mutable_data(h.data_size() - 1)->set_dtype(opts.dtype);
+      if (!kvs.lens.empty()) {
+        m.AddFrame(wire::LENS, kvs.lens.Slice(kb * 8, (ke - kb) * 8));
+      }
+    }
+    Status st = po_->SendData(s.server, &m);
+    if (!st.ok()) {
+      std::function<void()> cb;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        Pending& q = pending_.at(ts);
+        if (q.status.ok()) q.status = st;
+        q.slices[i].answered = true;
+        --q.remaining;
+        cb = MaybeFinish(ts);
+      }
+      if (cb) cb();
+    }
+  }
+  return ts;
+}
+
+std::function<void()> KVWorker::Impl::MaybeFinish(int64_t ts) {
+  auto it = pending_.find(ts);
+  if (it == pending_.end()) return nullptr;
+  Pending& p = it->second;
+  if (p.remaining > 0 || p.copying > 0) return nullptr;
+  p.done = true;
+  if (!p.callback) {
+    cv_.notify_all();
+    return nullptr;
+  }
+  auto cb = std::move(p.callback);
+  Status status = p.status;
+  pending_.erase(it);
+  return [cb = std::move(cb), status] { cb(status); };
+}
+
+Status KVWorker::Impl::CheckResponse(const Pending& p, size_t s,
+                                     const KVPairs& kv) const {
+  KV_RETURN_IF_ERROR(kv.Validate());
+  const Slice& sl = p.slices[s];
+  const size_t nk = sl.key_end - sl.key_begin;
+  if (kv.keys.size() != nk * 8 ||
+      (nk > 0 && std::memcmp(kv.keys.data(), p.keys.data() + sl.key_begin * 8,
+                             nk * 8) != 0)) {
+    return Status::DataLoss("response keys do not match the requested keys");
+  }
+  if (p.dest.data == nullptr) return Status::OK();
+  const std::vector<size_t> got = Offsets(kv.lens, nk, kv.vals.size());
+  for (size_t i = 0; i < nk; ++i) {
+    const size_t want =
+        p.dest_off[sl.key_begin + i + 1] - p.dest_off[sl.key_begin + i];
+    if (got[i + 1] - got[i] != want) {
+      return Status::InvalidArgument("key " + std::to_string(kv.key(i)) +
+                                     ": got " +
+                                     std::to_string(got[i + 1] - got[i]) +
+                                     " bytes, the pull buffer "
+                                     "expects " +
+                                     std::to_string(want));
+    }
+  }
+  return Status::OK();
+}
+
+void KVWorker::Impl::Accept(Message&& msg) {
+  const wire::Header& h = msg.meta;
+  const int64_t ts = h.timestamp();
+  const int from = h.sender();
+  KVPairs kv{msg.Frame(wire::KEYS), msg.Frame(wire::VALUES),
+             msg.Frame(wire::LENS)};
+  char* copy_to = nullptr;
+  std::function<void()> cb;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = h.request() ? pending_.end() : pending_.find(ts);
+    size_t s = 0;
+    if (it != pending_.end()) {
+      auto& sl = it->second.slices;
+      while (s < sl.size() && (sl[s].server != from || sl[s].answered)) ++s;
+    }
+    if (it == pending_.end() || s == it->second.slices.size() ||
+        it->second.done) {
+      KV_LOG_LIMITED(WARNING, log_)
+          << po_->name() << ": dropped an unexpected message (request ts " << ts
+          << ") from " << po_->PeerName(from);
+      return;
+    }
+    Pending& p = it->second;
+    p.slices[s].answered = true;
+    Status st;
+    if (h.status_code() != 0) {
+      st = StatusFromWire(h.status_code(), h.status_message());
+    } else if (p.pull) {
+      st = CheckResponse(p, s, kv);
+    }
+    if (!st.ok()) {
+      if (p.status.ok()) p.status = st.Annotate(po_->PeerName(from));
+    } else if (p.pull && p.dest.data != nullptr) {
+      copy_to = p.dest.data + p.dest_off[p.slices[s].key_begin];
+      ++p.copying;
+    } else if (p.pull) {
+      p.parts[s] = kv;
+    }
+    --p.remaining;
+    cb = MaybeFinish(ts);
+  }
+  if (copy_to != nullptr) {
+    if (!kv.vals.empty()) std::memcpy(copy_to, kv.vals.data(), kv.vals.size());
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = pending_.find(ts);
+    if (it != pending_.end()) {
+      --it->second.copying;
+      cb = MaybeFinish(ts);
+    }
+  }
+  if (cb) cb();
+}
+
+Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
+  std::unique_lock<std::mutex> l(mu_);
+  auto it = pending_.find(ts);
+  if (it == pending_.end()) {
+    return Status::NotFound("no request with timestamp " + std::to_string(ts) +
+                            " to wait for (already waited for, never issued, "
+                            "or it has a callback)");
+  }
+  if (it->second.callback) {
+    return Status::InvalidArgument("request " + std::to_string(ts) +
+                                   " has a callback; it cannot be waited for");
+  }
+  const auto deadline = Clock::now() + timeout;
+  auto ready = [&] {
+    auto i = pending_.find(ts);
+    return i == pending_.end() || (i->second.done && i->second.copying == 0);
+  };
+  if (!cv_.wait_until(l, deadline, ready)) {
+    const Pending& p = pending_.at(ts);
+    std::ostringstream os;
+    os << po_->name() << ": " << p.kind << " request " << ts
+       << " not answered within "
+       << std::chrono::duration<double>(timeout).count() << " s by";
+    for (const Slice& s : p.slices) {
+      if (!s.answered) os << " " << po_->PeerName(s.server);
+    }
+    return Status::DeadlineExceeded(os.str());
+  }
+  it = pending_.find(ts);
+  if (it == pending_.end()) {
+    return Status::NotFound("request " + std::to_string(ts) +
+                            " was waited for by another thread");
+  }
+  Pending p = std::move(it->second);
+  pending_.erase(it);
+  l.unlock();
+  if (result != nullptr) result->parts = std::move(p.parts);
+  return p.status;
+}
+
+void KVWorker::Impl::Abort(const Status& reason) {
+  std::vector<std::function<void(const Status&)>> callbacks;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      Pending& p = it->second;
+      if (p.status.ok()) p.status = reason;
+      p.remaining = 0;
+      if (p.callback && p.copying == 0) {
+        callbacks.push_back(std::move(p.callback));
+        it = pending_.erase(it);
+        continue;
+      }
+      if (p.copying == 0) p.done = true;
+      ++it;
+    }
+    cv_.notify_all();
+  }
+  for (auto& cb : callbacks) cb(reason);
+}
+
+// ---- KVWorker (public) ----
+
+StatusOr<std::unique_ptr<KVWorker>> KVWorker::Create(Postoffice* po,
+                                                     int app_id) {
+  auto impl = std::make_unique<Impl>(po->impl(), app_id);
+  KV_RETURN_IF_ERROR(po->impl()->RegisterCustomer(impl.get()));
+  return std::unique_ptr<KVWorker>(new KVWorker(std::move(impl)));
+}
+
+KVWorker::KVWorker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+KVWorker::~KVWorker() = default;
+
+StatusOr<int64_t> KVWorker::Push(const KVPairs& kvs,
+                                 const RequestOptions& opts) {
+  return impl_->Request(kvs, true, false, opts, PullDest());
+}
+
+StatusOr<int64_t> KVWorker::Pull(const Blob& keys, const RequestOptions& opts,
+                                 const PullDest& dest) {
+  KVPairs kv;
+  kv.keys = keys;
+  return impl_->Request(kv, false, true, opts, dest);
+}
+
+StatusOr<int64_t> KVWorker::PushPull(const KVPairs& kvs,
+                                     const RequestOptions& opts,
+                                     const PullDest& dest) {
+  return impl_->Request(kvs, true, true, opts, dest);
+}
+
+Status KVWorker::Wait(int64_t ts, Duration timeout, PullResult* result) {
+  return impl_->Wait(ts, timeout, result);
+}
+
+}  // namespace ps
+}  // namespace kvtrain

@@ -1,0 +1,110 @@
+// The codec: round trip without copies, and every way a received message
+// can be malformed is reported, not crashed on.
+#include "kvstore/ps/message.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace kvtrain {
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+Message Sample() {
+  Message m;
+  m.meta.set_command(wire::DATA);
+  m.meta.set_timestamp(7);
+  m.AddFrame(wire::KEYS, Blob::FromVector(std::vector<uint64_t>{1, 5}));
+  m.AddFrame(wire::VALUES, Blob::FromVector(std::vector<float>{1, 2, 3, 4}));
+  return m;
+}
+
+TEST(MessageTest, RoundTripSharesPayload) {
+  Message m = Sample();
+  const char* vals = m.data[1].data();
+  std::vector<Blob> frames = EncodeMessage(&m);
+  ASSERT_EQ(frames.size(), 3u);
+  EXPECT_EQ(frames[2].data(), vals);  // not copied
+  Message back;
+  ASSERT_TRUE(DecodeMessage(frames, &back).ok());
+  EXPECT_EQ(back.meta.timestamp(), 7);
+  EXPECT_EQ(back.Frame(wire::VALUES).data(), vals);
+  EXPECT_EQ(back.Frame(wire::KEYS).as<uint64_t>()[1], 5u);
+  EXPECT_EQ(back.meta.data(1).bytes(), 16);
+}
+
+TEST(MessageTest, UnalignedFramesAreRealigned) {
+  Message m = Sample();
+  std::vector<Blob> frames = EncodeMessage(&m);
+  auto raw = std::make_shared<std::vector<char>>(17);
+  std::memcpy(raw->data() + 1, frames[1].data(), 16);
+  frames[1] = Blob(raw, raw->data() + 1, 16);
+  Message back;
+  ASSERT_TRUE(DecodeMessage(frames, &back).ok());
+  const Blob keys = back.Frame(wire::KEYS);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(keys.data()) % 8, 0u);
+  EXPECT_EQ(keys.as<uint64_t>()[0], 1u);
+}
+
+TEST(MessageTest, MalformedInputIsDescribed) {
+  Message out;
+  EXPECT_THAT(DecodeMessage({}, &out).message(), HasSubstr("no frames"));
+  EXPECT_THAT(
+      DecodeMessage({Blob::FromString("\xff\xff\xff\xff")}, &out).message(),
+      HasSubstr("not a valid header"));
+  Message m = Sample();
+  std::vector<Blob> frames = EncodeMessage(&m);
+  // Truncated header.
+  std::vector<Blob> cut = frames;
+  cut[0] = frames[0].Slice(0, frames[0].size() - 3);
+  EXPECT_FALSE(DecodeMessage(cut, &out).ok());
+  // Wrong frame count.
+  std::vector<Blob> fewer(frames.begin(), frames.end() - 1);
+  EXPECT_THAT(DecodeMessage(fewer, &out).message(),
+              HasSubstr("wrong frame count"));
+  // Sizes disagreeing with the header.
+  std::vector<Blob> shrunk = frames;
+  shrunk[2] = frames[2].Slice(0, 12);
+  EXPECT_THAT(DecodeMessage(shrunk, &out).message(),
+              HasSubstr("data frame 1 has 12 bytes but the header says 16"));
+  // Unknown command and frame kind.
+  wire::Header h;
+  h.set_command(static_cast<wire::Command>(99));
+  EXPECT_THAT(
+      DecodeMessage({Blob::FromString(h.SerializeAsString())}, &out).message(),
+      HasSubstr("unknown command 99"));
+  wire::Header k;
+  k.add_data()->set_kind(static_cast<wire::FrameKind>(42));
+  EXPECT_THAT(
+      DecodeMessage({Blob::FromString(k.SerializeAsString()), Blob()}, &out)
+          .message(),
+      HasSubstr("unknown kind 42"));
+}
+
+TEST(MessageTest, StatusCodesRoundTrip) {
+  Status s = StatusFromWire(static_cast<int>(Status::Code::kNotFound), "k");
+  EXPECT_EQ(s.code(), Status::Code::kNotFound);
+  EXPECT_EQ(StatusFromWire(77, "x").code(), Status::Code::kInternal);
+  EXPECT_EQ(PrintableToken(std::string("a\0b", 3)), "a\\x00b");
+}
+
+TEST(KVPairsTest, Validate) {
+  EXPECT_TRUE(KVPairs::From({1, 2}, Blob::FromString("abcd")).Validate().ok());
+  EXPECT_TRUE(
+      KVPairs::From({1, 2}, Blob::FromString("abc"), {1, 2}).Validate().ok());
+  EXPECT_THAT(KVPairs::From({2, 2}, Blob()).Validate().message(),
+              HasSubstr("key 2 at position 1 follows key 2"));
+  EXPECT_THAT(
+      KVPairs::From({1}, Blob::FromString("ab"), {-2, 4}).Validate().message(),
+      HasSubstr("2 entries for 1 keys"));
+  EXPECT_TRUE(KVPairs::From({}, Blob::FromString("payload")).Validate().ok());
+  KVPairs odd;
+  odd.keys = Blob::FromString("123");
+  EXPECT_THAT(odd.Validate().message(), HasSubstr("not a multiple of 8"));
+  EXPECT_EQ(GroupName(kServerGroup | kWorkerGroup), "servers+workers");
+}
+
+}  // namespace
+}  // namespace ps
+}  // namespace kvtrain

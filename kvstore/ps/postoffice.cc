@@ -1,0 +1,478 @@
+// Postoffice life cycle: creation, start, barriers, finalize, failure.
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <random>
+#include <sstream>
+
+#include "kvstore/ps/net_util.h"
+#include "kvstore/ps/postoffice_impl.h"
+#include "kvstore/ps/scheduler.h"
+#include "kvstore/ps/zmq_van.h"
+
+namespace kvtrain {
+namespace ps {
+
+inline constexpr int kControlPriority = INT_MAX;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             Clock::now().time_since_epoch())
+      .count();
+}
+
+int GroupOf(Role role) {
+  switch (role) {
+    case Role::kScheduler:
+      return kSchedulerGroup;
+    case Role::kServer:
+      return kServerGroup;
+    case Role::kWorker:
+      return kWorkerGroup;
+  }
+  return 0;
+}
+
+std::string NodeName(Role role, int rank, const std::string& host, int port) {
+  std::ostringstream os;
+  os << RoleName(role);
+  if (role != Role::kScheduler && rank >= 0) os << " " << rank;
+  os << " (" << host << ":" << port << ")";
+  return os.str();
+}
+
+NodeTable::NodeTable(std::vector<NodeEntry> nodes, std::string job_id)
+    : nodes_(std::move(nodes)),
+      job_id_(std::move(job_id)),
+      last_seen_(nodes_.size()) {
+  const int64_t now = NowNs();
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    by_id_[nodes_[i].id] = i;
+    by_token_[nodes_[i].token] = i;
+    last_seen_[i].store(now);
+  }
+}
+
+const NodeEntry* NodeTable::ById(int id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &nodes_[it->second];
+}
+
+const NodeEntry* NodeTable::ByToken(const std::string& token) const {
+  auto it = by_token_.find(token);
+  return it == by_token_.end() ? nullptr : &nodes_[it->second];
+}
+
+std::vector<int> NodeTable::Members(int groups) const {
+  std::vector<int> ids;
+  for (const NodeEntry& e : nodes_) {
+    if (groups & GroupOf(e.role)) ids.push_back(e.id);
+  }
+  return ids;
+}
+
+void NodeTable::Touch(int id, int64_t now_ns) const {
+  auto it = by_id_.find(id);
+  if (it != by_id_.end()) last_seen_[it->second].store(now_ns);
+}
+
+int64_t NodeTable::LastSeen(int id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? 0 : last_seen_[it->second].load();
+}
+
+namespace {
+
+std::string NewToken(Role role) {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+                      static_cast<uint64_t>(getpid()) ^
+                      static_cast<uint64_t>(NowNs()));
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%c-%016llx", RoleName(role)[0],
+                static_cast<unsigned long long>(gen()));
+  return buf;
+}
+
+[[noreturn]] void DefaultFailureHandler() {
+  google::FlushLogFiles(google::GLOG_INFO);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(kJobFailedExitCode);
+}
+
+}  // namespace
+
+// ---- Postoffice (public) ----
+
+StatusOr<std::unique_ptr<Postoffice>> Postoffice::Create(
+    const NodeConfig& config, const PostofficeOptions& options) {
+  ZmqVanOptions vo;
+  vo.send_window_bytes = options.send_window_bytes;
+  vo.poll_interval = options.poll_interval;
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<ZmqVan> van,
+                      ZmqVan::Create(NewToken(config.role), vo));
+  return CreateWithVan(config, std::move(van), options);
+}
+
+StatusOr<std::unique_ptr<Postoffice>> Postoffice::CreateWithVan(
+    const NodeConfig& config, std::unique_ptr<Van> van,
+    const PostofficeOptions& options) {
+  auto impl = std::make_unique<PostofficeImpl>(config, std::move(van), options);
+  KV_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<Postoffice>(new Postoffice(std::move(impl)));
+}
+
+Postoffice::Postoffice(std::unique_ptr<PostofficeImpl> impl)
+    : impl_(std::move(impl)) {}
+Postoffice::~Postoffice() = default;
+
+Status Postoffice::Start() { return impl_->Start(); }
+Status Postoffice::Barrier(int groups, Duration timeout) {
+  return impl_->Barrier(groups, timeout);
+}
+Status Postoffice::Finalize(Duration timeout) {
+  return impl_->Finalize(timeout);
+}
+void Postoffice::Abort(const std::string& reason) { impl_->Abort(reason); }
+void Postoffice::SetFailureHandler(FailureHandler handler) {
+  impl_->SetFailureHandler(std::move(handler));
+}
+Role Postoffice::role() const { return impl_->role(); }
+int Postoffice::rank() const { return impl_->rank(); }
+int Postoffice::num_workers() const { return impl_->config().num_workers; }
+int Postoffice::num_servers() const { return impl_->config().num_servers; }
+std::string Postoffice::name() const { return impl_->name(); }
+std::string Postoffice::host() const { return impl_->host(); }
+int Postoffice::port() const { return impl_->port(); }
+std::vector<KeyRange> Postoffice::ServerKeyRanges() const {
+  return impl_->ServerKeyRanges();
+}
+
+// ---- PostofficeImpl: life cycle ----
+
+PostofficeImpl::PostofficeImpl(const NodeConfig& config,
+                               std::unique_ptr<Van> van,
+                               const PostofficeOptions& options)
+    : config_(config), options_(options), van_(std::move(van)) {}
+
+PostofficeImpl::~PostofficeImpl() { StopThreads(Duration::zero()); }
+
+Status PostofficeImpl::Init() {
+  const std::vector<NetInterface> ifs = ListInterfaces();
+  KV_ASSIGN_OR_RETURN(host_, AdvertisedHost(config_, ifs));
+  StatusOr<std::string> root = ResolveIPv4(config_.root_uri);
+  if (!root.ok()) {
+    return root.status().Annotate(std::string(env::kRootUri) + "=\"" +
+                                  config_.root_uri + "\"");
+  }
+  root_ip_ = *root;
+  const bool sched = role() == Role::kScheduler;
+  StatusOr<int> bound =
+      van_->Bind(sched ? config_.root_port : config_.node_port);
+  if (!bound.ok()) {
+    const std::string var = sched ? env::kRootPort : env::kNodePort;
+    const int want = sched ? config_.root_port : config_.node_port;
+    return bound.status().Annotate(std::string(RoleName(role())) +
+                                   " cannot listen on " + var + "=" +
+                                   std::to_string(want));
+  }
+  port_ = *bound;
+  if (sched) scheduler_ = std::make_unique<SchedulerCore>(this);
+  LOG_IF(INFO, verbose() >= 1)
+      << name() << ": listening on port " << port_ << ", advertising " << host_
+      << " (" << config_.DebugString() << ")";
+  return Status::OK();
+}
+
+std::string PostofficeImpl::name() const {
+  return NodeName(role(), my_id() == 0 ? -1 : rank(), host_, port_);
+}
+
+std::string PostofficeImpl::PeerName(int id) const {
+  const NodeTable* t = table();
+  const NodeEntry* e = t == nullptr ? nullptr : t->ById(id);
+  if (e != nullptr) return e->name;
+  if (id == kSchedulerId) {
+    return NodeName(Role::kScheduler, 0, config_.root_uri, config_.root_port);
+  }
+  return "node " + std::to_string(id);
+}
+
+std::vector<KeyRange> PostofficeImpl::ServerKeyRanges() const {
+  std::vector<KeyRange> ranges;
+  const uint64_t n = static_cast<uint64_t>(config_.num_servers);
+  if (n == 0) return ranges;
+  const uint64_t step = UINT64_MAX / n;
+  for (uint64_t r = 0; r < n; ++r) {
+    ranges.push_back({r * step, r + 1 == n ? UINT64_MAX : (r + 1) * step});
+  }
+  return ranges;
+}
+
+void PostofficeImpl::SetFailureHandler(FailureHandler handler) {
+  std::lock_guard<std::mutex> l(mu_);
+  on_failure_ = std::move(handler);
+}
+
+Status PostofficeImpl::WaitFor(std::unique_lock<std::mutex>* lock,
+                               Duration timeout,
+                               const std::function<bool()>& done,
+                               const std::string& what) {
+  const auto deadline = Clock::now() + timeout;
+  while (!failed_ && !done()) {
+    if (cv_.wait_until(*lock, deadline) == std::cv_status::timeout) {
+      if (failed_ || done()) break;
+      std::ostringstream os;
+      os << name() << ": " << what << " did not complete within "
+         << std::chrono::duration<double>(timeout).count() << " s";
+      return Status::DeadlineExceeded(os.str());
+    }
+  }
+  if (failed_) return failure_;
+  return Status::OK();
+}
+
+Status PostofficeImpl::Start() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (state_ != State::kCreated) {
+      return Status::FailedPrecondition(name() + ": Start called twice");
+    }
+    state_ = State::kStarting;
+    start_ns_ = NowNs();
+  }
+  recv_thread_ = std::thread([this] { RecvLoop(); });
+  timer_thread_ = std::thread([this] { TimerLoop(); });
+  if (!scheduler_) {
+    KV_RETURN_IF_ERROR(
+        van_->Connect(kSchedulerId, root_ip_, config_.root_port));
+    Message reg;
+    reg.meta.set_command(wire::REGISTER);
+    wire::NodeInfo* me = reg.meta.mutable_control()->add_nodes();
+    me->set_role(ToWireRole(role()));
+    me->set_rank(-1);
+    me->set_host(host_);
+    me->set_port(port_);
+    me->set_num_workers(config_.num_workers);
+    me->set_num_servers(config_.num_servers);
+    me->set_pid(getpid());
+    me->set_token(token());
+    LOG_IF(INFO, verbose() >= 1)
+        << name() << ": registering with the scheduler at " << config_.root_uri
+        << ":" << config_.root_port;
+    KV_RETURN_IF_ERROR(SendTo(kSchedulerId, &reg, kControlPriority));
+  }
+  const Duration startup = std::chrono::duration_cast<Duration>(
+      std::chrono::duration<double>(config_.startup_timeout_s));
+  {
+    // The timer thread fails the job at the start-up deadline; the extra
+    // time here only guards against a bug there.
+    std::unique_lock<std::mutex> l(mu_);
+    KV_RETURN_IF_ERROR(WaitFor(
+        &l, startup + 2 * options_.startup_grace,
+        [this] { return table() != nullptr; }, "start-up"));
+  }
+  return Barrier(kAllGroups, startup + options_.startup_grace);
+}
+
+void PostofficeImpl::InstallTable(std::unique_ptr<NodeTable> table,
+                                  int my_rank) {
+  std::lock_guard<std::mutex> l(mu_);
+  const NodeEntry* me = table->ByToken(token());
+  CHECK(me != nullptr) << "node table without this node";
+  rank_.store(my_rank);
+  my_id_.store(me->id);
+  table_owned_ = std::move(table);
+  table_.store(table_owned_.get());
+  if (state_ == State::kStarting) state_ = State::kRunning;
+  cv_.notify_all();
+}
+
+void PostofficeImpl::AliasConn(int id, int conn) {
+  std::lock_guard<std::mutex> l(mu_);
+  conn_alias_[id] = conn;
+}
+
+int PostofficeImpl::ConnOf(int id) {
+  if (!scheduler_) return id;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = conn_alias_.find(id);
+  return it == conn_alias_.end() ? id : it->second;
+}
+
+Status PostofficeImpl::Barrier(int groups, Duration timeout) {
+  if (groups <= 0 || groups > kAllGroups) {
+    return Status::InvalidArgument(
+        "barrier groups must combine scheduler (1), servers (2) and workers "
+        "(4); got " +
+        std::to_string(groups));
+  }
+  if (!(groups & GroupOf(role()))) {
+    return Status::InvalidArgument(name() + " cannot enter a barrier over " +
+                                   GroupName(groups) + ": it is not a member");
+  }
+  int64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (failed_) return failure_;
+    if (state_ != State::kRunning) {
+      return Status::FailedPrecondition(name() +
+                                        ": Barrier needs a started node");
+    }
+    seq = ++barrier_entered_[groups];
+  }
+  LOG_IF(INFO, verbose() >= 1) << name() << ": entering barrier over "
+                               << GroupName(groups) << " #" << seq;
+  if (scheduler_) {
+    scheduler_->OnBarrier(my_id(), groups, seq);
+  } else {
+    Message m;
+    m.meta.set_command(wire::BARRIER);
+    m.meta.mutable_control()->set_barrier_group(groups);
+    m.meta.mutable_control()->set_barrier_seq(seq);
+    KV_RETURN_IF_ERROR(SendTo(kSchedulerId, &m, kControlPriority));
+  }
+  std::unique_lock<std::mutex> l(mu_);
+  Status s = WaitFor(
+      &l, timeout, [&] { return barrier_done_[groups] >= seq; },
+      "barrier over " + GroupName(groups) + " #" + std::to_string(seq));
+  LOG_IF(INFO, verbose() >= 1 && s.ok())
+      << name() << ": passed barrier over " << GroupName(groups) << " #" << seq;
+  return s;
+}
+
+void PostofficeImpl::MarkBarrierDone(int groups, int64_t seq) {
+  std::lock_guard<std::mutex> l(mu_);
+  int64_t& done = barrier_done_[groups];
+  if (seq > done) done = seq;
+  cv_.notify_all();
+}
+
+Status PostofficeImpl::Finalize(Duration timeout) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (failed_) return failure_;
+    if (state_ == State::kStopped) return Status::OK();
+    if (state_ != State::kRunning) {
+      return Status::FailedPrecondition(name() +
+                                        ": Finalize needs a started node");
+    }
+    state_ = State::kFinalizing;
+  }
+  LOG_IF(INFO, verbose() >= 1) << name() << ": finalizing";
+  if (scheduler_) {
+    scheduler_->OnTerminate(my_id());
+  } else {
+    Message m;
+    m.meta.set_command(wire::TERMINATE);
+    KV_RETURN_IF_ERROR(SendTo(kSchedulerId, &m, kControlPriority));
+  }
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    KV_RETURN_IF_ERROR(WaitFor(
+        &l, timeout, [this] { return terminated_; },
+        "finalize (every node finishing)"));
+    state_ = State::kStopped;
+  }
+  StopThreads(std::chrono::seconds(2));
+  LOG_IF(INFO, verbose() >= 1) << name() << ": finalized";
+  return Status::OK();
+}
+
+void PostofficeImpl::MarkTerminated() {
+  std::lock_guard<std::mutex> l(mu_);
+  terminated_ = true;
+  cv_.notify_all();
+}
+
+void PostofficeImpl::StopThreads(Duration linger) {
+  {
+    std::lock_guard<std::mutex> l(timer_mu_);
+    stop_.store(true);
+    timer_cv_.notify_all();
+  }
+  if (timer_thread_.joinable()) timer_thread_.join();
+  if (recv_thread_.joinable()) recv_thread_.join();
+  van_->Close(linger);
+}
+
+Status PostofficeImpl::CheckRunning() const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (failed_) return failure_;
+  if (state_ == State::kRunning || state_ == State::kFinalizing) {
+    return Status::OK();
+  }
+  return Status::FailedPrecondition(
+      name() + (state_ == State::kStopped ? ": already finalized"
+                                          : ": not started (call Start)"));
+}
+
+Status PostofficeImpl::SendTo(int to, Message* msg, int priority) {
+  wire::Header& h = msg->meta;
+  h.set_sender(my_id());
+  h.set_recipient(to);
+  const NodeTable* t = table();
+  if (t != nullptr) h.set_job_id(t->job_id());
+  LOG_IF(INFO, verbose() >= 2 && h.command() == wire::DATA)
+      << name() << " -> " << PeerName(to) << ": " << DescribeData(*msg);
+  Status s = van_->Send(ConnOf(to), priority, EncodeMessage(msg));
+  if (!s.ok()) return s.Annotate(name() + " -> " + PeerName(to));
+  return s;
+}
+
+Status PostofficeImpl::SendData(int to, Message* msg) {
+  return SendTo(to, msg, msg->meta.priority());
+}
+
+// ---- Failure ----
+
+void PostofficeImpl::Abort(const std::string& reason) {
+  Fail(Status::Aborted(name() + ": " + reason), /*broadcast=*/true);
+}
+
+void PostofficeImpl::Fail(const Status& reason, bool broadcast, int skip_id) {
+  FailureHandler handler;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (failed_ || state_ == State::kStopped) return;
+    failed_ = true;
+    failure_ = reason;
+    handler = on_failure_;
+    cv_.notify_all();
+  }
+  LOG(ERROR) << name() << ": job failed: " << reason.message();
+  {
+    std::lock_guard<std::recursive_mutex> l(customers_mu_);
+    for (auto& [app, c] : customers_) c->Abort(reason);
+  }
+  if (broadcast) {
+    Message m;
+    m.meta.set_command(wire::ABORT);
+    m.meta.mutable_control()->set_reason(reason.message());
+    const NodeTable* t = table();
+    if (scheduler_ && t == nullptr) {
+      scheduler_->AbortPending(reason.message());
+    } else if (scheduler_) {
+      for (const NodeEntry& e : t->nodes()) {
+        if (e.id == kSchedulerId || e.id == skip_id) continue;
+        Message copy = m;
+        SendTo(e.id, &copy, kControlPriority);
+      }
+    } else if (t != nullptr) {
+      SendTo(kSchedulerId, &m, kControlPriority);
+    }
+    // Give the ABORT messages a chance to leave before a handler exits.
+    van_->Flush(std::chrono::seconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (handler) {
+    handler(reason);
+  } else {
+    DefaultFailureHandler();
+  }
+}
+
+}  // namespace ps
+}  // namespace kvtrain

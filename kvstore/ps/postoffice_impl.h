@@ -1,0 +1,196 @@
+// PostofficeImpl: the machinery behind a Postoffice. A receive thread decodes
+// and checks every message and dispatches it (control messages here, DATA to
+// Customers); a timer thread sends heartbeats and watches deadlines and
+// peers; the scheduler role adds a SchedulerCore.
+#ifndef KVTRAIN_KVSTORE_PS_POSTOFFICE_IMPL_H_
+#define KVTRAIN_KVSTORE_PS_POSTOFFICE_IMPL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "base/logging.h"
+#include "base/node_config.h"
+#include "base/thread_annotations.h"
+#include "kvstore/ps/message.h"
+#include "kvstore/ps/ps.h"
+#include "kvstore/ps/van.h"
+
+namespace kvtrain {
+namespace ps {
+
+// An application object (KVWorker, KVServer) that receives DATA messages.
+class Customer {
+ public:
+  virtual ~Customer() = default;
+  virtual int app_id() const = 0;
+  // Every DATA message for app_id, on the receive thread, in arrival order.
+  // Must not register or unregister customers.
+  virtual void Accept(Message&& msg) = 0;
+  // The job failed: complete whatever is pending with `reason`.
+  virtual void Abort(const Status& reason) = 0;
+};
+
+struct NodeEntry {
+  Role role = Role::kWorker;
+  int rank = 0;
+  int id = 0;
+  std::string host;
+  int port = 0;
+  std::string token;
+  int64_t pid = 0;
+  std::string name;  // "server 1 (10.0.0.2:41233)"
+};
+
+// "server 1 (10.0.0.2:41233)", "scheduler (10.0.0.1:9091)".
+std::string NodeName(Role role, int rank, const std::string& host, int port);
+
+// The job's nodes, fixed once the scheduler has ranked them. Immutable
+// except for the last-seen clocks, which are atomic.
+class NodeTable {
+ public:
+  NodeTable(std::vector<NodeEntry> nodes, std::string job_id);
+  const NodeEntry* ById(int id) const;
+  const NodeEntry* ByToken(const std::string& token) const;
+  const std::vector<NodeEntry>& nodes() const { return nodes_; }
+  const std::string& job_id() const { return job_id_; }
+  // Ids of the nodes in `groups` (Group bits).
+  std::vector<int> Members(int groups) const;
+  // Monotonic nanoseconds of the last message from node `id`.
+  void Touch(int id, int64_t now_ns) const;
+  int64_t LastSeen(int id) const;
+
+ private:
+  std::vector<NodeEntry> nodes_;
+  std::string job_id_;
+  std::unordered_map<int, size_t> by_id_;
+  std::unordered_map<std::string, size_t> by_token_;
+  mutable std::vector<std::atomic<int64_t>> last_seen_;
+};
+
+class SchedulerCore;
+
+int64_t NowNs();
+int GroupOf(Role role);
+
+// Thread-safe.
+class PostofficeImpl {
+ public:
+  PostofficeImpl(const NodeConfig& config, std::unique_ptr<Van> van,
+                 const PostofficeOptions& options);
+  ~PostofficeImpl();
+
+  // Resolves the advertised address and binds (called by Create).
+  Status Init();
+  Status Start();
+  Status Barrier(int groups, Duration timeout);
+  Status Finalize(Duration timeout);
+  void Abort(const std::string& reason);
+  void SetFailureHandler(FailureHandler handler) EXCLUDES(mu_);
+
+  const NodeConfig& config() const { return config_; }
+  Role role() const { return config_.role; }
+  int rank() const { return rank_.load(); }
+  int my_id() const { return my_id_.load(); }
+  const std::string& host() const { return host_; }
+  int port() const { return port_; }
+  std::string name() const;
+  int verbose() const { return config_.verbose; }
+  const std::string& token() const { return van_->token(); }
+  std::vector<KeyRange> ServerKeyRanges() const;
+  // Null before the node table arrived.
+  const NodeTable* table() const { return table_.load(); }
+  // "server 1 (10.0.0.2:41233)" or "node 17" when unknown.
+  std::string PeerName(int id) const;
+
+  // Customers. Register fails if app_id is taken on this node.
+  Status RegisterCustomer(Customer* c) EXCLUDES(customers_mu_);
+  void UnregisterCustomer(Customer* c) EXCLUDES(customers_mu_);
+  // Ok while the node is running (started, not failed nor finalized).
+  Status CheckRunning() const EXCLUDES(mu_);
+  // Sends msg (DATA) to node `to`, filling sender, recipient and job id.
+  Status SendData(int to, Message* msg);
+
+  // For SchedulerCore and the control plane.
+  Status SendTo(int to, Message* msg, int priority);
+  void AliasConn(int id, int conn) EXCLUDES(mu_);
+  void InstallTable(std::unique_ptr<NodeTable> table, int my_rank)
+      EXCLUDES(mu_);
+  void MarkBarrierDone(int groups, int64_t seq) EXCLUDES(mu_);
+  void MarkTerminated() EXCLUDES(mu_);
+  // Fails the job once: pending requests and waits end with `reason`; the
+  // scheduler tells every other node (except `skip_id`); then the failure
+  // handler runs.
+  void Fail(const Status& reason, bool broadcast, int skip_id = 0);
+  Van* van() { return van_.get(); }
+
+ private:
+  enum class State { kCreated, kStarting, kRunning, kFinalizing, kStopped };
+
+  void RecvLoop();
+  void TimerLoop();
+  void Handle(const std::string& token, Message&& msg);
+  void HandleBeforeTable(const std::string& token, Message&& msg);
+  void HandleNodeTable(const std::string& token, const Message& msg);
+  void DeliverData(Message&& msg) EXCLUDES(customers_mu_);
+  void DeliverEarly() EXCLUDES(customers_mu_);
+  void Drop(const std::string& token, const std::string& why);
+  void CheckPeers(int64_t now_ns);
+  void SendHeartbeats();
+  int ConnOf(int id) EXCLUDES(mu_);
+  Status WaitFor(std::unique_lock<std::mutex>* lock, Duration timeout,
+                 const std::function<bool()>& done, const std::string& what)
+      REQUIRES(mu_);
+  void StopThreads(Duration linger);
+
+  const NodeConfig config_;
+  const PostofficeOptions options_;
+  std::unique_ptr<Van> van_;
+  std::unique_ptr<SchedulerCore> scheduler_;
+  std::string host_;
+  int port_ = 0;
+  std::string root_ip_;
+  std::atomic<int> rank_{0};
+  std::atomic<int> my_id_{0};
+  std::atomic<const NodeTable*> table_{nullptr};
+  std::unique_ptr<NodeTable> table_owned_;  // written once, under mu_
+  int64_t start_ns_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  State state_ GUARDED_BY(mu_) = State::kCreated;
+  bool failed_ GUARDED_BY(mu_) = false;
+  Status failure_ GUARDED_BY(mu_);
+  bool terminated_ GUARDED_BY(mu_) = false;
+  FailureHandler on_failure_ GUARDED_BY(mu_);
+  std::map<int, int64_t> barrier_entered_ GUARDED_BY(mu_);
+  std::map<int, int64_t> barrier_done_ GUARDED_BY(mu_);
+  std::map<int, int> conn_alias_ GUARDED_BY(mu_);
+
+  // Held while a Customer runs Accept; recursive because a handler running
+  // inside Accept may fail the job (Abort), which aborts every Customer.
+  std::recursive_mutex customers_mu_;
+  std::map<int, Customer*> customers_ GUARDED_BY(customers_mu_);
+  std::map<int, std::deque<Message>> early_ GUARDED_BY(customers_mu_);
+  size_t early_count_ GUARDED_BY(customers_mu_) = 0;
+  std::atomic<bool> early_pending_{false};
+
+  std::atomic<bool> stop_{false};
+  std::thread recv_thread_;
+  std::thread timer_thread_;
+  std::mutex timer_mu_;
+  std::condition_variable timer_cv_;
+  LogRateLimiter bad_input_log_;
+};
+
+}  // namespace ps
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_PS_POSTOFFICE_IMPL_H_

@@ -1,0 +1,243 @@
+// Postoffice control plane over the in-process van: start-up and ranks,
+// barriers, finalize, failure detection, start-up deadline, rejected nodes,
+// and messages from strangers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+
+#include "kvstore/ps/inproc_job.h"
+#include "kvstore/ps/message.h"
+#include "kvstore/ps/postoffice_impl.h"
+
+namespace kvtrain {
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr auto kLong = std::chrono::seconds(20);
+
+TEST(PostofficeTest, StartAssignsRanksByAddressAndFinalizes) {
+  InprocJobOptions o;
+  o.num_servers = 3;
+  o.num_workers = 2;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  // Ranks follow the bound ports (one host): sorted ports, rank 0 first.
+  std::vector<int> server_ports;
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_NE(job.server(r), nullptr) << "no server rank " << r;
+    server_ports.push_back(job.server(r)->port());
+    EXPECT_THAT(job.server(r)->name(),
+                HasSubstr("server " + std::to_string(r) + " (127.0.0.1:"));
+  }
+  EXPECT_TRUE(std::is_sorted(server_ports.begin(), server_ports.end()));
+  ASSERT_NE(job.worker(0), nullptr);
+  ASSERT_NE(job.worker(1), nullptr);
+  EXPECT_LT(job.worker(0)->port(), job.worker(1)->port());
+  EXPECT_EQ(job.worker(1)->num_servers(), 3);
+  EXPECT_EQ(job.worker(1)->num_workers(), 2);
+  const std::vector<KeyRange> ranges = job.worker(0)->ServerKeyRanges();
+  ASSERT_EQ(ranges.size(), 3u);
+  EXPECT_EQ(ranges[0].begin, 0u);
+  EXPECT_EQ(ranges[0].end, ranges[1].begin);
+  EXPECT_EQ(ranges[2].end, UINT64_MAX);
+  EXPECT_TRUE(job.FinalizeAll().ok());
+  EXPECT_TRUE(job.Failures().empty());
+}
+
+TEST(PostofficeTest, BarriersOverGroupCombinations) {
+  InprocJobOptions o;
+  o.num_servers = 2;
+  o.num_workers = 3;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  // Workers-only barrier: no worker passes before the last one enters.
+  std::atomic<int> entered{0};
+  std::atomic<bool> early_pass{false};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      entered++;
+      Status s = job.worker(r)->Barrier(kWorkerGroup, kLong);
+      EXPECT_TRUE(s.ok()) << s;
+      if (entered.load() < 3) early_pass = true;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(early_pass.load());
+  // Servers + scheduler, twice in a row.
+  for (int round = 0; round < 2; ++round) {
+    threads.clear();
+    for (Postoffice* p : {job.scheduler(), job.server(0), job.server(1)}) {
+      threads.emplace_back([p] {
+        Status s = p->Barrier(kSchedulerGroup | kServerGroup, kLong);
+        EXPECT_TRUE(s.ok()) << s;
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  Status not_member = job.worker(0)->Barrier(kServerGroup, kLong);
+  EXPECT_EQ(not_member.code(), Status::Code::kInvalidArgument);
+  EXPECT_THAT(not_member.message(), HasSubstr("not a member"));
+  EXPECT_EQ(job.worker(0)->Barrier(9, kLong).code(),
+            Status::Code::kInvalidArgument);
+  // A barrier nobody else joins ends at its deadline, naming it.
+  Status lonely =
+      job.worker(0)->Barrier(kWorkerGroup, std::chrono::milliseconds(100));
+  EXPECT_EQ(lonely.code(), Status::Code::kDeadlineExceeded);
+  EXPECT_THAT(lonely.message(), HasSubstr("barrier over workers"));
+}
+
+TEST(PostofficeTest, DeadServerIsNamedByEveryone) {
+  InprocJobOptions o;
+  o.num_servers = 2;
+  o.num_workers = 2;
+  o.heartbeat_timeout_s = 0.5;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  Postoffice* dead = job.server(1);
+  const std::string dead_name = dead->name();
+  job.net()->Isolate(dead->port());
+  // The scheduler notices; the others hear it from the scheduler. The
+  // isolated server itself loses the scheduler.
+  ASSERT_TRUE(job.WaitForFailures(5, kLong));
+  const std::vector<std::string> f = job.Failures();
+  int naming_dead = 0;
+  for (const std::string& line : f) {
+    if (line.find(dead_name + " stopped responding") != std::string::npos) {
+      ++naming_dead;
+    }
+  }
+  EXPECT_EQ(naming_dead, 4) << ::testing::PrintToString(f);
+  // Calls after the failure return the reason.
+  Status s = job.worker(0)->Barrier(kWorkerGroup, kLong);
+  EXPECT_THAT(s.message(), HasSubstr(dead_name + " stopped responding"));
+}
+
+TEST(PostofficeTest, DeadSchedulerIsNamedByEveryone) {
+  InprocJobOptions o;
+  o.num_servers = 1;
+  o.num_workers = 2;
+  o.heartbeat_timeout_s = 0.5;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  const std::string sched = job.scheduler()->name();
+  job.net()->Isolate(job.scheduler()->port());
+  ASSERT_TRUE(job.WaitForFailures(3, kLong));
+  int naming = 0;
+  for (const std::string& line : job.Failures()) {
+    if (line.find("scheduler (127.0.0.1:9000) stopped responding") !=
+        std::string::npos) {
+      ++naming;
+    }
+  }
+  EXPECT_GE(naming, 3) << ::testing::PrintToString(job.Failures());
+}
+
+TEST(PostofficeTest, StartupDeadlineNamesMissingAndRegistered) {
+  InprocJobOptions o;
+  o.num_servers = 1;
+  o.num_workers = 2;
+  o.startup_timeout_s = 0.3;
+  InprocJob job(o);
+  ASSERT_TRUE(job.AddNode(job.ConfigFor(Role::kScheduler)).ok());
+  ASSERT_TRUE(job.AddNode(job.ConfigFor(Role::kWorker)).ok());
+  Status s = job.StartAll();
+  EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded) << s;
+  ASSERT_TRUE(job.WaitForFailures(2, kLong));
+  for (const std::string& line : job.Failures()) {
+    EXPECT_THAT(line, HasSubstr("1 of 2 workers and 1 of 1 servers missing"));
+    EXPECT_THAT(line, HasSubstr("registered: worker at 127.0.0.1:"));
+  }
+}
+
+TEST(PostofficeTest, MismatchedJobShapeIsRejected) {
+  InprocJobOptions o;
+  o.startup_timeout_s = 1;
+  InprocJob job(o);
+  StatusOr<Postoffice*> sched = job.AddNode(job.ConfigFor(Role::kScheduler));
+  ASSERT_TRUE(sched.ok());
+  NodeConfig odd = job.ConfigFor(Role::kWorker);
+  odd.num_workers = 3;
+  StatusOr<Postoffice*> w = job.AddNode(odd);
+  ASSERT_TRUE(w.ok());
+  std::thread scheduler([&] { EXPECT_FALSE((*sched)->Start().ok()); });
+  Status s = (*w)->Start();
+  scheduler.join();
+  EXPECT_EQ(s.code(), Status::Code::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("DMLC_NUM_WORKER=3"));
+  EXPECT_THAT(s.message(), HasSubstr("rejected"));
+}
+
+TEST(PostofficeTest, StrangersAndGarbageAreDroppedAndTheJobGoesOn) {
+  InprocJobOptions o;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  Postoffice* server = job.server(0);
+  InprocVan rogue(job.net(), "rogue");
+  ASSERT_TRUE(rogue.Bind(0).ok());
+  ASSERT_TRUE(rogue.Connect(1, "127.0.0.1", server->port()).ok());
+  ASSERT_TRUE(rogue.Connect(2, "127.0.0.1", job.scheduler()->port()).ok());
+  Message m;
+  m.meta.set_command(wire::BARRIER);
+  m.meta.set_sender(kSchedulerId);
+  std::vector<std::vector<Blob>> junk = {
+      {},
+      {Blob::FromString("\xff\xff\xff garbage")},
+      EncodeMessage(&m),
+  };
+  m.AddFrame(wire::KEYS, Blob::FromString("12345678"));
+  std::vector<Blob> wrong_count = EncodeMessage(&m);
+  wrong_count.pop_back();
+  junk.push_back(wrong_count);
+  for (int conn : {1, 2}) {
+    for (const auto& frames : junk)
+      ASSERT_TRUE(rogue.Send(conn, 0, frames).ok());
+  }
+  // Still serving: a barrier over everyone completes, nobody failed.
+  ASSERT_TRUE(job.FinalizeAll().ok());
+  EXPECT_TRUE(job.Failures().empty())
+      << ::testing::PrintToString(job.Failures());
+}
+
+TEST(PostofficeTest, AbortReachesEveryNode) {
+  InprocJobOptions o;
+  o.num_servers = 1;
+  o.num_workers = 2;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  job.worker(1)->Abort("out of disk");
+  ASSERT_TRUE(job.WaitForFailures(4, kLong));
+  for (const std::string& line : job.Failures()) {
+    EXPECT_THAT(line, HasSubstr("worker 1 (127.0.0.1:"));
+    EXPECT_THAT(line, HasSubstr("out of disk"));
+  }
+}
+
+TEST(PostofficeTest, CallsOutOfOrderAreErrors) {
+  InprocJobOptions o;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  Postoffice* w = job.nodes().back().get();
+  EXPECT_EQ(w->Barrier(kWorkerGroup, kLong).code(),
+            Status::Code::kFailedPrecondition);
+  EXPECT_EQ(w->Finalize(kLong).code(), Status::Code::kFailedPrecondition);
+  ASSERT_TRUE(job.StartAll().ok());
+  EXPECT_EQ(w->Start().code(), Status::Code::kFailedPrecondition);
+  ASSERT_TRUE(job.FinalizeAll().ok());
+  EXPECT_TRUE(w->Finalize(kLong).ok());  // idempotent
+}
+
+}  // namespace
+}  // namespace ps
+}  // namespace kvtrain

@@ -1,0 +1,311 @@
+// The parameter-server transport: a Postoffice per process (scheduler, server
+// or worker), KVWorker to push/pull key-value bytes, KVServer to answer them.
+// It moves bytes between roles over ZeroMQ and knows nothing about tensors.
+#ifndef KVTRAIN_KVSTORE_PS_PS_H_
+#define KVTRAIN_KVSTORE_PS_PS_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/node_config.h"
+#include "base/status.h"
+
+namespace kvtrain {
+namespace ps {
+
+using Clock = std::chrono::steady_clock;
+using Duration = Clock::duration;
+
+// A read-only byte range that keeps its storage alive (shared ownership).
+// Frames go to and come from the network as Blobs without copies: a Blob
+// given to Push stays referenced until ZeroMQ has written it out, and a
+// received Blob is a view into the received message. Received blobs are
+// 8-byte aligned. Copying a Blob copies the reference, not the bytes.
+// Thread-compatible; the bytes are never written through a Blob.
+class Blob {
+ public:
+  Blob() = default;
+  // [data, data + size) must stay valid and unchanged while `owner` lives.
+  Blob(std::shared_ptr<const void> owner, const void* data, size_t size);
+
+  // Owns a copy of the bytes.
+  static Blob Copy(const void* data, size_t size);
+  static Blob FromString(std::string s);
+  // Takes the vector over (no copy of its elements).
+  template <typename T>
+  static Blob FromVector(std::vector<T> v) {
+    auto owner = std::make_shared<std::vector<T>>(std::move(v));
+    return Blob(owner, owner->data(), owner->size() * sizeof(T));
+  }
+
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  // The sub-range [offset, offset + size), sharing the owner. Out of range
+  // is a programmer bug (CHECK).
+  Blob Slice(size_t offset, size_t size) const;
+  // Element count and typed view; the size must be a multiple of sizeof(T).
+  template <typename T>
+  size_t count() const {
+    return size_ / sizeof(T);
+  }
+  template <typename T>
+  const T* as() const {
+    return reinterpret_cast<const T*>(data_);
+  }
+  std::string ToString() const { return std::string(data_, size_); }
+  // Number of owners sharing the storage (0 for an empty Blob).
+  long use_count() const { return owner_.use_count(); }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Keys with their values. Keys are uint64, sorted ascending and unique.
+// Values are raw bytes concatenated in key order; `lens` (int64, bytes per
+// key) is given when keys hold different sizes, else the values are split
+// equally among the keys. Without keys, `vals` is an opaque payload (a
+// command's data, or a server's answer to one).
+struct KVPairs {
+  Blob keys;
+  Blob vals;
+  Blob lens;
+
+  size_t num_keys() const { return keys.count<uint64_t>(); }
+  uint64_t key(size_t i) const { return keys.as<uint64_t>()[i]; }
+  // Checks the invariants above; the error names the first bad key/size.
+  Status Validate() const;
+
+  // Convenience for callers holding vectors.
+  static KVPairs From(std::vector<uint64_t> keys, Blob vals,
+                      std::vector<int64_t> lens = {});
+};
+
+// A half-open key range [begin, end).
+struct KeyRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  bool Contains(uint64_t key) const { return key >= begin && key < end; }
+};
+
+// Barrier groups; combine with |.
+enum Group : int {
+  kSchedulerGroup = 1,
+  kServerGroup = 2,
+  kWorkerGroup = 4,
+  kAllGroups = 7,
+};
+// "servers+workers".
+std::string GroupName(int groups);
+
+// Called once when the job fails (a peer stopped responding, a start-up
+// deadline passed, an ABORT arrived). The default handler logs the reason
+// with glog and ends the process with kJobFailedExitCode. A handler that
+// returns leaves the Postoffice failed: every later call returns the reason.
+using FailureHandler = std::function<void(const Status& reason)>;
+inline constexpr int kJobFailedExitCode = 3;
+
+// Tuning knobs of a Postoffice; every field has a working default.
+struct PostofficeOptions {
+  // Bytes a connection may have handed to ZeroMQ and not yet written out
+  // before further messages wait in the priority queue. A message larger
+  // than this still goes out alone.
+  int64_t send_window_bytes = 4 << 20;
+  // Longest time the receive loop sleeps when idle (stop latency).
+  Duration poll_interval = std::chrono::milliseconds(50);
+  // Extra seconds a server/worker waits for the node table beyond the
+  // scheduler's start-up deadline, so that the scheduler's own report of
+  // who is missing arrives first.
+  Duration startup_grace = std::chrono::seconds(5);
+};
+
+class Van;
+class PostofficeImpl;
+
+// One node of a job. Built from a NodeConfig and passed by pointer to the
+// KVWorker/KVServer objects that use it, so one process may host several
+// nodes (tests do). Thread-safe.
+//
+// Life cycle: Create -> Start (register, get a rank, connect) -> traffic and
+// Barrier -> Finalize (every node exits together). Heartbeats run from Start
+// to Finalize; if any node stops responding, every other node's failure
+// handler runs with "<role> <rank> (<host:port>) stopped responding".
+class Postoffice {
+ public:
+  // Binds this node's port (the scheduler: DMLC_PS_ROOT_PORT; others:
+  // DMLC_NODE_PORT or any free port) and resolves the advertised address.
+  // A port already in use or an unknown DMLC_INTERFACE is an error.
+  static StatusOr<std::unique_ptr<Postoffice>> Create(
+      const NodeConfig& config, const PostofficeOptions& options = {});
+  // Same over a caller-supplied transport (tests use an in-process one).
+  static StatusOr<std::unique_ptr<Postoffice>> CreateWithVan(
+      const NodeConfig& config, std::unique_ptr<Van> van,
+      const PostofficeOptions& options = {});
+  ~Postoffice();
+
+  Postoffice(const Postoffice&) = delete;
+  Postoffice& operator=(const Postoffice&) = delete;
+
+  // Registers with the scheduler and waits for the node table (the
+  // scheduler: for every node), within KVTRAIN_STARTUP_TIMEOUT.
+  Status Start();
+  // Returns once every node of `groups` (this node's group included) called
+  // Barrier with the same groups as many times as this node.
+  Status Barrier(int groups, Duration timeout);
+  // Waits until every node called Finalize, then stops. No traffic after.
+  Status Finalize(Duration timeout);
+  // Fails the whole job: every node's failure handler runs with `reason`.
+  void Abort(const std::string& reason);
+  // Replaces the failure handler (see FailureHandler).
+  void SetFailureHandler(FailureHandler handler);
+
+  // Valid after Start.
+  Role role() const;
+  int rank() const;  // within the role; 0 for the scheduler
+  int num_workers() const;
+  int num_servers() const;
+  // "worker 0 (10.0.0.1:41002)".
+  std::string name() const;
+  // The address and port this node advertises (valid after Create).
+  std::string host() const;
+  int port() const;
+  // Server rank r owns keys in ServerKeyRanges()[r]; the ranges split
+  // [0, 2^64 - 1) evenly.
+  std::vector<KeyRange> ServerKeyRanges() const;
+
+  PostofficeImpl* impl() { return impl_.get(); }
+
+ private:
+  explicit Postoffice(std::unique_ptr<PostofficeImpl> impl);
+  std::unique_ptr<PostofficeImpl> impl_;
+};
+
+// Per-request options of a KVWorker call.
+struct RequestOptions {
+  // Application command and payload, delivered to the server handler as is
+  // (e.g. the KVStore's "init", optimizer spec, "save states").
+  int head = 0;
+  std::string body;
+  // Higher goes first when requests queue up on a busy connection.
+  int priority = 0;
+  // Element type name of the values, carried unchanged.
+  std::string dtype;
+  // Called once when the request completes, on the transport's receive
+  // thread (keep it short); such a request cannot be waited for.
+  std::function<void(const Status&)> callback;
+};
+
+// Where pulled values land. Default (data == nullptr): kept as zero-copy
+// views, returned by Wait in a PullResult.
+struct PullDest {
+  // Caller-owned; must stay valid until the request completes.
+  char* data = nullptr;
+  size_t size = 0;
+  // int64 bytes per key; empty = `size` split equally among the keys.
+  Blob lens;
+};
+
+// Pulled values as zero-copy views, one part per server, in key order.
+struct PullResult {
+  std::vector<KVPairs> parts;
+  size_t total_bytes() const;
+  // Concatenates the values (in key order) into dst; sizes must match.
+  Status CopyTo(char* dst, size_t size) const;
+};
+
+// Sends requests to the servers, slicing each by server key range. A request
+// without keys goes to every server (a command). Thread-safe; many requests
+// may be in flight.
+class KVWorker {
+ public:
+  // Registers the application id `app_id` on `po` (which must outlive it).
+  static StatusOr<std::unique_ptr<KVWorker>> Create(Postoffice* po,
+                                                    int app_id = 0);
+  ~KVWorker();
+
+  // Each returns a timestamp to Wait on, or an error for bad input.
+  StatusOr<int64_t> Push(const KVPairs& kvs, const RequestOptions& opts = {});
+  StatusOr<int64_t> Pull(const Blob& keys, const RequestOptions& opts = {},
+                         const PullDest& dest = {});
+  // Push the values and pull the result in one round trip.
+  StatusOr<int64_t> PushPull(const KVPairs& kvs,
+                             const RequestOptions& opts = {},
+                             const PullDest& dest = {});
+  // Waits for request `ts`. Errors name the server (role, rank, address):
+  // a server's error response, a deadline, or the job failing. Ok or an
+  // error other than a deadline completes the request (wait once). Pulls
+  // without a PullDest hand their values to *result.
+  Status Wait(int64_t ts, Duration timeout, PullResult* result = nullptr);
+
+  class Impl;
+
+ private:
+  explicit KVWorker(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// What a server handler learns about a request.
+struct RequestMeta {
+  int app_id = 0;
+  int64_t timestamp = 0;
+  // The requester: node id, role, rank, and "worker 1 (10.0.0.3:40100)".
+  int sender_id = 0;
+  Role sender_role = Role::kWorker;
+  int sender_rank = 0;
+  std::string sender_name;
+  bool push = false;
+  bool pull = false;
+  int head = 0;
+  std::string body;
+  int priority = 0;
+  std::string dtype;
+};
+
+class KVServer;
+// Handles one request. It may respond before returning or later, from any
+// thread (e.g. once every worker pushed), exactly once per request. `data`
+// views stay valid as long as the caller keeps a copy of the KVPairs.
+using RequestHandler = std::function<void(
+    const RequestMeta& meta, const KVPairs& data, KVServer* server)>;
+
+struct KVServerOptions {
+  // Threads running the handler. Requests are dispatched by their first key,
+  // so requests of one key stay in order. 0 runs the handler on the
+  // transport's receive thread (lowest latency; a slow handler then delays
+  // all traffic of this node).
+  int handler_threads = 1;
+};
+
+// Answers requests of one application id on a server. Thread-safe.
+class KVServer {
+ public:
+  static StatusOr<std::unique_ptr<KVServer>> Create(
+      Postoffice* po, int app_id, RequestHandler handler,
+      const KVServerOptions& options = {});
+  ~KVServer();
+
+  // Answers `req`; for a pull, `values` holds the requested keys' values.
+  Status Respond(const RequestMeta& req, const KVPairs& values = {});
+  // Fails `req`: the worker's Wait returns `error`, prefixed with this
+  // server's name (so the message should name the key and the problem).
+  Status RespondError(const RequestMeta& req, const Status& error);
+
+  class Impl;
+
+ private:
+  explicit KVServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ps
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_PS_PS_H_

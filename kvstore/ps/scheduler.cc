@@ -1,0 +1,299 @@
+// SchedulerCore: registrations, ranks, barriers, terminate, deadline report.
+#include "kvstore/ps/scheduler.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <random>
+#include <sstream>
+
+namespace kvtrain {
+namespace ps {
+namespace {
+
+constexpr int kControlPriority = INT_MAX;
+// Rejected registrations get an answer up to this many times (a flood of
+// bogus registrations must not open unbounded connections).
+constexpr int kMaxRejectReplies = 64;
+
+std::string Addr(const wire::NodeInfo& n) {
+  return n.host() + ":" + std::to_string(n.port());
+}
+
+std::string RoleWord(wire::Role r) {
+  return r == wire::SERVER ? "server" : r == wire::WORKER ? "worker" : "node";
+}
+
+std::string NewJobId() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+                      static_cast<uint64_t>(getpid()));
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%016llx",
+                static_cast<unsigned long long>(gen()));
+  return buf;
+}
+
+}  // namespace
+
+bool AddressBefore(const std::string& host_a, int port_a,
+                   const std::string& host_b, int port_b) {
+  in_addr a, b;
+  const bool ip_a = inet_pton(AF_INET, host_a.c_str(), &a) == 1;
+  const bool ip_b = inet_pton(AF_INET, host_b.c_str(), &b) == 1;
+  if (ip_a != ip_b) return ip_a;  // addresses before names
+  if (ip_a && a.s_addr != b.s_addr) return ntohl(a.s_addr) < ntohl(b.s_addr);
+  if (!ip_a && host_a != host_b) return host_a < host_b;
+  return port_a < port_b;
+}
+
+SchedulerCore::SchedulerCore(PostofficeImpl* po) : po_(po) {}
+
+Status SchedulerCore::SendViaConn(int conn, Message* msg) {
+  msg->meta.set_sender(kSchedulerId);
+  msg->meta.set_recipient(0);
+  return po_->van()->Send(conn, kControlPriority, EncodeMessage(msg));
+}
+
+int SchedulerCore::CountPending(wire::Role role) const {
+  return static_cast<int>(std::count_if(
+      pending_.begin(), pending_.end(),
+      [role](const Pending& p) { return p.info.role() == role; }));
+}
+
+std::string SchedulerCore::Progress() const {
+  const NodeConfig& c = po_->config();
+  std::ostringstream os;
+  os << CountPending(wire::SERVER) << " of " << c.num_servers << " servers, "
+     << CountPending(wire::WORKER) << " of " << c.num_workers << " workers";
+  return os.str();
+}
+
+void SchedulerCore::Reject(const wire::NodeInfo& info, const std::string& why) {
+  KV_LOG_LIMITED(WARNING, log_limiter_)
+      << po_->name() << ": rejected the registration of a "
+      << RoleWord(info.role()) << " at " << Addr(info) << ": " << why;
+  if (++rejected_ > kMaxRejectReplies) return;
+  const int conn = next_conn_++;
+  if (!po_->van()->Connect(conn, info.host(), info.port()).ok()) return;
+  Message m;
+  m.meta.set_command(wire::ABORT);
+  *m.meta.mutable_control()->add_nodes() = info;
+  m.meta.mutable_control()->set_reason("the scheduler rejected this " +
+                                       RoleWord(info.role()) + " at " +
+                                       Addr(info) + ": " + why);
+  SendViaConn(conn, &m);
+}
+
+void SchedulerCore::OnRegister(const std::string& token, const Message& msg) {
+  const wire::Control& c = msg.meta.control();
+  if (c.nodes_size() != 1 || c.nodes(0).token() != token ||
+      (c.nodes(0).role() != wire::SERVER &&
+       c.nodes(0).role() != wire::WORKER) ||
+      c.nodes(0).host().empty() || c.nodes(0).port() <= 0 ||
+      c.nodes(0).port() > 65535) {
+    KV_LOG_LIMITED(WARNING, log_limiter_)
+        << po_->name() << ": dropped a malformed registration from connection "
+        << PrintableToken(token);
+    return;
+  }
+  const wire::NodeInfo& info = c.nodes(0);
+  const NodeConfig& cfg = po_->config();
+  std::lock_guard<std::mutex> l(mu_);
+  if (complete_) {
+    return Reject(info, "the job already has all its nodes (" +
+                            std::to_string(cfg.num_servers) + " servers, " +
+                            std::to_string(cfg.num_workers) + " workers)");
+  }
+  for (const Pending& p : pending_) {
+    if (p.info.token() == token) return;  // a repeated registration
+    if (p.info.host() == info.host() && p.info.port() == info.port()) {
+      return Reject(info, "another node already registered as " + Addr(info));
+    }
+  }
+  if (info.num_workers() != cfg.num_workers ||
+      info.num_servers() != cfg.num_servers) {
+    return Reject(
+        info, "it was started with " + std::string(env::kNumWorker) + "=" +
+                  std::to_string(info.num_workers()) + " and " +
+                  env::kNumServer + "=" + std::to_string(info.num_servers()) +
+                  " but the scheduler with " + std::to_string(cfg.num_workers) +
+                  " and " + std::to_string(cfg.num_servers));
+  }
+  const int limit =
+      info.role() == wire::SERVER ? cfg.num_servers : cfg.num_workers;
+  if (CountPending(info.role()) >= limit) {
+    return Reject(info, "the job already has " + std::to_string(limit) + " " +
+                            RoleWord(info.role()) + "s");
+  }
+  Pending p;
+  p.info = info;
+  p.conn = next_conn_++;
+  Status s = po_->van()->Connect(p.conn, info.host(), info.port());
+  if (!s.ok()) {
+    LOG(WARNING) << po_->name() << ": " << s;
+    return;
+  }
+  pending_.push_back(std::move(p));
+  LOG_IF(INFO, po_->verbose() >= 1)
+      << po_->name() << ": registered a " << RoleWord(info.role()) << " at "
+      << Addr(info) << " (pid " << info.pid() << "); " << Progress();
+  if (CountPending(wire::SERVER) == cfg.num_servers &&
+      CountPending(wire::WORKER) == cfg.num_workers) {
+    Complete();
+  }
+}
+
+void SchedulerCore::Complete() {
+  complete_ = true;
+  std::stable_sort(pending_.begin(), pending_.end(),
+                   [](const Pending& a, const Pending& b) {
+                     if (a.info.role() != b.info.role()) {
+                       return a.info.role() < b.info.role();  // servers first
+                     }
+                     return AddressBefore(a.info.host(), a.info.port(),
+                                          b.info.host(), b.info.port());
+                   });
+  std::vector<NodeEntry> entries;
+  NodeEntry me;
+  me.role = Role::kScheduler;
+  me.id = kSchedulerId;
+  me.host = po_->host();
+  me.port = po_->port();
+  me.token = po_->token();
+  me.pid = getpid();
+  me.name = NodeName(me.role, 0, me.host, me.port);
+  entries.push_back(me);
+  int next_rank[2] = {0, 0};
+  for (const Pending& p : pending_) {
+    NodeEntry e;
+    const bool server = p.info.role() == wire::SERVER;
+    e.role = server ? Role::kServer : Role::kWorker;
+    e.rank = next_rank[server ? 0 : 1]++;
+    e.id = server ? ServerId(e.rank) : WorkerId(e.rank);
+    e.host = p.info.host();
+    e.port = p.info.port();
+    e.token = p.info.token();
+    e.pid = p.info.pid();
+    e.name = NodeName(e.role, e.rank, e.host, e.port);
+    po_->AliasConn(e.id, p.conn);
+    LOG_IF(INFO, po_->verbose() >= 1)
+        << po_->name() << ": rank assigned: " << e.name << " (node id " << e.id
+        << ", pid " << e.pid << ")";
+    entries.push_back(std::move(e));
+  }
+  Message table;
+  table.meta.set_command(wire::NODE_TABLE);
+  for (const NodeEntry& e : entries) {
+    wire::NodeInfo* n = table.meta.mutable_control()->add_nodes();
+    n->set_role(ToWireRole(e.role));
+    n->set_rank(e.rank);
+    n->set_id(e.id);
+    n->set_host(e.host);
+    n->set_port(e.port);
+    n->set_token(e.token);
+    n->set_pid(e.pid);
+    n->set_num_workers(po_->config().num_workers);
+    n->set_num_servers(po_->config().num_servers);
+  }
+  auto t = std::make_unique<NodeTable>(entries, NewJobId());
+  const NodeTable* installed = t.get();
+  po_->InstallTable(std::move(t), 0);
+  for (const NodeEntry& e : installed->nodes()) {
+    if (e.id == kSchedulerId) continue;
+    Message copy = table;
+    Status s = po_->SendTo(e.id, &copy, kControlPriority);
+    LOG_IF(WARNING, !s.ok()) << s;
+  }
+  LOG_IF(INFO, po_->verbose() >= 1)
+      << po_->name() << ": all " << pending_.size()
+      << " nodes registered; node table sent (job " << installed->job_id()
+      << ")";
+}
+
+void SchedulerCore::OnBarrier(int from, int groups, int64_t seq) {
+  const NodeTable* t = po_->table();
+  const NodeEntry* e = t == nullptr ? nullptr : t->ById(from);
+  if (e == nullptr || groups <= 0 || groups > kAllGroups ||
+      !(groups & GroupOf(e->role)) || seq <= 0) {
+    KV_LOG_LIMITED(WARNING, log_limiter_)
+        << po_->name() << ": ignored a bad barrier request from node " << from;
+    return;
+  }
+  const std::vector<int> members = t->Members(groups);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::set<int>& in = arrived_[{groups, seq}];
+    in.insert(from);
+    if (in.size() < members.size()) return;
+    arrived_.erase({groups, seq});
+  }
+  LOG_IF(INFO, po_->verbose() >= 1)
+      << po_->name() << ": barrier over " << GroupName(groups) << " #" << seq
+      << " complete (" << members.size() << " nodes)";
+  for (int id : members) {
+    if (id == kSchedulerId) {
+      po_->MarkBarrierDone(groups, seq);
+      continue;
+    }
+    Message m;
+    m.meta.set_command(wire::BARRIER_DONE);
+    m.meta.mutable_control()->set_barrier_group(groups);
+    m.meta.mutable_control()->set_barrier_seq(seq);
+    po_->SendTo(id, &m, kControlPriority);
+  }
+}
+
+void SchedulerCore::OnTerminate(int from) {
+  const NodeTable* t = po_->table();
+  if (t == nullptr) return;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    finished_.insert(from);
+    LOG_IF(INFO, po_->verbose() >= 1)
+        << po_->name() << ": " << t->ById(from)->name << " finished ("
+        << finished_.size() << " of " << t->nodes().size() << ")";
+    if (finished_.size() < t->nodes().size()) return;
+  }
+  for (const NodeEntry& e : t->nodes()) {
+    if (e.id == kSchedulerId) continue;
+    Message m;
+    m.meta.set_command(wire::TERMINATE);
+    po_->SendTo(e.id, &m, kControlPriority);
+  }
+  po_->MarkTerminated();
+}
+
+std::string SchedulerCore::StartupFailure(double timeout_s) {
+  const NodeConfig& c = po_->config();
+  std::lock_guard<std::mutex> l(mu_);
+  std::ostringstream os;
+  os << "start-up deadline of " << timeout_s << " s (" << env::kStartupTimeout
+     << ") passed with " << c.num_workers - CountPending(wire::WORKER) << " of "
+     << c.num_workers << " workers and "
+     << c.num_servers - CountPending(wire::SERVER) << " of " << c.num_servers
+     << " servers missing; registered: ";
+  if (pending_.empty()) os << "none";
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    os << (i ? ", " : "") << RoleWord(pending_[i].info.role()) << " at "
+       << Addr(pending_[i].info);
+  }
+  return os.str();
+}
+
+void SchedulerCore::AbortPending(const std::string& reason) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const Pending& p : pending_) {
+    Message m;
+    m.meta.set_command(wire::ABORT);
+    *m.meta.mutable_control()->add_nodes() = p.info;
+    m.meta.mutable_control()->set_reason(reason);
+    SendViaConn(p.conn, &m);
+  }
+}
+
+}  // namespace ps
+}  // namespace kvtrain

@@ -1,0 +1,71 @@
+// SchedulerCore: the scheduler's side of the control plane: registrations,
+// deterministic rank assignment, the node table, barriers, the terminate
+// round and the start-up deadline report.
+#ifndef KVTRAIN_KVSTORE_PS_SCHEDULER_H_
+#define KVTRAIN_KVSTORE_PS_SCHEDULER_H_
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/logging.h"
+#include "base/thread_annotations.h"
+#include "kvstore/ps/message.h"
+#include "kvstore/ps/postoffice_impl.h"
+
+namespace kvtrain {
+namespace ps {
+
+// Ranks: once every node registered, servers and workers are each sorted by
+// advertised address (IPv4 numerically, then host names as text), then port,
+// and numbered from 0 in that order; the same set of host:port registrations
+// always gives the same ranks. Thread-safe.
+class SchedulerCore {
+ public:
+  explicit SchedulerCore(PostofficeImpl* po);
+
+  // A REGISTER from connection `token` (receive thread).
+  void OnRegister(const std::string& token, const Message& msg) EXCLUDES(mu_);
+  // Node `from` entered barrier #seq over `groups`.
+  void OnBarrier(int from, int groups, int64_t seq) EXCLUDES(mu_);
+  // Node `from` called Finalize.
+  void OnTerminate(int from) EXCLUDES(mu_);
+  // The start-up deadline passed: what is missing and who registered.
+  std::string StartupFailure(double timeout_s) EXCLUDES(mu_);
+  // Sends ABORT(reason) to every node registered so far (before the table).
+  void AbortPending(const std::string& reason) EXCLUDES(mu_);
+
+ private:
+  struct Pending {
+    wire::NodeInfo info;
+    int conn = 0;
+  };
+
+  void Reject(const wire::NodeInfo& info, const std::string& why) REQUIRES(mu_);
+  void Complete() REQUIRES(mu_);
+  int CountPending(wire::Role role) const REQUIRES(mu_);
+  std::string Progress() const REQUIRES(mu_);
+  Status SendViaConn(int conn, Message* msg);
+
+  PostofficeImpl* const po_;
+  std::mutex mu_;
+  std::vector<Pending> pending_ GUARDED_BY(mu_);
+  bool complete_ GUARDED_BY(mu_) = false;
+  int next_conn_ GUARDED_BY(mu_) = 1000;
+  int rejected_ GUARDED_BY(mu_) = 0;
+  std::map<std::pair<int, int64_t>, std::set<int>> arrived_ GUARDED_BY(mu_);
+  std::set<int> finished_ GUARDED_BY(mu_);
+  LogRateLimiter log_limiter_;
+};
+
+// Sort key of an advertised address for rank assignment.
+bool AddressBefore(const std::string& host_a, int port_a,
+                   const std::string& host_b, int port_b);
+
+}  // namespace ps
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_PS_SCHEDULER_H_

@@ -1,0 +1,55 @@
+// Van: the byte-moving layer under a Postoffice. It binds one receiving
+// endpoint, keeps one outgoing connection per peer, and moves frames; it
+// knows nothing about message contents. ZmqVan is the real one, InprocVan
+// connects Postoffices inside one process for unit tests.
+#ifndef KVTRAIN_KVSTORE_PS_VAN_H_
+#define KVTRAIN_KVSTORE_PS_VAN_H_
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kvstore/ps/ps.h"
+
+namespace kvtrain {
+namespace ps {
+
+// A received message: its frames and the routing token of the connection it
+// came from (the sending Van's token).
+struct RawMessage {
+  std::string token;
+  std::vector<Blob> frames;
+};
+
+// Implementations: Send/Connect/Disconnect/Flush are thread-safe; Recv is
+// called by one thread at a time; Close ends everything.
+class Van {
+ public:
+  virtual ~Van() = default;
+
+  // The routing token this Van's outgoing connections carry.
+  virtual const std::string& token() const = 0;
+  // Binds the receiving endpoint on `port` (0: any free port) and returns
+  // the port bound. A port in use is AlreadyExists.
+  virtual StatusOr<int> Bind(int port) = 0;
+  // Opens the outgoing connection `conn` to host:port (asynchronously: it
+  // may come up later; messages wait for it).
+  virtual Status Connect(int conn, const std::string& host, int port) = 0;
+  virtual void Disconnect(int conn) = 0;
+  // Queues `frames` on connection `conn`. Larger `priority` leaves first
+  // when the connection has a backlog. The blobs are referenced, not copied,
+  // until written out.
+  virtual Status Send(int conn, int priority, std::vector<Blob> frames) = 0;
+  // Receives one message into *msg. Returns false when nothing arrived
+  // within the Van's poll interval.
+  virtual StatusOr<bool> Recv(RawMessage* msg) = 0;
+  // Waits up to `timeout` until every queued message was handed to the OS.
+  virtual void Flush(Duration timeout) = 0;
+  // Closes all connections; queued messages get up to `linger` to go out.
+  virtual void Close(Duration linger) = 0;
+};
+
+}  // namespace ps
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_PS_VAN_H_

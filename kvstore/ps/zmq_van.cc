@@ -1,0 +1,337 @@
+// ZmqVan: zero-copy ZeroMQ transport with per-connection priority backlog.
+#include "kvstore/ps/zmq_van.h"
+
+#include <glog/logging.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace kvtrain {
+namespace ps {
+
+struct ZmqVan::Conn {
+  explicit Conn(int64_t window) : outbox(window) {}
+  std::mutex mu;
+  void* socket GUARDED_BY(mu) = nullptr;
+  Outbox outbox GUARDED_BY(mu);
+  bool closed GUARDED_BY(mu) = false;
+  std::string endpoint;
+  ZmqVan* van = nullptr;
+};
+
+namespace {
+
+std::string ZmqError() { return zmq_strerror(zmq_errno()); }
+
+// What a sent frame's release callback holds: the frame's storage and, for
+// the last frame of a message, the connection whose window it occupies.
+struct FrameHold {
+  Blob blob;
+  ZmqVan::Conn* conn = nullptr;
+  int64_t msg_bytes = 0;
+};
+
+// Storage of a received frame; the Blob handed up shares it.
+struct ZmqMsgHolder {
+  ZmqMsgHolder() { zmq_msg_init(&msg); }
+  ~ZmqMsgHolder() { zmq_msg_close(&msg); }
+  zmq_msg_t msg;
+};
+
+char kEmptyFrame[1];
+
+}  // namespace
+
+void ReleaseFrame(void* /*data*/, void* hint) {
+  auto* hold = static_cast<FrameHold*>(hint);
+  if (hold->conn != nullptr) {
+    hold->conn->van->OnReleased(hold->conn, hold->msg_bytes);
+  }
+  delete hold;
+}
+
+namespace {
+
+// Sends one message's frames; the caller holds c->mu. Frames zmq refused
+// are appended to *unsent, to be closed after c->mu is released (closing
+// runs the release callback, which takes c->mu).
+Status SendFrames(void* socket, ZmqVan::Conn* c, OutMessage* m,
+                  std::vector<zmq_msg_t>* unsent) {
+  Status status;
+  const size_t n = m->frames.size();
+  for (size_t i = 0; i < n; ++i) {
+    const bool last = i + 1 == n;
+    Blob& b = m->frames[i];
+    auto* hold =
+        new FrameHold{std::move(b), last ? c : nullptr, last ? m->bytes : 0};
+    void* data =
+        hold->blob.empty() ? kEmptyFrame : const_cast<char*>(hold->blob.data());
+    zmq_msg_t msg;
+    if (zmq_msg_init_data(&msg, data, hold->blob.size(), ReleaseFrame, hold) !=
+        0) {
+      // Cannot happen short of memory exhaustion; account as released.
+      ReleaseFrame(nullptr, hold);
+      status = Status::Internal("zmq_msg_init_data: " + ZmqError());
+      continue;
+    }
+    if (!status.ok()) {
+      unsent->push_back(msg);
+      continue;
+    }
+    if (zmq_msg_send(&msg, socket, last ? 0 : ZMQ_SNDMORE) < 0) {
+      status =
+          Status::Unavailable("send to " + c->endpoint + ": " + ZmqError());
+      unsent->push_back(msg);
+    }
+  }
+  return status;
+}
+
+void CloseUnsent(std::vector<zmq_msg_t>* unsent) {
+  for (zmq_msg_t& m : *unsent) zmq_msg_close(&m);
+  unsent->clear();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ZmqVan>> ZmqVan::Create(std::string token,
+                                                 const ZmqVanOptions& options) {
+  void* ctx = zmq_ctx_new();
+  if (ctx == nullptr) return Status::Internal("zmq_ctx_new: " + ZmqError());
+  zmq_ctx_set(ctx, ZMQ_IO_THREADS, 1);
+  return std::unique_ptr<ZmqVan>(new ZmqVan(std::move(token), options, ctx));
+}
+
+ZmqVan::ZmqVan(std::string token, const ZmqVanOptions& options, void* ctx)
+    : token_(std::move(token)), options_(options), ctx_(ctx) {
+  sender_ = std::thread([this] { SenderLoop(); });
+}
+
+ZmqVan::~ZmqVan() { Close(std::chrono::milliseconds(0)); }
+
+StatusOr<int> ZmqVan::Bind(int port) {
+  CHECK(router_ == nullptr) << "ZmqVan::Bind called twice";
+  router_ = zmq_socket(ctx_, ZMQ_ROUTER);
+  if (router_ == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
+  const int timeout_ms =
+      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           options_.poll_interval)
+                           .count());
+  const int zero = 0;
+  zmq_setsockopt(router_, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+  zmq_setsockopt(router_, ZMQ_RCVHWM, &zero, sizeof(zero));
+  zmq_setsockopt(router_, ZMQ_LINGER, &zero, sizeof(zero));
+  const std::string endpoint =
+      port == 0 ? "tcp://*:*" : "tcp://*:" + std::to_string(port);
+  if (zmq_bind(router_, endpoint.c_str()) != 0) {
+    const int err = zmq_errno();
+    zmq_close(router_);
+    router_ = nullptr;
+    if (err == EADDRINUSE) {
+      return Status::AlreadyExists("port " + std::to_string(port) +
+                                   " is already in use");
+    }
+    return Status::Unavailable("cannot bind " + endpoint + ": " +
+                               zmq_strerror(err));
+  }
+  char last[256];
+  size_t len = sizeof(last);
+  if (zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, last, &len) != 0) {
+    return Status::Internal("ZMQ_LAST_ENDPOINT: " + ZmqError());
+  }
+  const std::string bound(last);
+  const size_t colon = bound.rfind(':');
+  return std::atoi(bound.c_str() + colon + 1);
+}
+
+Status ZmqVan::Connect(int conn, const std::string& host, int port) {
+  auto c = std::make_unique<Conn>(options_.send_window_bytes);
+  c->van = this;
+  c->endpoint = "tcp://" + host + ":" + std::to_string(port);
+  void* s = zmq_socket(ctx_, ZMQ_DEALER);
+  if (s == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
+  const int zero = 0;
+  zmq_setsockopt(s, ZMQ_ROUTING_ID, token_.data(), token_.size());
+  zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero));
+  zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+  if (zmq_connect(s, c->endpoint.c_str()) != 0) {
+    const std::string err = ZmqError();
+    zmq_close(s);
+    return Status::Unavailable("cannot connect to " + c->endpoint + ": " + err);
+  }
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    c->socket = s;
+  }
+  std::lock_guard<std::mutex> lock(conns_mu_);
+  auto it = conns_.find(conn);
+  Conn* old = it == conns_.end() ? nullptr : it->second;
+  conns_[conn] = c.get();
+  all_conns_.push_back(std::move(c));
+  if (old != nullptr) CloseConn(old);
+  return Status::OK();
+}
+
+void ZmqVan::Disconnect(int conn) {
+  Conn* c = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    auto it = conns_.find(conn);
+    if (it == conns_.end()) return;
+    c = it->second;
+    conns_.erase(it);
+  }
+  CloseConn(c);
+}
+
+void ZmqVan::CloseConn(Conn* c) {
+  void* socket = nullptr;
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    c->closed = true;
+    socket = c->socket;
+    c->socket = nullptr;
+  }
+  // Outside c->mu: closing may release frames, whose callback takes it.
+  if (socket != nullptr) zmq_close(socket);
+}
+
+ZmqVan::Conn* ZmqVan::FindConn(int conn) {
+  std::lock_guard<std::mutex> lock(conns_mu_);
+  auto it = conns_.find(conn);
+  return it == conns_.end() ? nullptr : it->second;
+}
+
+Status ZmqVan::Send(int conn, int priority, std::vector<Blob> frames) {
+  Conn* c = FindConn(conn);
+  if (c == nullptr) {
+    return Status::Unavailable("no connection " + std::to_string(conn));
+  }
+  OutMessage m;
+  m.priority = priority;
+  for (const Blob& b : frames) m.bytes += static_cast<int64_t>(b.size());
+  m.frames = std::move(frames);
+  std::vector<zmq_msg_t> unsent;
+  Status status;
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    if (c->closed)
+      return Status::Unavailable("connection to " + c->endpoint + " is closed");
+    if (c->outbox.Offer(&m)) status = SendFrames(c->socket, c, &m, &unsent);
+  }
+  CloseUnsent(&unsent);
+  return status;
+}
+
+void ZmqVan::OnReleased(Conn* c, int64_t bytes) {
+  bool ready;
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    c->outbox.Released(bytes);
+    ready = !c->closed && c->outbox.HasReady();
+  }
+  if (ready) {
+    std::lock_guard<std::mutex> l(ready_mu_);
+    ready_.insert(c);
+    ready_cv_.notify_one();
+  }
+}
+
+void ZmqVan::SenderLoop() {
+  for (;;) {
+    Conn* c = nullptr;
+    {
+      std::unique_lock<std::mutex> l(ready_mu_);
+      ready_cv_.wait(l, [this] { return stop_sender_ || !ready_.empty(); });
+      if (ready_.empty()) return;
+      c = *ready_.begin();
+      ready_.erase(ready_.begin());
+    }
+    std::vector<zmq_msg_t> unsent;
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      OutMessage m;
+      while (!c->closed && c->outbox.Next(&m)) {
+        Status s = SendFrames(c->socket, c, &m, &unsent);
+        LOG_IF(WARNING, !s.ok()) << s;
+      }
+    }
+    CloseUnsent(&unsent);
+  }
+}
+
+StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
+  CHECK(router_ != nullptr) << "ZmqVan::Recv before Bind";
+  zmq_msg_t id;
+  zmq_msg_init(&id);
+  if (zmq_msg_recv(&id, router_, 0) < 0) {
+    const int err = zmq_errno();
+    zmq_msg_close(&id);
+    if (err == EAGAIN || err == EINTR) return false;
+    return Status::Unavailable(std::string("receive: ") + zmq_strerror(err));
+  }
+  msg->token.assign(static_cast<const char*>(zmq_msg_data(&id)),
+                    zmq_msg_size(&id));
+  bool more = zmq_msg_more(&id);
+  zmq_msg_close(&id);
+  msg->frames.clear();
+  while (more) {
+    auto holder = std::make_shared<ZmqMsgHolder>();
+    if (zmq_msg_recv(&holder->msg, router_, 0) < 0) {
+      return Status::Unavailable("receive: " + ZmqError());
+    }
+    more = zmq_msg_more(&holder->msg);
+    const void* data = zmq_msg_data(&holder->msg);
+    const size_t size = zmq_msg_size(&holder->msg);
+    msg->frames.emplace_back(std::move(holder), data, size);
+  }
+  return true;
+}
+
+bool ZmqVan::Idle() {
+  std::lock_guard<std::mutex> lock(conns_mu_);
+  for (auto& c : all_conns_) {
+    std::lock_guard<std::mutex> l(c->mu);
+    if (c->closed) continue;
+    if (c->outbox.in_flight_messages() > 0 || c->outbox.queued() > 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void ZmqVan::Flush(Duration timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!Idle() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void ZmqVan::Close(Duration linger) {
+  if (closed_) return;
+  closed_ = true;
+  if (linger > Duration::zero()) Flush(linger);
+  {
+    std::lock_guard<std::mutex> l(ready_mu_);
+    stop_sender_ = true;
+    ready_cv_.notify_all();
+  }
+  sender_.join();
+  std::vector<Conn*> all;
+  {
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    for (auto& c : all_conns_) all.push_back(c.get());
+    conns_.clear();
+  }
+  for (Conn* c : all) CloseConn(c);
+  if (router_ != nullptr) zmq_close(router_);
+  router_ = nullptr;
+  // Ends the io thread; frames still held are released (callbacks run)
+  // before it returns, while every Conn is still alive.
+  zmq_ctx_term(ctx_);
+  ctx_ = nullptr;
+}
+
+}  // namespace ps
+}  // namespace kvtrain

@@ -1,0 +1,82 @@
+// ZmqVan: the Van over ZeroMQ. One ROUTER socket receives everything; one
+// DEALER per peer sends, its routing id set to this node's token. Frames are
+// sent with zmq_msg_init_data (a release callback drops the Blob reference)
+// and received frames are handed up as Blobs that keep the zmq_msg_t alive.
+#ifndef KVTRAIN_KVSTORE_PS_ZMQ_VAN_H_
+#define KVTRAIN_KVSTORE_PS_ZMQ_VAN_H_
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "kvstore/ps/outbox.h"
+#include "kvstore/ps/van.h"
+
+namespace kvtrain {
+namespace ps {
+
+struct ZmqVanOptions {
+  // See PostofficeOptions.
+  int64_t send_window_bytes = 4 << 20;
+  Duration poll_interval = std::chrono::milliseconds(50);
+};
+
+// Thread-safety as Van. Messages a caller sends go out on the caller's
+// thread when the connection's window allows (no thread hop); a sender
+// thread drains backlogs in priority order as ZeroMQ releases earlier ones.
+class ZmqVan : public Van {
+ public:
+  static StatusOr<std::unique_ptr<ZmqVan>> Create(std::string token,
+                                                  const ZmqVanOptions& options);
+  ~ZmqVan() override;
+
+  const std::string& token() const override { return token_; }
+  StatusOr<int> Bind(int port) override;
+  Status Connect(int conn, const std::string& host, int port) override;
+  void Disconnect(int conn) override;
+  Status Send(int conn, int priority, std::vector<Blob> frames) override;
+  StatusOr<bool> Recv(RawMessage* msg) override;
+  void Flush(Duration timeout) override;
+  void Close(Duration linger) override;
+
+  struct Conn;  // one outgoing connection (zmq_van.cc)
+
+ private:
+  ZmqVan(std::string token, const ZmqVanOptions& options, void* ctx);
+  void SenderLoop();
+  Conn* FindConn(int conn) EXCLUDES(conns_mu_);
+  static void CloseConn(Conn* c);
+  bool Idle() EXCLUDES(conns_mu_);
+
+  const std::string token_;
+  const ZmqVanOptions options_;
+  void* ctx_ = nullptr;
+  void* router_ = nullptr;  // used by Bind/Recv/Close only
+
+  std::mutex conns_mu_;
+  std::map<int, Conn*> conns_ GUARDED_BY(conns_mu_);
+  // Every Conn ever made; kept until the context ends because ZeroMQ may
+  // release a closed connection's frames late.
+  std::vector<std::unique_ptr<Conn>> all_conns_ GUARDED_BY(conns_mu_);
+
+  std::mutex ready_mu_;
+  std::condition_variable ready_cv_;
+  std::set<Conn*> ready_ GUARDED_BY(ready_mu_);
+  bool stop_sender_ GUARDED_BY(ready_mu_) = false;
+  std::thread sender_;
+  bool closed_ = false;
+
+  friend void ReleaseFrame(void* data, void* hint);
+  void OnReleased(Conn* c, int64_t bytes);
+};
+
+}  // namespace ps
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_PS_ZMQ_VAN_H_
