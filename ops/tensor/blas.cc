@@ -5,8 +5,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
+#include <mutex>
 
 #include <cblas.h>
+
+#include "base/thread_annotations.h"
+#include "base/thread_pool.h"
 
 #ifdef KVTRAIN_CUDA
 #include <cublas_v2.h>
@@ -18,7 +23,6 @@ extern "C" {
 // OpenBLAS extensions (declared here: the multiarch cblas.h may not be
 // OpenBLAS's own).
 void openblas_set_num_threads(int num_threads);
-int openblas_get_num_threads(void);
 }
 
 namespace kvtrain {
@@ -41,6 +45,75 @@ cublasHandle_t Handle(const DeviceContext* ctx) {
 // Level-1 cuBLAS takes int counts: larger vectors go in chunks.
 constexpr int64_t kChunk = INT_MAX / 2;
 
+// The process's CPU pool. OpenBLAS is pinned to one thread when the pool is
+// made, so the pool is the only source of CPU parallelism.
+struct CpuPoolState {
+  std::mutex mu;
+  std::shared_ptr<ThreadPool> pool GUARDED_BY(mu);
+};
+
+CpuPoolState& PoolState() {
+  static CpuPoolState* state = new CpuPoolState;
+  return *state;
+}
+
+std::shared_ptr<ThreadPool> CpuPool() {
+  CpuPoolState& s = PoolState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.pool == nullptr) {
+    StatusOr<int> n = CpuThreadsFromEnv(ProcessEnv());
+    if (!n.ok()) {
+      LOG(WARNING) << n.status() << "; using 1 CPU thread";
+    }
+    openblas_set_num_threads(1);
+    s.pool = std::make_shared<ThreadPool>(n.ok() ? *n : 1);
+  }
+  return s.pool;
+}
+
+// Below this many multiply-adds a GEMM runs on one thread: splitting it
+// costs more than it saves.
+constexpr int64_t kParallelGemmMacs = 1 << 18;
+// Blocks are multiples of this many rows/columns (OpenBLAS's kernel tiles).
+constexpr int kGemmAlign = 16;
+
+void CpuGemmBlock(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                  const float* a, int lda, const float* b, int ldb, float beta,
+                  float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+              ldb, beta, c, ldc);
+}
+
+// Splits C into blocks of rows (when m is the larger side) or columns and
+// runs them on the CPU pool.
+void CpuGemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+             const float* a, int lda, const float* b, int ldb, float beta,
+             float* c, int ldc) {
+  std::shared_ptr<ThreadPool> pool = CpuPool();
+  const int64_t macs = static_cast<int64_t>(m) * n * k;
+  if (pool->num_threads() == 1 || macs < kParallelGemmMacs) {
+    CpuGemmBlock(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                 ldc);
+    return;
+  }
+  const bool split_rows = m >= n;
+  const int64_t units = ((split_rows ? m : n) + kGemmAlign - 1) / kGemmAlign;
+  pool->ParallelFor(units, 1, [&](int64_t begin, int64_t end) {
+    const int lo = static_cast<int>(begin * kGemmAlign);
+    const int hi = std::min<int>(end * kGemmAlign, split_rows ? m : n);
+    if (split_rows) {
+      CpuGemmBlock(trans_a, trans_b, hi - lo, n, k, alpha,
+                   trans_a ? a + lo : a + static_cast<int64_t>(lo) * lda, lda,
+                   b, ldb, beta, c + static_cast<int64_t>(lo) * ldc, ldc);
+    } else {
+      CpuGemmBlock(trans_a, trans_b, m, hi - lo, k, alpha, a, lda,
+                   trans_b ? b + static_cast<int64_t>(lo) * ldb : b + lo, ldb,
+                   beta, c + lo, ldc);
+    }
+  });
+}
+
 }  // namespace
 
 void Gemm(const DeviceContext* ctx, bool trans_a, bool trans_b, int m, int n,
@@ -48,9 +121,7 @@ void Gemm(const DeviceContext* ctx, bool trans_a, bool trans_b, int m, int n,
           float beta, float* c, int ldc) {
   if (m == 0 || n == 0) return;
   if (ctx->device().is_cpu()) {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
-                ldb, beta, c, ldc);
+    CpuGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
 #ifdef KVTRAIN_CUDA
@@ -234,9 +305,21 @@ StatusOr<float> Dot(const Tensor& x, const Tensor& y) {
   return Dot(ctx, x.size(), x.data<float>(), y.data<float>());
 }
 
-void SetCpuThreads(int n) { openblas_set_num_threads(std::max(1, n)); }
+void SetCpuThreads(int n) {
+  CpuPoolState& s = PoolState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  openblas_set_num_threads(1);
+  if (s.pool == nullptr || s.pool->num_threads() != std::max(1, n)) {
+    s.pool = std::make_shared<ThreadPool>(std::max(1, n));
+  }
+}
 
-int CpuThreads() { return openblas_get_num_threads(); }
+int CpuThreads() { return CpuPool()->num_threads(); }
+
+void ParallelFor(int64_t n, int64_t grain,
+                 const std::function<void(int64_t, int64_t)>& fn) {
+  CpuPool()->ParallelFor(n, grain, fn);
+}
 
 StatusOr<int> CpuThreadsFromEnv(const EnvLookup& env) {
   if (env(env::kNumThreads)) {

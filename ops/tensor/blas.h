@@ -5,6 +5,7 @@
 #define KVTRAIN_OPS_TENSOR_BLAS_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "base/env.h"
 #include "base/status.h"
@@ -46,9 +47,20 @@ Status Axpy(float alpha, const Tensor& x, Tensor* y);
 Status Scal(float alpha, Tensor* x);
 StatusOr<float> Dot(const Tensor& x, const Tensor& y);
 
-// CPU threads used by OpenBLAS. SetCpuThreads(n) applies to the process.
+// CPU threads for operators and GEMMs: one pool per process. OpenBLAS itself
+// runs single-threaded; CPU GEMMs big enough to pay are split into blocks of
+// rows or columns run in parallel on the pool, because OpenBLAS's own pool
+// spins after each call and oversubscribes the cores when other threads
+// (the pool, the engine) run beside it. SetCpuThreads(n) applies to the
+// process; call it before work starts (not while a loop runs). Until it is
+// called, the count comes from CpuThreadsFromEnv(ProcessEnv()).
 void SetCpuThreads(int n);
 int CpuThreads();
+
+// Runs fn(begin, end) over [0, n) split into chunks of at least `grain` on
+// the CPU pool (see ThreadPool::ParallelFor); returns when all are done.
+void ParallelFor(int64_t n, int64_t grain,
+                 const std::function<void(int64_t, int64_t)>& fn);
 // KVTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else the cores this process may
 // run on (sched_getaffinity).
 StatusOr<int> CpuThreadsFromEnv(const EnvLookup& env);

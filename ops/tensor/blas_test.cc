@@ -2,6 +2,7 @@
 // CPU and (as blas_test_gpu) on gpu(0).
 #include "ops/tensor/blas.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -84,6 +85,37 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(1, 7, 33), ::testing::Values(1, 13, 64),
                        ::testing::Values(1, 5, 129), ::testing::Bool(),
                        ::testing::Bool()));
+
+// GEMMs big enough to be split across the CPU pool (blocks of rows or of
+// columns, with a ragged last block) still match the reference.
+TEST(BlasThreadsTest, SplitGemmMatchesReference) {
+  if (TestDevice().is_gpu()) GTEST_SKIP() << "the CPU pool only splits CPU GEMMs";
+  blas::SetCpuThreads(3);
+  DeviceContext* ctx = *DeviceContext::Get(Device::CPU());
+  for (const auto& [m, n, k] : {std::tuple<int, int, int>{150, 70, 90},
+                                {40, 333, 100}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const int lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
+        const auto a = Random((ta ? k : m) * lda, 7);
+        const auto b = Random((tb ? n : k) * ldb, 8);
+        auto c = Random(m * ldc, 9);
+        auto got = c;
+        blas::Gemm(ctx, ta, tb, m, n, k, 1.5f, a.data(), lda, b.data(), ldb,
+                   0.5f, got.data(), ldc);
+        NaiveGemm(ta, tb, m, n, k, 1.5f, a, lda, b, ldb, 0.5f, &c, ldc);
+        ExpectNear(got, c, 1e-4f);
+      }
+    }
+  }
+  EXPECT_EQ(blas::CpuThreads(), 3);
+  std::vector<int> hits(1000, 0);
+  blas::ParallelFor(1000, 10, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) ++hits[i];
+  });
+  EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), 1000);
+  blas::SetCpuThreads(1);
+}
 
 class BlasTest : public ::testing::Test {
  protected:

@@ -1,0 +1,103 @@
+// ThreadPool: per-worker mailboxes, spin-then-sleep waiting.
+#include "base/thread_pool.h"
+
+#include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KV_CPU_RELAX() _mm_pause()
+#else
+#define KV_CPU_RELAX() std::this_thread::yield()
+#endif
+
+namespace kvtrain {
+namespace {
+
+// How long a worker polls for the next loop before it sleeps. Long enough to
+// bridge the gap between two operators of one step, short enough not to burn
+// a core while the process waits on something else.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) {
+  for (int i = 1; i < num_threads; ++i) {
+    slots_.push_back(std::make_unique<Slot>());
+  }
+  for (auto& slot : slots_) {
+    workers_.emplace_back([this, s = slot.get()] { WorkerLoop(s); });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  for (auto& slot : slots_) {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->stop.store(true);
+    slot->epoch.fetch_add(1);
+    slot->cv.notify_one();
+  }
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::WorkerLoop(Slot* slot) {
+  uint64_t seen = 0;
+  while (true) {
+    auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    int polls = 0;
+    while (slot->epoch.load() == seen) {
+      KV_CPU_RELAX();
+      if (++polls % 64 != 0 || std::chrono::steady_clock::now() < spin_until) {
+        continue;
+      }
+      std::unique_lock<std::mutex> lock(slot->mu);
+      // seq_cst: either the caller sees `sleeping` and notifies under mu, or
+      // this thread sees the new epoch and does not wait.
+      slot->sleeping.store(true);
+      slot->cv.wait(lock, [&] { return slot->epoch.load() != seen; });
+      slot->sleeping.store(false);
+    }
+    seen = slot->epoch.load();
+    if (slot->stop.load()) return;
+    (*slot->fn)(slot->begin, slot->end);
+    slot->done.store(true, std::memory_order_release);
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t grain,
+                             const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = grain < 1 ? 1 : grain;
+  int64_t chunks = std::min<int64_t>(num_threads(), (n + grain - 1) / grain);
+  bool expected = false;
+  if (chunks <= 1 ||
+      !busy_.compare_exchange_strong(expected, true,
+                                     std::memory_order_acquire)) {
+    fn(0, n);
+    return;
+  }
+  for (int64_t c = 1; c < chunks; ++c) {
+    Slot* slot = slots_[c - 1].get();
+    slot->fn = &fn;
+    slot->begin = c * n / chunks;
+    slot->end = (c + 1) * n / chunks;
+    slot->done.store(false, std::memory_order_relaxed);
+    slot->epoch.fetch_add(1);
+    if (slot->sleeping.load()) {
+      std::lock_guard<std::mutex> lock(slot->mu);
+      slot->cv.notify_one();
+    }
+  }
+  fn(0, n / chunks);
+  for (int64_t c = 1; c < chunks; ++c) {
+    Slot* slot = slots_[c - 1].get();
+    int polls = 0;
+    while (!slot->done.load(std::memory_order_acquire)) {
+      KV_CPU_RELAX();
+      if (++polls > 4096) std::this_thread::yield();
+    }
+  }
+  busy_.store(false, std::memory_order_release);
+}
+
+}  // namespace kvtrain

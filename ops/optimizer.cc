@@ -1,0 +1,272 @@
+// Optimizer: spec validation, per-key state, the learning-rate schedule, and
+// state save/load.
+#include "ops/optimizer.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "ops/optimizer_op.h"
+
+namespace kvtrain {
+namespace {
+
+using proto::LrSchedule;
+using proto::OptimizerSpec;
+
+Status Bad(const std::string& msg) {
+  return Status::InvalidArgument("optimizer: " + msg);
+}
+
+std::string Num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+Status CheckSchedule(const LrSchedule& s) {
+  if (s.type() == LrSchedule::CONSTANT) return Status::OK();
+  if (!(s.factor() > 0 && s.factor() <= 1)) {
+    return Bad("lr_schedule.factor " + Num(s.factor()) +
+               " must be in (0, 1]");
+  }
+  if (!(s.min_lr() >= 0)) {
+    return Bad("lr_schedule.min_lr " + Num(s.min_lr()) + " must be >= 0");
+  }
+  if (s.type() == LrSchedule::FACTOR) {
+    if (s.step() < 1) {
+      return Bad("lr_schedule.step " + std::to_string(s.step()) +
+                 " must be >= 1");
+    }
+    return Status::OK();
+  }
+  if (s.type() == LrSchedule::MULTI_FACTOR) {
+    if (s.steps().empty()) return Bad("lr_schedule.steps is empty");
+    for (int i = 0; i < s.steps_size(); ++i) {
+      if (s.steps(i) < 1 || (i > 0 && s.steps(i) <= s.steps(i - 1))) {
+        return Bad("lr_schedule.steps must be positive and increasing, got " +
+                   std::to_string(s.steps(i)) + " at position " +
+                   std::to_string(i));
+      }
+    }
+    return Status::OK();
+  }
+  return Bad("unknown lr_schedule.type " + std::to_string(s.type()));
+}
+
+Status CheckSpec(const OptimizerSpec& s) {
+  if (s.type() == OptimizerSpec::TYPE_UNSPECIFIED ||
+      !OptimizerSpec::Type_IsValid(s.type())) {
+    return Bad("type is unspecified; expected one of SGD, NAG, ADAM, ADAGRAD");
+  }
+  if (!(s.learning_rate() > 0) || !std::isfinite(s.learning_rate())) {
+    return Bad("learning_rate " + Num(s.learning_rate()) + " must be > 0");
+  }
+  if (!(s.momentum() >= 0 && s.momentum() < 1)) {
+    return Bad("momentum " + Num(s.momentum()) + " must be in [0, 1)");
+  }
+  if (s.momentum() != 0 && (s.type() == OptimizerSpec::ADAM ||
+                            s.type() == OptimizerSpec::ADAGRAD)) {
+    return Bad("momentum is not used by " + OptimizerSpec::Type_Name(s.type()) +
+               "; leave it 0");
+  }
+  if (!(s.weight_decay() >= 0) || !std::isfinite(s.weight_decay())) {
+    return Bad("weight_decay " + Num(s.weight_decay()) + " must be >= 0");
+  }
+  if (s.has_rescale_grad() && !std::isfinite(s.rescale_grad())) {
+    return Bad("rescale_grad must be finite");
+  }
+  if (s.has_beta1() && !(s.beta1() >= 0 && s.beta1() < 1)) {
+    return Bad("beta1 " + Num(s.beta1()) + " must be in [0, 1)");
+  }
+  if (s.has_beta2() && !(s.beta2() >= 0 && s.beta2() < 1)) {
+    return Bad("beta2 " + Num(s.beta2()) + " must be in [0, 1)");
+  }
+  if (s.has_epsilon() && !(s.epsilon() > 0)) {
+    return Bad("epsilon " + Num(s.epsilon()) + " must be > 0");
+  }
+  return CheckSchedule(s.lr_schedule());
+}
+
+}  // namespace
+
+Optimizer::Optimizer(const OptimizerSpec& spec) : spec_(spec) {
+  switch (spec.type()) {
+    case OptimizerSpec::NAG:
+      rule_ = UpdateRule::kNag;
+      break;
+    case OptimizerSpec::ADAM:
+      rule_ = UpdateRule::kAdam;
+      break;
+    case OptimizerSpec::ADAGRAD:
+      rule_ = UpdateRule::kAdaGrad;
+      break;
+    default:
+      rule_ = spec.momentum() > 0 ? UpdateRule::kSgdMom : UpdateRule::kSgd;
+      break;
+  }
+  base_.lr = spec.learning_rate();
+  base_.wd = spec.weight_decay();
+  base_.rescale_grad = spec.has_rescale_grad() ? spec.rescale_grad() : 1.0f;
+  base_.clip_gradient = spec.clip_gradient() > 0 ? spec.clip_gradient() : -1;
+  base_.momentum = spec.momentum();
+  base_.beta1 = spec.has_beta1() ? spec.beta1() : 0.9f;
+  base_.beta2 = spec.has_beta2() ? spec.beta2() : 0.999f;
+  base_.epsilon = spec.has_epsilon()
+                      ? spec.epsilon()
+                      : (rule_ == UpdateRule::kAdaGrad ? 1e-7f : 1e-8f);
+}
+
+StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
+    const OptimizerSpec& spec) {
+  KV_RETURN_IF_ERROR(CheckSpec(spec));
+  return std::unique_ptr<Optimizer>(new Optimizer(spec));
+}
+
+float Optimizer::LearningRateAt(int64_t t) const {
+  const LrSchedule& s = spec_.lr_schedule();
+  int64_t decays = 0;
+  if (s.type() == LrSchedule::FACTOR) {
+    decays = (std::max<int64_t>(t, 1) - 1) / s.step();
+  } else if (s.type() == LrSchedule::MULTI_FACTOR) {
+    for (int64_t step : s.steps()) decays += t > step;
+  } else {
+    return spec_.learning_rate();
+  }
+  const double lr = spec_.learning_rate() * std::pow(s.factor(), decays);
+  return static_cast<float>(std::max<double>(lr, s.min_lr()));
+}
+
+float Optimizer::CurrentLearningRate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return LearningRateAt(num_update_ + 1);
+}
+
+int64_t Optimizer::num_update() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return num_update_;
+}
+
+StatusOr<Optimizer::KeyState*> Optimizer::StateFor(int64_t key,
+                                                   const Tensor& weight) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<KeyState>& state = states_[key];
+  if (state == nullptr) {
+    state = std::make_unique<KeyState>();
+    for (int i = 0; i < NumUpdateStates(rule_); ++i) {
+      KV_ASSIGN_OR_RETURN(Tensor t,
+                          Tensor::CreateZeros(weight.shape(), DType::kFloat32,
+                                              weight.device()));
+      state->arrays.push_back(std::move(t));
+    }
+  }
+  for (Tensor& t : state->arrays) {
+    if (t.shape() != weight.shape()) {
+      return Status::InvalidArgument(
+          "optimizer key " + std::to_string(key) + ": weight is " +
+          weight.shape().ToString() + " but its optimizer state is " +
+          t.shape().ToString());
+    }
+    if (t.device() != weight.device()) {
+      KV_ASSIGN_OR_RETURN(t, t.CopyTo(weight.device()));
+    }
+  }
+  ++state->count;
+  num_update_ = std::max(num_update_, state->count);
+  return state.get();
+}
+
+Status Optimizer::Update(int64_t key, const Tensor& weight,
+                         const Tensor& grad) {
+  const std::string what = "optimizer key " + std::to_string(key);
+  if (!weight.defined() || !grad.defined()) {
+    return Status::InvalidArgument(what + ": undefined weight or gradient");
+  }
+  KV_RETURN_IF_ERROR(CheckSameShapeAndType(weight, grad, what));
+  if (weight.device() != grad.device()) {
+    return Status::InvalidArgument(what + ": weight on " +
+                                   weight.device().ToString() +
+                                   " but gradient on " +
+                                   grad.device().ToString());
+  }
+  KV_ASSIGN_OR_RETURN(KeyState * state, StateFor(key, weight));
+  UpdateParams p = base_;
+  int64_t t = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    t = num_update_;
+  }
+  p.lr = LearningRateAt(t);
+  if (rule_ == UpdateRule::kAdam) {
+    const double c = static_cast<double>(state->count);
+    p.lr = static_cast<float>(p.lr * std::sqrt(1 - std::pow(p.beta2, c)) /
+                              (1 - std::pow(p.beta1, c)));
+  }
+  return ApplyUpdate(rule_, p, weight, grad, state->arrays, what);
+}
+
+StatusOr<std::string> Optimizer::SaveStates() const {
+  proto::OptimizerStates out;
+  std::lock_guard<std::mutex> lock(mu_);
+  out.set_type(spec_.type());
+  out.set_num_update(num_update_);
+  for (const auto& [key, state] : states_) {
+    proto::KeyState* ks = out.add_keys();
+    ks->set_key(key);
+    ks->set_count(state->count);
+    for (const Tensor& t : state->arrays) {
+      proto::TensorData* td = ks->add_arrays();
+      for (int64_t d : t.shape().dims()) td->add_shape(d);
+      KV_ASSIGN_OR_RETURN(Tensor host, t.CopyTo(Device::CPU()));
+      td->set_data(host.raw_data(), host.nbytes());
+    }
+  }
+  return out.SerializeAsString();
+}
+
+Status Optimizer::LoadStates(const std::string& bytes) {
+  proto::OptimizerStates in;
+  if (!in.ParseFromString(bytes)) {
+    return Status::DataLoss("optimizer states: cannot parse " +
+                            std::to_string(bytes.size()) + " bytes");
+  }
+  if (in.type() != spec_.type()) {
+    return Status::InvalidArgument(
+        "optimizer states were saved by " +
+        OptimizerSpec::Type_Name(in.type()) + " but this optimizer is " +
+        OptimizerSpec::Type_Name(spec_.type()));
+  }
+  std::map<int64_t, std::unique_ptr<KeyState>> loaded;
+  for (const proto::KeyState& ks : in.keys()) {
+    if (ks.arrays_size() != NumUpdateStates(rule_)) {
+      return Status::InvalidArgument(
+          "optimizer states: key " + std::to_string(ks.key()) + " has " +
+          std::to_string(ks.arrays_size()) + " arrays, expected " +
+          std::to_string(NumUpdateStates(rule_)));
+    }
+    auto state = std::make_unique<KeyState>();
+    state->count = ks.count();
+    for (const proto::TensorData& td : ks.arrays()) {
+      const Shape shape(std::vector<int64_t>(td.shape().begin(),
+                                             td.shape().end()));
+      if (!shape.IsValid() ||
+          static_cast<size_t>(shape.NumElements()) * sizeof(float) !=
+              td.data().size()) {
+        return Status::DataLoss("optimizer states: key " +
+                                std::to_string(ks.key()) + ": shape " +
+                                shape.ToString() + " does not match " +
+                                std::to_string(td.data().size()) + " bytes");
+      }
+      KV_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(shape));
+      if (t.nbytes() > 0) std::memcpy(t.raw_data(), td.data().data(), t.nbytes());
+      state->arrays.push_back(std::move(t));
+    }
+    loaded[ks.key()] = std::move(state);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  states_ = std::move(loaded);
+  num_update_ = in.num_update();
+  return Status::OK();
+}
+
+}  // namespace kvtrain

@@ -1,0 +1,75 @@
+// Optimizer: applies an OptimizerSpec (proto/optimizer.proto) to weights by
+// key, keeping each key's state (momentum, Adam moments, AdaGrad history) and
+// the learning-rate schedule; states save to and load from bytes. Used both
+// by a worker's local updater and by the parameter servers; it depends on
+// ops only (no engine).
+#ifndef KVTRAIN_OPS_OPTIMIZER_H_
+#define KVTRAIN_OPS_OPTIMIZER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_annotations.h"
+#include "ops/optimizer_kernels.h"
+#include "ops/tensor/tensor.h"
+#include "proto/optimizer.pb.h"
+
+namespace kvtrain {
+
+// Thread-safe: Update may be called concurrently for different keys (the
+// servers do); calls for the same key must not overlap. Save/Load may run
+// concurrently with updates of other keys.
+class Optimizer {
+ public:
+  // Checks the spec; a bad one is an error naming the field and value, e.g.
+  // "optimizer: momentum 1.5 must be in [0, 1)".
+  static StatusOr<std::unique_ptr<Optimizer>> Create(
+      const proto::OptimizerSpec& spec);
+
+  // One step: weight -= f(grad, state). `weight` and `grad` must have the
+  // same shape and device; the key's state is created (zeros, on the
+  // weight's device) on first use and moved there if it was loaded
+  // elsewhere. Runs on the weight's device and returns when done.
+  Status Update(int64_t key, const Tensor& weight, const Tensor& grad);
+
+  // The learning rate the next update will use.
+  float CurrentLearningRate() const EXCLUDES(mu_);
+  // Updates counted by the schedule (the largest per-key count).
+  int64_t num_update() const EXCLUDES(mu_);
+  const proto::OptimizerSpec& spec() const { return spec_; }
+
+  // Serialized proto::OptimizerStates (every key's state, copied to host).
+  StatusOr<std::string> SaveStates() const EXCLUDES(mu_);
+  // Replaces all states with saved ones; errors if the bytes are corrupt,
+  // were saved by another rule, or hold arrays of the wrong count.
+  Status LoadStates(const std::string& bytes) EXCLUDES(mu_);
+
+ private:
+  struct KeyState {
+    int64_t count = 0;
+    std::vector<Tensor> arrays;
+  };
+
+  explicit Optimizer(const proto::OptimizerSpec& spec);
+  float LearningRateAt(int64_t t) const;
+  // The key's state, created or moved to `weight`'s device and shape.
+  StatusOr<KeyState*> StateFor(int64_t key, const Tensor& weight)
+      EXCLUDES(mu_);
+
+  const proto::OptimizerSpec spec_;
+  UpdateRule rule_ = UpdateRule::kSgd;
+  UpdateParams base_;
+
+  mutable std::mutex mu_;
+  std::map<int64_t, std::unique_ptr<KeyState>> states_ GUARDED_BY(mu_);
+  int64_t num_update_ GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_OPS_OPTIMIZER_H_

@@ -1,0 +1,195 @@
+// Update rules on the CPU, the device dispatch shared with Optimizer, and the
+// update ops.
+#include "ops/optimizer_op.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/op_util.h"
+#include "ops/tensor/blas.h"
+
+namespace kvtrain {
+namespace {
+
+// Elements per chunk when an update is split across CPU threads.
+constexpr int64_t kUpdateGrain = 1 << 15;
+
+// rescale and clip, as every rule starts.
+inline float Clipped(const UpdateParams& p, float grad) {
+  float g = p.rescale_grad * grad;
+  if (p.clip_gradient > 0.0f) {
+    g = std::min(std::max(g, -p.clip_gradient), p.clip_gradient);
+  }
+  return g;
+}
+
+void UpdateRange(UpdateRule rule, const UpdateParams& p, int64_t b, int64_t e,
+                 float* w, const float* grad, float* s0, float* s1) {
+  switch (rule) {
+    case UpdateRule::kSgd:
+      for (int64_t i = b; i < e; ++i) {
+        w[i] -= p.lr * (Clipped(p, grad[i]) + p.wd * w[i]);
+      }
+      break;
+    case UpdateRule::kSgdMom:
+      for (int64_t i = b; i < e; ++i) {
+        s0[i] = p.momentum * s0[i] - p.lr * (Clipped(p, grad[i]) + p.wd * w[i]);
+        w[i] += s0[i];
+      }
+      break;
+    case UpdateRule::kNag:
+      for (int64_t i = b; i < e; ++i) {
+        const float gw = Clipped(p, grad[i]) + p.wd * w[i];
+        s0[i] = p.momentum * s0[i] + gw;
+        w[i] -= p.lr * (gw + p.momentum * s0[i]);
+      }
+      break;
+    case UpdateRule::kAdam:
+      for (int64_t i = b; i < e; ++i) {
+        const float gw = Clipped(p, grad[i]) + p.wd * w[i];
+        s0[i] = p.beta1 * s0[i] + (1.0f - p.beta1) * gw;
+        s1[i] = p.beta2 * s1[i] + (1.0f - p.beta2) * gw * gw;
+        w[i] -= p.lr * s0[i] / (std::sqrt(s1[i]) + p.epsilon);
+      }
+      break;
+    case UpdateRule::kAdaGrad:
+      for (int64_t i = b; i < e; ++i) {
+        const float g = Clipped(p, grad[i]);
+        s0[i] += g * g;
+        w[i] -= p.lr * (g / std::sqrt(s0[i] + p.epsilon) + p.wd * w[i]);
+      }
+      break;
+  }
+}
+
+}  // namespace
+
+void UpdateCpu(UpdateRule rule, const UpdateParams& p, int64_t n, float* w,
+               const float* g, float* s0, float* s1) {
+  blas::ParallelFor(n, kUpdateGrain, [&](int64_t b, int64_t e) {
+    UpdateRange(rule, p, b, e, w, g, s0, s1);
+  });
+}
+
+Status ApplyUpdate(UpdateRule rule, const UpdateParams& params,
+                   const Tensor& weight, const Tensor& grad,
+                   const std::vector<Tensor>& states, const std::string& what) {
+  KV_RETURN_IF_ERROR(CheckSameShapeAndType(weight, grad, what + ": gradient"));
+  if (weight.dtype() != DType::kFloat32) {
+    return Status::InvalidArgument(what + ": weight is " +
+                                   DTypeName(weight.dtype()) +
+                                   "; updates take float32");
+  }
+  if (static_cast<int>(states.size()) != NumUpdateStates(rule)) {
+    return Status::Internal(what + ": wrong number of optimizer states");
+  }
+  for (const Tensor* t : {&grad}) {
+    if (t->device() != weight.device()) {
+      return Status::InvalidArgument(what + ": weight on " +
+                                     weight.device().ToString() +
+                                     " but gradient on " +
+                                     t->device().ToString());
+    }
+  }
+  for (const Tensor& s : states) {
+    KV_RETURN_IF_ERROR(CheckSameShapeAndType(weight, s, what + ": state"));
+  }
+  float* s0 = states.size() > 0 ? states[0].data<float>() : nullptr;
+  float* s1 = states.size() > 1 ? states[1].data<float>() : nullptr;
+  if (weight.device().is_cpu()) {
+    UpdateCpu(rule, params, weight.size(), weight.data<float>(),
+              grad.data<float>(), s0, s1);
+    return Status::OK();
+  }
+#ifdef KVTRAIN_CUDA
+  KV_ASSIGN_OR_RETURN(DeviceContext * ctx,
+                      DeviceContext::Get(weight.device()));
+  gpu::Update(rule, params, weight.size(), weight.data<float>(),
+              grad.data<float>(), s0, s1, ctx->stream());
+  return ctx->Synchronize();
+#else
+  return CheckDevice(weight.device());
+#endif
+}
+
+StatusOr<std::unique_ptr<Operator>> UpdateOp::CreateFor(UpdateRule rule,
+                                                        const OpSpec& spec) {
+  auto op = std::unique_ptr<UpdateOp>(new UpdateOp);
+  op->rule_ = rule;
+  UpdateParams& p = op->params_;
+  AttrReader r(spec.Describe(), spec.attrs);
+  double lr = -1, wd, rescale, clip, momentum = 0, beta1, beta2, eps;
+  KV_RETURN_IF_ERROR(r.Float("lr", &lr, 0, 1e9, -1));
+  if (lr <= 0) {
+    return Status::InvalidArgument(spec.Describe() +
+                                   ": attribute lr (> 0) is required");
+  }
+  KV_RETURN_IF_ERROR(r.Float("wd", &wd, 0, 1e9, 0));
+  KV_RETURN_IF_ERROR(r.Float("rescale_grad", &rescale, -1e30, 1e30, 1));
+  KV_RETURN_IF_ERROR(r.Float("clip_gradient", &clip, -1e30, 1e30, -1));
+  if (rule == UpdateRule::kSgdMom || rule == UpdateRule::kNag) {
+    KV_RETURN_IF_ERROR(r.Float("momentum", &momentum, 0, 1, 0));
+  }
+  KV_RETURN_IF_ERROR(r.Float("beta1", &beta1, 0, 1, 0.9));
+  KV_RETURN_IF_ERROR(r.Float("beta2", &beta2, 0, 1, 0.999));
+  KV_RETURN_IF_ERROR(r.Float("epsilon", &eps, 0, 1,
+                             rule == UpdateRule::kAdaGrad ? 1e-7 : 1e-8));
+  KV_RETURN_IF_ERROR(r.Finish());
+  p.lr = static_cast<float>(lr);
+  p.wd = static_cast<float>(wd);
+  p.rescale_grad = static_cast<float>(rescale);
+  p.clip_gradient = static_cast<float>(clip);
+  p.momentum = static_cast<float>(momentum);
+  p.beta1 = static_cast<float>(beta1);
+  p.beta2 = static_cast<float>(beta2);
+  p.epsilon = static_cast<float>(eps);
+  return std::unique_ptr<Operator>(std::move(op));
+}
+
+std::vector<std::string> UpdateOp::ListAuxiliaryStates() const {
+  switch (rule_) {
+    case UpdateRule::kSgd:
+      return {};
+    case UpdateRule::kAdam:
+      return {"mean", "var"};
+    case UpdateRule::kAdaGrad:
+      return {"history"};
+    default:
+      return {"momentum"};
+  }
+}
+
+Status UpdateOp::InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
+                            std::vector<Shape>* aux) const {
+  Shape w = (*in)[0].ndim() ? (*in)[0] : (*in)[1];
+  if (w.ndim() == 0) return Error("the weight shape is unknown");
+  KV_RETURN_IF_ERROR(op_util::Assign(Describe(), input_name(0), &(*in)[0], w));
+  KV_RETURN_IF_ERROR(op_util::Assign(Describe(), input_name(1), &(*in)[1], w));
+  (*out)[0] = w;
+  for (Shape& s : *aux) s = w;
+  return Status::OK();
+}
+
+Status UpdateOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
+  if (args->req[0] == OpReq::kNull) return Status::OK();
+  if (args->req[0] == OpReq::kAdd) {
+    return Error("cannot add an update to its output (write request kAdd)");
+  }
+  // Update a copy when the output does not share the weight's memory.
+  op_util::CopyReq(ctx, OpReq::kWrite, op_util::Ptr(args->in[0]),
+                   op_util::Ptr(args->out[0]), args->in[0].size());
+  return ApplyUpdate(rule_, params_, args->out[0], args->in[1], args->aux,
+                     Describe());
+}
+
+Status UpdateOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
+  return ForwardCpu(ctx, args);
+}
+
+KV_REGISTER_OP("sgd_update", UpdateOp::Create<UpdateRule::kSgd>);
+KV_REGISTER_OP("sgd_mom_update", UpdateOp::Create<UpdateRule::kSgdMom>);
+KV_REGISTER_OP("nag_mom_update", UpdateOp::Create<UpdateRule::kNag>);
+KV_REGISTER_OP("adam_update", UpdateOp::Create<UpdateRule::kAdam>);
+KV_REGISTER_OP("adagrad_update", UpdateOp::Create<UpdateRule::kAdaGrad>);
+
+}  // namespace kvtrain
