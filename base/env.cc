@@ -48,6 +48,17 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
       {env::kCheckNan, "0",
        "1: check every operator output for NaN/Inf and fail naming the "
        "operator."},
+      {env::kBigArrayBound, "1000000",
+       "Arrays with at least this many elements are split evenly across all "
+       "servers; smaller ones go whole to one server, placed to balance "
+       "bytes."},
+      {env::kMxnetBigArrayBound, "(none)",
+       "Accepted for KVTRAIN_BIGARRAY_BOUND when that is unset."},
+      {env::kServerThreads, "2",
+       "Threads per server applying updates (different keys in parallel; 0 "
+       "runs them on the receive thread)."},
+      {env::kKVStoreTimeout, "600",
+       "Seconds a KVStore push, pull or command may wait for the servers."},
   };
   return kDocs;
 }

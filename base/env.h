@@ -37,6 +37,11 @@ inline constexpr char kNumThreads[] = "KVTRAIN_NUM_THREADS";
 inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 inline constexpr char kEngine[] = "KVTRAIN_ENGINE";
 inline constexpr char kCheckNan[] = "KVTRAIN_CHECK_NAN";
+// KVStore.
+inline constexpr char kBigArrayBound[] = "KVTRAIN_BIGARRAY_BOUND";
+inline constexpr char kMxnetBigArrayBound[] = "MXNET_KVSTORE_BIGARRAY_BOUND";
+inline constexpr char kServerThreads[] = "KVTRAIN_SERVER_THREADS";
+inline constexpr char kKVStoreTimeout[] = "KVTRAIN_KVSTORE_TIMEOUT";
 
 }  // namespace env
 

@@ -1,0 +1,43 @@
+#include "base/file.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+namespace kvtrain {
+namespace {
+
+std::string Tmp(const std::string& name) {
+  const char* d = std::getenv("TEST_TMPDIR");
+  return std::string(d ? d : "/tmp") + "/" + name;
+}
+
+TEST(FileTest, WriteThenReadAndReplace) {
+  const std::string p = Tmp("f.bin");
+  const std::string data("a\0b\xff", 4);
+  ASSERT_TRUE(WriteFileAtomic(p, data).ok());
+  EXPECT_EQ(*ReadWholeFile(p), data);
+  ASSERT_TRUE(WriteFileAtomic(p, "second").ok());
+  EXPECT_EQ(*ReadWholeFile(p), "second");
+  // No temp file is left beside it.
+  DIR* d = opendir(Tmp("").c_str());
+  ASSERT_NE(d, nullptr);
+  while (dirent* e = readdir(d)) {
+    EXPECT_EQ(std::string(e->d_name).find("f.bin.tmp"), std::string::npos);
+  }
+  closedir(d);
+}
+
+TEST(FileTest, Errors) {
+  StatusOr<std::string> missing = ReadWholeFile(Tmp("missing"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Status::Code::kNotFound);
+  EXPECT_EQ(missing.status().message(), Tmp("missing") + " does not exist");
+  Status s = WriteFileAtomic(Tmp("no/such/dir/f"), "x");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cannot create"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtrain

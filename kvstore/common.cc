@@ -1,0 +1,153 @@
+// KVStore helpers: keys, grouping, reduction, settings, states files.
+#include "kvstore/common.h"
+
+#include "base/file.h"
+#include "ops/tensor/blas.h"
+#include "proto/kvstore.pb.h"
+
+namespace kvtrain {
+namespace kv {
+
+namespace {
+constexpr uint64_t kNameBase = uint64_t{1} << 32;
+}  // namespace
+
+StatusOr<uint64_t> KeyTable::Id(const Key& key) {
+  if (!key.is_name()) {
+    if (key.id() < 0) {
+      return Status::InvalidArgument("key " + std::to_string(key.id()) +
+                                     ": int keys must be >= 0 (or use a name)");
+    }
+    return static_cast<uint64_t>(key.id());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_name_.find(key.name());
+  if (it != by_name_.end()) return it->second;
+  const uint64_t id = kNameBase + by_name_.size();
+  by_name_.emplace(key.name(), id);
+  names_.emplace(id, key.name());
+  return id;
+}
+
+std::string KeyTable::Name(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = names_.find(id);
+  return it != names_.end() ? it->second : std::to_string(id);
+}
+
+Status KeyError(Status::Code code, const std::string& name,
+                const std::string& message) {
+  const std::string m = "key " + name + ": " + message;
+  switch (code) {
+    case Status::Code::kNotFound: return Status::NotFound(m);
+    case Status::Code::kAlreadyExists: return Status::AlreadyExists(m);
+    case Status::Code::kFailedPrecondition: return Status::FailedPrecondition(m);
+    case Status::Code::kInternal: return Status::Internal(m);
+    default: return Status::InvalidArgument(m);
+  }
+}
+
+StatusOr<std::vector<KeyGroup>> GroupByKey(const std::vector<Key>& keys,
+                                           const std::vector<Tensor>& tensors,
+                                           const std::string& what,
+                                           KeyTable* table) {
+  if (keys.size() != tensors.size()) {
+    return Status::InvalidArgument(what + ": " + std::to_string(keys.size()) +
+                                   " keys but " + std::to_string(tensors.size()) +
+                                   " tensors");
+  }
+  std::vector<KeyGroup> groups;
+  std::map<uint64_t, size_t> index;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    KV_ASSIGN_OR_RETURN(uint64_t id, table->Id(keys[i]));
+    const std::string name = keys[i].ToString();
+    const Tensor& t = tensors[i];
+    if (!t.defined()) {
+      return KeyError(Status::Code::kInvalidArgument, name,
+                      what + " got an undefined tensor");
+    }
+    if (t.dtype() != DType::kFloat32) {
+      return KeyError(Status::Code::kInvalidArgument, name,
+                      std::string(what) + " got a " + DTypeName(t.dtype()) +
+                          " tensor; KVStore values are float32");
+    }
+    auto it = index.find(id);
+    if (it == index.end()) {
+      index.emplace(id, groups.size());
+      groups.push_back(KeyGroup{id, name, {t}});
+      continue;
+    }
+    KeyGroup& g = groups[it->second];
+    if (g.tensors[0].shape() != t.shape()) {
+      return KeyError(Status::Code::kInvalidArgument, name,
+                      what + " got tensors of shapes " +
+                          g.tensors[0].shape().ToString() + " and " +
+                          t.shape().ToString() + " for one key");
+    }
+    g.tensors.push_back(t);
+  }
+  return groups;
+}
+
+StatusOr<Tensor> SumOn(const std::vector<Tensor>& values, const Device& device) {
+  KV_ASSIGN_OR_RETURN(Tensor sum, values[0].CopyTo(device));
+  Tensor staged;
+  for (size_t i = 1; i < values.size(); ++i) {
+    const Tensor* v = &values[i];
+    if (v->device() != device) {
+      if (!staged.defined()) {
+        KV_ASSIGN_OR_RETURN(staged, Tensor::Create(sum.shape(), DType::kFloat32, device));
+      }
+      KV_RETURN_IF_ERROR(staged.CopyFrom(*v));
+      v = &staged;
+    }
+    KV_RETURN_IF_ERROR(blas::Axpy(1.0f, *v, &sum));
+  }
+  KV_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(device));
+  KV_RETURN_IF_ERROR(ctx->Synchronize());
+  return sum;
+}
+
+Status Broadcast(const Tensor& src, const std::vector<Tensor>& outs) {
+  for (Tensor out : outs) KV_RETURN_IF_ERROR(out.CopyFrom(src));
+  return Status::OK();
+}
+
+StatusOr<StoreSettings> StoreSettings::FromEnv(const EnvLookup& env) {
+  StoreSettings s;
+  // KVTRAIN_BIGARRAY_BOUND wins; MXNet's name is accepted too.
+  const char* bound_var = env(env::kBigArrayBound) ? env::kBigArrayBound
+                                                   : env::kMxnetBigArrayBound;
+  KV_ASSIGN_OR_RETURN(s.bigarray_bound,
+                      GetIntVar(env, bound_var, s.bigarray_bound, 1,
+                                int64_t{1} << 50));
+  KV_ASSIGN_OR_RETURN(int64_t threads,
+                      GetIntVar(env, env::kServerThreads, s.server_threads, 0, 256));
+  s.server_threads = static_cast<int>(threads);
+  KV_ASSIGN_OR_RETURN(double timeout,
+                      GetSecondsVar(env, env::kKVStoreTimeout, 600, 0.01, 86400 * 30));
+  s.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+  return s;
+}
+
+Status WriteStatesFile(const std::string& path, const std::string& store_type,
+                       const std::vector<std::string>& states) {
+  proto::KVStoreStatesFile file;
+  file.set_store_type(store_type);
+  for (const std::string& s : states) file.add_states(s);
+  return WriteFileAtomic(path, file.SerializeAsString())
+      .Annotate("saving optimizer states");
+}
+
+StatusOr<std::vector<std::string>> ReadStatesFile(const std::string& path) {
+  KV_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  proto::KVStoreStatesFile file;
+  if (!file.ParseFromString(bytes) || file.store_type().empty()) {
+    return Status::DataLoss(path + ": not an optimizer states file (corrupt or "
+                            "written by something else)");
+  }
+  return std::vector<std::string>(file.states().begin(), file.states().end());
+}
+
+}  // namespace kv
+}  // namespace kvtrain

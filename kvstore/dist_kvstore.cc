@@ -1,0 +1,412 @@
+// dist_sync / dist_device_sync / dist_async: the worker side and RunServer.
+#include "kvstore/dist_kvstore.h"
+
+#include <glog/logging.h>
+
+#include "kvstore/server.h"
+#include "ops/optimizer.h"
+
+namespace kvtrain {
+namespace kv {
+namespace {
+
+// Long enough for any training job; dead peers end it sooner (heartbeats).
+constexpr auto kJobLifetime = std::chrono::hours(24 * 365);
+
+std::string Info(proto::KVCommand cmd, proto::KVSyncMode mode, int64_t step,
+                 const std::string& name, const std::string& payload = "") {
+  proto::RequestInfo info;
+  info.set_command(cmd);
+  info.set_mode(mode);
+  info.set_step(step);
+  info.set_key_name(name);
+  info.set_payload(payload);
+  return info.SerializeAsString();
+}
+
+ps::Blob TensorBlob(const Tensor& t) {
+  return ps::Blob(t.storage(), t.raw_data(), t.nbytes());
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<KVStore>> DistKVStore::Create(
+    const std::string& type, const KVStoreOptions& options) {
+  KV_ASSIGN_OR_RETURN(StoreSettings settings, StoreSettings::FromEnv(options.env));
+  std::unique_ptr<ps::Postoffice> owned;
+  ps::Postoffice* po = options.postoffice;
+  if (po == nullptr) {
+    if (!NodeConfig::InDistributedJob(options.env)) {
+      return Status::FailedPrecondition(
+          "KVStore '" + type + "' needs a distributed job: DMLC_ROLE is not set "
+          "(start the program with tracker/launch.py)");
+    }
+    KV_ASSIGN_OR_RETURN(NodeConfig config, NodeConfig::FromEnv(options.env));
+    KV_ASSIGN_OR_RETURN(owned, ps::Postoffice::Create(config));
+    KV_RETURN_IF_ERROR(owned->Start());
+    po = owned.get();
+  }
+  if (po->num_servers() == 0) {
+    return Status::FailedPrecondition("KVStore '" + type +
+                                      "' needs servers but the job has none "
+                                      "(DMLC_NUM_SERVER=0)");
+  }
+  std::unique_ptr<DistKVStore> store(
+      new DistKVStore(type, po, std::move(owned), settings));
+  if (po->role() == Role::kWorker) {
+    KV_ASSIGN_OR_RETURN(store->worker_, ps::KVWorker::Create(po));
+  }
+  return std::unique_ptr<KVStore>(std::move(store));
+}
+
+DistKVStore::DistKVStore(const std::string& type, ps::Postoffice* po,
+                         std::unique_ptr<ps::Postoffice> owned,
+                         const StoreSettings& settings)
+    : KVStore(type),
+      po_(po),
+      owned_po_(std::move(owned)),
+      settings_(settings),
+      sync_(type != "dist_async"),
+      device_reduce_(type == "dist_device_sync"),
+      placement_(po->num_servers(), settings.bigarray_bound) {
+  if (device_reduce_ && NumGpus() == 0 && po->role() == Role::kWorker) {
+    LOG(INFO) << "KVStore '" << type << "': no GPU (" << NoGpuReason()
+              << "); reducing on the CPU";
+  }
+}
+
+DistKVStore::~DistKVStore() {
+  if (owned_po_ && po_->role() == Role::kWorker && !finalized_) {
+    po_->Abort(po_->name() + " left the job without KVStore::Finalize()");
+  }
+}
+
+Role DistKVStore::role() const { return po_->role(); }
+int DistKVStore::rank() const { return po_->role() == Role::kWorker ? po_->rank() : 0; }
+int DistKVStore::num_workers() const { return po_->num_workers(); }
+
+std::string DistKVStore::Mode() const { return sync_ ? "sync" : "async"; }
+
+Status DistKVStore::CheckWorker(const char* call) const {
+  if (po_->role() == Role::kWorker) return Status::OK();
+  return Status::FailedPrecondition(
+      std::string("KVStore::") + call + " called in a process whose role is " +
+      RoleName(po_->role()) + "; such processes only serve: call RunServer()");
+}
+
+Status DistKVStore::Barrier() {
+  KV_RETURN_IF_ERROR(CheckWorker("Barrier"));
+  return po_->Barrier(ps::kWorkerGroup, settings_.timeout);
+}
+
+Status DistKVStore::Init(const std::vector<Key>& keys,
+                         const std::vector<Tensor>& values) {
+  KV_RETURN_IF_ERROR(CheckWorker("Init"));
+  KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> groups,
+                      GroupByKey(keys, values, "init", &keys_));
+  std::vector<int64_t> sizes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const KeyGroup& g : groups) {
+      if (g.tensors.size() > 1) {
+        return KeyError(Status::Code::kInvalidArgument, g.name,
+                        "init got several values; give one per key");
+      }
+      if (info_.count(g.id)) {
+        return KeyError(Status::Code::kAlreadyExists, g.name, "already initialised");
+      }
+      sizes.push_back(g.tensors[0].size());
+    }
+    const std::vector<std::vector<Part>> parts = placement_.Place(sizes);
+    const std::vector<ps::KeyRange> ranges = po_->ServerKeyRanges();
+    for (size_t i = 0; i < groups.size(); ++i) {
+      KeyInfo ki;
+      ki.name = groups[i].name;
+      ki.shape = groups[i].tensors[0].shape();
+      ki.parts = parts[i];
+      for (const Part& p : ki.parts) {
+        ki.server_keys.push_back(ranges[p.server].begin + groups[i].id);
+        ki.part_bytes.push_back(p.count * 4);
+      }
+      info_.emplace(groups[i].id, std::move(ki));
+    }
+  }
+  if (rank() == 0) {
+    Pending pending;
+    for (const KeyGroup& g : groups) {
+      KV_ASSIGN_OR_RETURN(KeyInfo * ki, Lookup(g, "init"));
+      KV_ASSIGN_OR_RETURN(Tensor host, g.tensors[0].CopyTo(Device::CPU()));
+      ps::RequestOptions opts;
+      opts.head = proto::KV_INIT;
+      opts.body = Info(proto::KV_INIT, sync_ ? proto::KV_SYNC : proto::KV_ASYNC, 0, g.name);
+      KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(ps::KVPairs::From(
+                                          ki->server_keys, TensorBlob(host),
+                                          ki->part_bytes), opts));
+      pending.timestamps.push_back(ts);
+      pending.names.push_back(g.name);
+    }
+    KV_RETURN_IF_ERROR(Wait(Track(std::move(pending))));
+  }
+  // Everyone returns once rank 0's values are on the servers.
+  return Barrier();
+}
+
+StatusOr<DistKVStore::KeyInfo*> DistKVStore::Lookup(const KeyGroup& g,
+                                                     const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = info_.find(g.id);
+  if (it == info_.end()) {
+    return KeyError(Status::Code::kNotFound, g.name,
+                    "was never initialised (call Init first)");
+  }
+  if (it->second.shape != g.tensors[0].shape()) {
+    return KeyError(Status::Code::kInvalidArgument, g.name,
+                    what + " with shape " + g.tensors[0].shape().ToString() +
+                        " but it was initialised with " +
+                        it->second.shape.ToString());
+  }
+  return &it->second;
+}
+
+StatusOr<Tensor> DistKVStore::Reduce(const std::vector<Tensor>& values) {
+  Device where = Device::CPU();
+  if (device_reduce_) {
+    for (const Tensor& v : values) {
+      if (v.device().is_gpu()) {
+        where = v.device();
+        break;
+      }
+    }
+  }
+  KV_ASSIGN_OR_RETURN(Tensor sum, SumOn(values, where));
+  if (!where.is_cpu()) return sum.CopyTo(Device::CPU());
+  return sum;
+}
+
+Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priority,
+                          Pending* pending) {
+  const KeyGroup& g = push ? *push : *pull;
+  KV_ASSIGN_OR_RETURN(KeyInfo * ki, Lookup(g, push ? "push" : "pull"));
+  if (push && pull) {
+    KV_RETURN_IF_ERROR(Lookup(*pull, "pull").status());
+  }
+  ps::RequestOptions opts;
+  opts.priority = priority;
+  opts.dtype = "float32";
+  int64_t step;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    step = push ? ++ki->pushes : ki->pushes;
+  }
+  const proto::KVSyncMode mode = sync_ ? proto::KV_SYNC : proto::KV_ASYNC;
+  opts.head = push ? proto::KV_PUSH : proto::KV_PULL;
+  opts.body = Info(push ? proto::KV_PUSH : proto::KV_PULL, mode, step, g.name);
+  // Pull straight into the first output when it is host memory.
+  Tensor landing;
+  if (pull) {
+    const Tensor& first = pull->tensors[0];
+    landing = first.device().is_cpu() ? first : Tensor::Empty(first.shape());
+  }
+  ps::PullDest dest;
+  if (pull) {
+    dest.data = static_cast<char*>(landing.raw_data());
+    dest.size = landing.nbytes();
+    dest.lens = ps::Blob::FromVector(ki->part_bytes);
+  }
+  const ps::Blob keys = ps::Blob::FromVector(ki->server_keys);
+  StatusOr<int64_t> ts = Status::Internal("no request");
+  if (push) {
+    KV_ASSIGN_OR_RETURN(Tensor sum, Reduce(push->tensors));
+    ps::KVPairs kvs = ps::KVPairs::From(ki->server_keys, TensorBlob(sum), ki->part_bytes);
+    ts = pull ? worker_->PushPull(kvs, opts, dest) : worker_->Push(kvs, opts);
+  } else {
+    ts = worker_->Pull(keys, opts, dest);
+  }
+  KV_RETURN_IF_ERROR(ts.status().Annotate("key " + g.name));
+  pending->timestamps.push_back(*ts);
+  pending->names.push_back(g.name);
+  if (pull) {
+    const std::vector<Tensor> outs = pull->tensors;
+    auto prev = std::move(pending->finish);
+    pending->finish = [prev, landing, outs]() -> Status {
+      if (prev) KV_RETURN_IF_ERROR(prev());
+      for (const Tensor& out : outs) {
+        if (!out.SharesMemoryWith(landing)) KV_RETURN_IF_ERROR(Tensor(out).CopyFrom(landing));
+      }
+      return Status::OK();
+    };
+  }
+  return Status::OK();
+}
+
+StatusOr<KVHandle> DistKVStore::PushAsync(const std::vector<Key>& keys,
+                                          const std::vector<Tensor>& values,
+                                          int priority) {
+  KV_RETURN_IF_ERROR(CheckWorker("Push"));
+  KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> groups,
+                      GroupByKey(keys, values, "push", &keys_));
+  Pending pending;
+  for (const KeyGroup& g : groups) {
+    KV_RETURN_IF_ERROR(Issue(&g, nullptr, priority, &pending));
+  }
+  return Track(std::move(pending));
+}
+
+StatusOr<KVHandle> DistKVStore::PullAsync(const std::vector<Key>& keys,
+                                          const std::vector<Tensor>& outs,
+                                          int priority) {
+  KV_RETURN_IF_ERROR(CheckWorker("Pull"));
+  KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> groups,
+                      GroupByKey(keys, outs, "pull", &keys_));
+  Pending pending;
+  for (const KeyGroup& g : groups) {
+    KV_RETURN_IF_ERROR(Issue(nullptr, &g, priority, &pending));
+  }
+  return Track(std::move(pending));
+}
+
+StatusOr<KVHandle> DistKVStore::PushPullAsync(const std::vector<Key>& keys,
+                                              const std::vector<Tensor>& values,
+                                              const std::vector<Tensor>& outs,
+                                              int priority) {
+  KV_RETURN_IF_ERROR(CheckWorker("PushPull"));
+  KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> pushes,
+                      GroupByKey(keys, values, "push", &keys_));
+  KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> pulls,
+                      GroupByKey(keys, outs, "pull", &keys_));
+  Pending pending;
+  for (size_t i = 0; i < pushes.size(); ++i) {
+    KV_RETURN_IF_ERROR(Issue(&pushes[i], &pulls[i], priority, &pending));
+  }
+  return Track(std::move(pending));
+}
+
+KVHandle DistKVStore::Track(Pending pending) {
+  std::lock_guard<std::mutex> lock(handles_mu_);
+  const KVHandle h = next_handle_++;
+  pending_.emplace(h, std::move(pending));
+  return h;
+}
+
+Status DistKVStore::Wait(KVHandle handle) {
+  Pending p;
+  {
+    std::lock_guard<std::mutex> lock(handles_mu_);
+    auto it = pending_.find(handle);
+    if (it == pending_.end()) {
+      return Status::InvalidArgument("KVStore::Wait: unknown handle " +
+                                     std::to_string(handle) +
+                                     " (each handle is waited for once)");
+    }
+    p = std::move(it->second);
+    pending_.erase(it);
+  }
+  Status first;
+  for (size_t i = 0; i < p.timestamps.size(); ++i) {
+    Status s = worker_->Wait(p.timestamps[i], settings_.timeout);
+    if (!s.ok() && first.ok()) {
+      // Server errors name the key already; transport errors do not.
+      const std::string tag = "key " + p.names[i] + ":";
+      first = s.message().find(tag) == std::string::npos
+                  ? s.Annotate("key " + p.names[i]) : s;
+    }
+  }
+  if (!first.ok()) return first;
+  return p.finish ? p.finish() : Status::OK();
+}
+
+Status DistKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
+  KV_RETURN_IF_ERROR(CheckWorker("SetOptimizer"));
+  // Every worker checks the spec, so a bad one fails everywhere alike.
+  KV_RETURN_IF_ERROR(Optimizer::Create(spec).status());
+  if (rank() == 0) {
+    ps::RequestOptions opts;
+    opts.head = proto::KV_SET_OPTIMIZER;
+    opts.body = Info(proto::KV_SET_OPTIMIZER, proto::KV_SYNC_UNSPECIFIED, 0, "",
+                     spec.SerializeAsString());
+    KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(ps::KVPairs{}, opts));
+    KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout)
+                           .Annotate("sending the optimizer to the servers"));
+  }
+  return Barrier();
+}
+
+Status DistKVStore::SetUpdater(Updater /*updater*/) {
+  return Status::FailedPrecondition(
+      "SetUpdater works with the local and device stores only; '" + type() +
+      "' updates on the servers: use SetOptimizer");
+}
+
+Status DistKVStore::SaveOptimizerStates(const std::string& path) {
+  KV_RETURN_IF_ERROR(CheckWorker("SaveOptimizerStates"));
+  ps::RequestOptions opts;
+  opts.head = proto::KV_SAVE_STATES;
+  opts.body = Info(proto::KV_SAVE_STATES, proto::KV_SYNC_UNSPECIFIED, 0, "");
+  KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Pull(ps::Blob(), opts));
+  ps::PullResult result;
+  KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout, &result)
+                         .Annotate("gathering the servers' optimizer states"));
+  std::vector<std::string> states;
+  for (const ps::KVPairs& part : result.parts) states.push_back(part.vals.ToString());
+  return WriteStatesFile(path, type(), states);
+}
+
+Status DistKVStore::LoadOptimizerStates(const std::string& path) {
+  KV_RETURN_IF_ERROR(CheckWorker("LoadOptimizerStates"));
+  KV_ASSIGN_OR_RETURN(std::vector<std::string> states, ReadStatesFile(path));
+  if (static_cast<int>(states.size()) != po_->num_servers()) {
+    return Status::InvalidArgument(
+        path + " holds the optimizer states of " + std::to_string(states.size()) +
+        " servers but this job has " + std::to_string(po_->num_servers()));
+  }
+  // One key per server (the first of its range) routes each its own states.
+  std::vector<uint64_t> keys;
+  std::vector<int64_t> lens;
+  std::string all;
+  const std::vector<ps::KeyRange> ranges = po_->ServerKeyRanges();
+  for (size_t s = 0; s < states.size(); ++s) {
+    keys.push_back(ranges[s].begin);
+    lens.push_back(static_cast<int64_t>(states[s].size()));
+    all += states[s];
+  }
+  ps::RequestOptions opts;
+  opts.head = proto::KV_LOAD_STATES;
+  opts.body = Info(proto::KV_LOAD_STATES, proto::KV_SYNC_UNSPECIFIED, 0, "");
+  KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(ps::KVPairs::From(
+                                      keys, ps::Blob::FromString(std::move(all)),
+                                      lens), opts));
+  return worker_->Wait(ts, settings_.timeout)
+      .Annotate("restoring the servers' optimizer states from " + path);
+}
+
+Status DistKVStore::RunServer() {
+  if (po_->role() == Role::kWorker) {
+    return Status::FailedPrecondition(
+        "RunServer called in a worker process; workers train, servers serve");
+  }
+  std::unique_ptr<ps::KVServer> server;
+  std::unique_ptr<ServerHandler> handler;
+  if (po_->role() == Role::kServer) {
+    handler = std::make_unique<ServerHandler>(po_->num_workers());
+    ServerHandler* h = handler.get();
+    ps::KVServerOptions opts;
+    opts.handler_threads = settings_.server_threads;
+    KV_ASSIGN_OR_RETURN(
+        server, ps::KVServer::Create(
+                    po_, 0,
+                    [h](const ps::RequestMeta& meta, const ps::KVPairs& data,
+                        ps::KVServer* s) { h->Handle(meta, data, s); },
+                    opts));
+  }
+  finalized_ = true;
+  return po_->Finalize(kJobLifetime);
+}
+
+Status DistKVStore::Finalize() {
+  if (finalized_) return Status::OK();
+  finalized_ = true;
+  return po_->Finalize(settings_.timeout);
+}
+
+}  // namespace kv
+}  // namespace kvtrain

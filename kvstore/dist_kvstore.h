@@ -1,0 +1,107 @@
+// The worker side of dist_sync, dist_device_sync and dist_async: keys are
+// placed on the servers (kvstore/placement.h), each push/pull of a key is
+// one request (so its priority counts), values go out and come back without
+// copies, and RunServer serves in server and scheduler processes.
+#ifndef KVTRAIN_KVSTORE_DIST_KVSTORE_H_
+#define KVTRAIN_KVSTORE_DIST_KVSTORE_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "kvstore/common.h"
+#include "kvstore/kvstore.h"
+#include "kvstore/placement.h"
+#include "kvstore/ps/ps.h"
+#include "proto/kvstore.pb.h"
+
+namespace kvtrain {
+namespace kv {
+
+// Thread-safe.
+class DistKVStore : public KVStore {
+ public:
+  // Joins the job (or uses options.postoffice).
+  static StatusOr<std::unique_ptr<KVStore>> Create(const std::string& type,
+                                                   const KVStoreOptions& options);
+  ~DistKVStore() override;
+
+  Role role() const override;
+  int rank() const override;
+  int num_workers() const override;
+  Status Barrier() override;
+  Status Init(const std::vector<Key>& keys,
+              const std::vector<Tensor>& values) override;
+  StatusOr<KVHandle> PushAsync(const std::vector<Key>& keys,
+                               const std::vector<Tensor>& values,
+                               int priority) override;
+  StatusOr<KVHandle> PullAsync(const std::vector<Key>& keys,
+                               const std::vector<Tensor>& outs,
+                               int priority) override;
+  StatusOr<KVHandle> PushPullAsync(const std::vector<Key>& keys,
+                                   const std::vector<Tensor>& values,
+                                   const std::vector<Tensor>& outs,
+                                   int priority) override;
+  Status Wait(KVHandle handle) override;
+  Status SetOptimizer(const proto::OptimizerSpec& spec) override;
+  Status SetUpdater(Updater updater) override;
+  Status SaveOptimizerStates(const std::string& path) override;
+  Status LoadOptimizerStates(const std::string& path) override;
+  Status RunServer() override;
+  Status Finalize() override;
+
+ private:
+  struct KeyInfo {
+    std::string name;
+    Shape shape;
+    std::vector<Part> parts;
+    std::vector<uint64_t> server_keys;  // one per part, ascending
+    std::vector<int64_t> part_bytes;
+    int64_t pushes = 0;                 // this worker's push count
+  };
+  // Requests in flight for one handle, and what to do when they are done.
+  struct Pending {
+    std::vector<int64_t> timestamps;
+    std::vector<std::string> names;  // the key of each request
+    std::function<Status()> finish;
+  };
+
+  DistKVStore(const std::string& type, ps::Postoffice* po,
+              std::unique_ptr<ps::Postoffice> owned, const StoreSettings& settings);
+  Status CheckWorker(const char* call) const;
+  // The key's metadata, checking that `shape` matches its Init shape.
+  StatusOr<KeyInfo*> Lookup(const KeyGroup& g, const std::string& what)
+      EXCLUDES(mu_);
+  // One key's request: push `values` (reduced) and/or pull into `outs`.
+  Status Issue(const KeyGroup* push, const KeyGroup* pull, int priority,
+               Pending* pending);
+  StatusOr<Tensor> Reduce(const std::vector<Tensor>& values);
+  KVHandle Track(Pending pending) EXCLUDES(handles_mu_);
+  std::string Mode() const;
+
+  ps::Postoffice* po_;
+  std::unique_ptr<ps::Postoffice> owned_po_;
+  std::unique_ptr<ps::KVWorker> worker_;
+  const StoreSettings settings_;
+  const bool sync_;
+  const bool device_reduce_;
+  bool finalized_ = false;
+  KeyTable keys_;
+
+  std::mutex mu_;
+  std::map<uint64_t, KeyInfo> info_ GUARDED_BY(mu_);
+  Placement placement_ GUARDED_BY(mu_);
+
+  std::mutex handles_mu_;
+  KVHandle next_handle_ GUARDED_BY(handles_mu_) = 1;
+  std::map<KVHandle, Pending> pending_ GUARDED_BY(handles_mu_);
+};
+
+}  // namespace kv
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_DIST_KVSTORE_H_

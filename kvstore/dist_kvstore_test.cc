@@ -1,0 +1,227 @@
+// The dist stores end to end inside one process: a scheduler, servers and
+// workers (threads) over the in-process transport. The multi-process tests
+// in tests/kvstore run the same over ZeroMQ.
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "kvstore/kvstore.h"
+#include "kvstore/ps/inproc_job.h"
+
+namespace kvtrain {
+namespace {
+
+using ps::InprocJob;
+using ps::InprocJobOptions;
+
+// Runs `worker(kv, rank)` on every worker of a dist store of `type`, with
+// servers serving until the workers finalize. Returns the first error.
+class DistFixture {
+ public:
+  DistFixture(int servers, int workers, std::map<std::string, std::string> env = {})
+      : job_(Options(servers, workers)), env_(std::move(env)) {}
+
+  static InprocJobOptions Options(int servers, int workers) {
+    InprocJobOptions o;
+    o.num_servers = servers;
+    o.num_workers = workers;
+    return o;
+  }
+
+  Status Run(const std::string& type,
+             const std::function<Status(KVStore*, int)>& worker) {
+    KV_RETURN_IF_ERROR(job_.CreateAll());
+    KV_RETURN_IF_ERROR(job_.StartAll());
+    std::vector<std::future<Status>> done;
+    for (const auto& node : job_.nodes()) {
+      ps::Postoffice* po = node.get();
+      done.push_back(std::async(std::launch::async, [this, po, type, worker] {
+        KVStoreOptions opts;
+        opts.env = MapEnv(env_);
+        opts.postoffice = po;
+        KV_ASSIGN_OR_RETURN(std::unique_ptr<KVStore> kv, KVStore::Create(type, opts));
+        if (!kv->is_worker()) return kv->RunServer();
+        Status s = worker(kv.get(), kv->rank());
+        if (!s.ok()) {
+          po->Abort(s.ToString());
+          return s;
+        }
+        return kv->Finalize();
+      }));
+    }
+    Status first;
+    for (auto& f : done) {
+      Status s = f.get();
+      if (!s.ok() && first.ok()) first = s;
+    }
+    return first;
+  }
+
+ private:
+  InprocJob job_;
+  std::map<std::string, std::string> env_;
+};
+
+Tensor Filled(int64_t n, float v) {
+  Tensor t = Tensor::Empty({n});
+  CHECK(t.Fill(v).ok());
+  return t;
+}
+
+// MXNet's nightly dist_sync_kvstore.py check: workers push rank-dependent
+// integers for several steps; with SGD lr=1 every value is closed-form.
+void SyncClosedForm(int servers, int workers, const std::string& type) {
+  const std::vector<int64_t> sizes = {1, 37, 5000};  // bound below is 1000
+  const int steps = 3;
+  DistFixture f(servers, workers, {{"KVTRAIN_BIGARRAY_BOUND", "1000"}});
+  Status s = f.Run(type, [&](KVStore* kv, int rank) -> Status {
+    std::vector<Key> keys;
+    std::vector<Tensor> init;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      keys.push_back("k" + std::to_string(i));
+      // Rank 0's values win.
+      init.push_back(Filled(sizes[i], rank == 0 ? 1.0f : 99.0f));
+    }
+    KV_RETURN_IF_ERROR(kv->Init(keys, init));
+    proto::OptimizerSpec sgd;
+    sgd.set_type(proto::OptimizerSpec::SGD);
+    sgd.set_learning_rate(1.0f);
+    KV_RETURN_IF_ERROR(kv->SetOptimizer(sgd));
+    for (int t = 1; t <= steps; ++t) {
+      std::vector<Tensor> grads, outs;
+      for (int64_t n : sizes) {
+        grads.push_back(Filled(n, static_cast<float>(rank + 1)));
+        outs.push_back(Tensor::Zeros({n}));
+      }
+      KV_RETURN_IF_ERROR(kv->PushPull(keys, grads, outs, -t));
+      // w = 1 - t * sum_r (r + 1).
+      const float want = 1.0f - t * workers * (workers + 1) / 2.0f;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        for (float v : outs[i].ToVector()) {
+          if (v != want) {
+            return Status::Internal("rank " + std::to_string(rank) + " step " +
+                                    std::to_string(t) + " key " + keys[i].ToString() +
+                                    ": got " + std::to_string(v) + ", want " +
+                                    std::to_string(want));
+          }
+        }
+      }
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(DistKVStoreTest, SyncOneWorkerOneServer) { SyncClosedForm(1, 1, "dist_sync"); }
+TEST(DistKVStoreTest, SyncTwoByTwo) { SyncClosedForm(2, 2, "dist_sync"); }
+TEST(DistKVStoreTest, SyncFourWorkersThreeServers) { SyncClosedForm(3, 4, "dist_sync"); }
+TEST(DistKVStoreTest, DeviceSyncFallsBackToCpu) { SyncClosedForm(2, 2, "dist_device_sync"); }
+
+TEST(DistKVStoreTest, SyncWithoutOptimizerKeepsTheStepsSum) {
+  DistFixture f(2, 3);
+  Status s = f.Run("dist_sync", [](KVStore* kv, int rank) -> Status {
+    KV_RETURN_IF_ERROR(kv->Init({0}, {Filled(10, 0)}));
+    for (int t = 1; t <= 2; ++t) {
+      // Separate push and pull: the pull waits for this step's update.
+      KV_RETURN_IF_ERROR(kv->Push({0}, {Filled(10, static_cast<float>(t * (rank + 1)))}));
+      Tensor out = Tensor::Zeros({10});
+      KV_RETURN_IF_ERROR(kv->Pull({0}, {out}));
+      if (out.ToVector()[9] != t * 6.0f) {
+        return Status::Internal("got " + std::to_string(out.ToVector()[9]));
+      }
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(DistKVStoreTest, AsyncTotalIsTheSumOfAllPushes) {
+  DistFixture f(2, 3, {{"KVTRAIN_BIGARRAY_BOUND", "100"}});
+  const int pushes = 20;
+  Status s = f.Run("dist_async", [&](KVStore* kv, int rank) -> Status {
+    KV_RETURN_IF_ERROR(kv->Init({"a", "b"}, {Filled(3, 0), Filled(500, 0)}));
+    for (int i = 0; i < pushes; ++i) {
+      KV_RETURN_IF_ERROR(kv->Push({"a", "b"}, {Filled(3, rank + 1.0f), Filled(500, 1)}));
+    }
+    KV_RETURN_IF_ERROR(kv->Barrier());
+    Tensor a = Tensor::Zeros({3}), b = Tensor::Zeros({500});
+    KV_RETURN_IF_ERROR(kv->Pull({"a", "b"}, {a, b}));
+    if (a.ToVector()[0] != pushes * 6.0f || b.ToVector()[499] != pushes * 3.0f) {
+      return Status::Internal("async totals " + std::to_string(a.ToVector()[0]) +
+                              ", " + std::to_string(b.ToVector()[499]));
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(DistKVStoreTest, OptimizerStatesSaveAndLoadThroughTheServers) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/dist_states";
+  proto::OptimizerSpec mom;
+  mom.set_type(proto::OptimizerSpec::SGD);
+  mom.set_learning_rate(1.0f);
+  mom.set_momentum(0.5f);
+  float saved_then_two = 0, resumed = 0;
+  DistFixture first(2, 2, {{"KVTRAIN_BIGARRAY_BOUND", "4"}});
+  ASSERT_TRUE(first.Run("dist_sync", [&](KVStore* kv, int rank) -> Status {
+    KV_RETURN_IF_ERROR(kv->Init({"w"}, {Filled(8, 0)}));
+    KV_RETURN_IF_ERROR(kv->SetOptimizer(mom));
+    Tensor out = Tensor::Zeros({8});
+    for (int t = 0; t < 2; ++t) KV_RETURN_IF_ERROR(kv->PushPull({"w"}, {Filled(8, 0.5f)}, {out}));
+    if (rank == 0) KV_RETURN_IF_ERROR(kv->SaveOptimizerStates(path));
+    KV_RETURN_IF_ERROR(kv->Barrier());
+    for (int t = 0; t < 2; ++t) KV_RETURN_IF_ERROR(kv->PushPull({"w"}, {Filled(8, 0.5f)}, {out}));
+    if (rank == 0) saved_then_two = out.ToVector()[7];
+    return Status::OK();
+  }).ok());
+  DistFixture second(2, 2, {{"KVTRAIN_BIGARRAY_BOUND", "4"}});
+  ASSERT_TRUE(second.Run("dist_sync", [&](KVStore* kv, int rank) -> Status {
+    KV_RETURN_IF_ERROR(kv->Init({"w"}, {Filled(8, -2.5f)}));  // the weight at the save
+    KV_RETURN_IF_ERROR(kv->SetOptimizer(mom));
+    if (rank == 0) KV_RETURN_IF_ERROR(kv->LoadOptimizerStates(path));
+    KV_RETURN_IF_ERROR(kv->Barrier());
+    Tensor out = Tensor::Zeros({8});
+    for (int t = 0; t < 2; ++t) KV_RETURN_IF_ERROR(kv->PushPull({"w"}, {Filled(8, 0.5f)}, {out}));
+    if (rank == 0) resumed = out.ToVector()[7];
+    return Status::OK();
+  }).ok());
+  EXPECT_EQ(saved_then_two, -6.125f);
+  EXPECT_EQ(resumed, saved_then_two);
+}
+
+TEST(DistKVStoreTest, BadInputIsAnErrorAndTheServersKeepServing) {
+  DistFixture f(2, 1);
+  Status s = f.Run("dist_sync", [](KVStore* kv, int) -> Status {
+    KV_RETURN_IF_ERROR(kv->Init({"w"}, {Filled(4, 1)}));
+    auto expect = [](Status got, const std::string& want) -> Status {
+      if (got.message().find(want) == std::string::npos) {
+        return Status::Internal("expected an error containing \"" + want +
+                                "\", got: " + got.ToString());
+      }
+      return Status::OK();
+    };
+    KV_RETURN_IF_ERROR(expect(kv->Push({"v"}, {Filled(4, 1)}),
+                              "key v: was never initialised (call Init first)"));
+    KV_RETURN_IF_ERROR(expect(kv->Push({"w"}, {Filled(5, 1)}),
+                              "key w: push with shape (5) but it was initialised with (4)"));
+    KV_RETURN_IF_ERROR(expect(kv->Pull({"w"}, {Tensor::Zeros({3})}),
+                              "key w: pull with shape (3) but it was initialised with (4)"));
+    KV_RETURN_IF_ERROR(expect(kv->SetUpdater(nullptr), "use SetOptimizer"));
+    proto::OptimizerSpec bad;
+    bad.set_type(proto::OptimizerSpec::SGD);
+    bad.set_learning_rate(-1);
+    KV_RETURN_IF_ERROR(expect(kv->SetOptimizer(bad), "learning"));
+    KV_RETURN_IF_ERROR(expect(kv->SaveOptimizerStates("/tmp/x"), "no optimizer"));
+    KV_RETURN_IF_ERROR(expect(kv->RunServer(), "RunServer called in a worker process"));
+    // Still serving: a correct push and pull work.
+    Tensor out = Tensor::Zeros({4});
+    KV_RETURN_IF_ERROR(kv->PushPull({"w"}, {Filled(4, 2)}, {out}));
+    if (out.ToVector()[0] != 2) return Status::Internal("value " + out.DebugString());
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+}  // namespace
+}  // namespace kvtrain

@@ -1,0 +1,53 @@
+// KVStore::Create and the synchronous forms of the calls.
+#include "kvstore/kvstore.h"
+
+#include "kvstore/dist_kvstore.h"
+#include "kvstore/local_kvstore.h"
+
+namespace kvtrain {
+
+const std::vector<std::string>& KVStore::Types() {
+  static const std::vector<std::string> kTypes = {
+      "local", "device", "dist_sync", "dist_device_sync", "dist_async"};
+  return kTypes;
+}
+
+StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type,
+                                                   const KVStoreOptions& options) {
+  if (type == "local" || type == "device") {
+    return std::unique_ptr<KVStore>(new kv::LocalKVStore(type, type == "device"));
+  }
+  if (type == "dist_sync" || type == "dist_device_sync" || type == "dist_async") {
+    return kv::DistKVStore::Create(type, options);
+  }
+  std::string valid;
+  for (const std::string& t : Types()) valid += (valid.empty() ? "" : ", ") + t;
+  return Status::InvalidArgument("unknown KVStore type \"" + type +
+                                 "\"; valid types: " + valid);
+}
+
+Status KVStore::Push(const std::vector<Key>& keys,
+                     const std::vector<Tensor>& values, int priority) {
+  KV_ASSIGN_OR_RETURN(KVHandle h, PushAsync(keys, values, priority));
+  return Wait(h);
+}
+
+Status KVStore::Pull(const std::vector<Key>& keys, const std::vector<Tensor>& outs,
+                     int priority) {
+  KV_ASSIGN_OR_RETURN(KVHandle h, PullAsync(keys, outs, priority));
+  return Wait(h);
+}
+
+Status KVStore::PushPull(const std::vector<Key>& keys,
+                         const std::vector<Tensor>& values,
+                         const std::vector<Tensor>& outs, int priority) {
+  KV_ASSIGN_OR_RETURN(KVHandle h, PushPullAsync(keys, values, outs, priority));
+  return Wait(h);
+}
+
+Status KVStore::RunServer() {
+  return Status::FailedPrecondition("RunServer: the '" + type_ +
+                                    "' store has no servers");
+}
+
+}  // namespace kvtrain

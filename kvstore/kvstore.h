@@ -1,0 +1,153 @@
+// KVStore: the key-value store training code pushes gradients to and pulls
+// weights from. Types: local (reduce and update on the CPU), device (on the
+// GPUs), and the distributed dist_sync, dist_device_sync and dist_async,
+// whose values live on parameter servers. Create one with KVStore::Create.
+//
+// Distributed jobs: every process of the job (started by tracker/launch.py
+// with DMLC_ROLE=scheduler|server|worker) creates the same dist store. In a
+// worker it is the store to train with; in a server or scheduler process it
+// only serves: call RunServer(), which returns when the job ends.
+#ifndef KVTRAIN_KVSTORE_KVSTORE_H_
+#define KVTRAIN_KVSTORE_KVSTORE_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/env.h"
+#include "base/node_config.h"
+#include "base/status.h"
+#include "ops/tensor/tensor.h"
+#include "proto/optimizer.pb.h"
+
+namespace kvtrain {
+
+namespace ps {
+class Postoffice;
+}
+
+// A key: a non-negative int or a string (a parameter's name). A store may
+// hold both kinds. Value type, implicitly built from either.
+class Key {
+ public:
+  Key(int id) : id_(id) {}                                   // NOLINT
+  Key(const char* name) : id_(-1), name_(name) {}             // NOLINT
+  Key(std::string name) : id_(-1), name_(std::move(name)) {}  // NOLINT
+
+  bool is_name() const { return id_ < 0 && !name_.empty(); }
+  int id() const { return id_; }
+  const std::string& name() const { return name_; }
+  // "3" or "fc1_weight".
+  std::string ToString() const { return is_name() ? name_ : std::to_string(id_); }
+
+ private:
+  int id_;
+  std::string name_;
+};
+
+// An update rule for the non-distributed types: weight <- f(weight, grad).
+// `key` is the key as the caller gave it.
+using Updater =
+    std::function<Status(const Key& key, const Tensor& grad, Tensor* weight)>;
+
+struct KVStoreOptions {
+  // The environment (DMLC_*, PS_*, KVTRAIN_*) dist types are configured from.
+  EnvLookup env = ProcessEnv();
+  // Tests: an already started node to use instead of creating one from
+  // `env`. It must outlive the store.
+  ps::Postoffice* postoffice = nullptr;
+};
+
+// Handle of an asynchronous push/pull; pass it to Wait once.
+using KVHandle = int64_t;
+
+// Thread-safe: calls may come from several threads (the trainer pushes from
+// the engine's callbacks). Values are float32 tensors on any device.
+class KVStore {
+ public:
+  // `type`: local, device, dist_sync, dist_device_sync, dist_async. An
+  // unknown type is an error listing the valid ones. Dist types read the
+  // job's environment (NodeConfig) and join the job.
+  static StatusOr<std::unique_ptr<KVStore>> Create(
+      const std::string& type, const KVStoreOptions& options = {});
+  // The valid type names.
+  static const std::vector<std::string>& Types();
+
+  virtual ~KVStore() = default;
+
+  const std::string& type() const { return type_; }
+  // This process's role; kWorker for non-distributed types.
+  virtual Role role() const { return Role::kWorker; }
+  bool is_worker() const { return role() == Role::kWorker; }
+  // Worker rank and count; 0 and 1 for non-distributed types.
+  virtual int rank() const { return 0; }
+  virtual int num_workers() const { return 1; }
+  // Waits for every worker.
+  virtual Status Barrier() { return Status::OK(); }
+
+  // Sets the keys' initial values. Dist types: rank 0's values win, and
+  // every worker returns only when they are on the servers. A key may be
+  // initialised once.
+  virtual Status Init(const std::vector<Key>& keys,
+                      const std::vector<Tensor>& values) = 0;
+
+  // Pushes values: a key may appear several times (one value per device);
+  // its values are summed first. Then the key's update runs: the optimizer
+  // or updater if set, otherwise the stored value becomes the sum. Higher
+  // `priority` goes first on the network.
+  virtual StatusOr<KVHandle> PushAsync(const std::vector<Key>& keys,
+                                       const std::vector<Tensor>& values,
+                                       int priority = 0) = 0;
+  // Copies each key's value into `outs` (a key may appear several times).
+  // The tensors are views: their memory is written.
+  virtual StatusOr<KVHandle> PullAsync(const std::vector<Key>& keys,
+                                       const std::vector<Tensor>& outs,
+                                       int priority = 0) = 0;
+  // Push then pull the result, in one round trip for dist types.
+  virtual StatusOr<KVHandle> PushPullAsync(const std::vector<Key>& keys,
+                                           const std::vector<Tensor>& values,
+                                           const std::vector<Tensor>& outs,
+                                           int priority = 0) = 0;
+  // Waits for an asynchronous call; its error, if any, names the key.
+  virtual Status Wait(KVHandle handle) = 0;
+
+  // Synchronous forms.
+  Status Push(const std::vector<Key>& keys, const std::vector<Tensor>& values,
+              int priority = 0);
+  Status Pull(const std::vector<Key>& keys, const std::vector<Tensor>& outs,
+              int priority = 0);
+  Status PushPull(const std::vector<Key>& keys,
+                  const std::vector<Tensor>& values,
+                  const std::vector<Tensor>& outs, int priority = 0);
+
+  // The optimizer applied on every push. Dist types: sent to the servers as
+  // a protobuf (never code) and applied there.
+  virtual Status SetOptimizer(const proto::OptimizerSpec& spec) = 0;
+  // A custom update rule; non-distributed types only.
+  virtual Status SetUpdater(Updater updater) = 0;
+  // Every key's optimizer state, written atomically to `path`; for dist
+  // types the servers' states are gathered. Load restores them.
+  virtual Status SaveOptimizerStates(const std::string& path) = 0;
+  virtual Status LoadOptimizerStates(const std::string& path) = 0;
+
+  // Server and scheduler processes of dist types: serve until the job ends.
+  // Workers and non-distributed types: an error.
+  virtual Status RunServer();
+  // Dist types: leave the job cleanly; every worker calls it once at the
+  // end (it returns when every node has). A worker's store destroyed
+  // without Finalize aborts the whole job at once, so a worker that fails
+  // stops the others instead of leaving them waiting.
+  virtual Status Finalize() { return Status::OK(); }
+
+ protected:
+  explicit KVStore(std::string type) : type_(std::move(type)) {}
+
+ private:
+  const std::string type_;
+};
+
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_KVSTORE_H_

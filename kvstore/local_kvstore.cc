@@ -1,0 +1,192 @@
+// local and device KVStores.
+#include "kvstore/local_kvstore.h"
+
+#include <glog/logging.h>
+
+namespace kvtrain {
+namespace kv {
+
+LocalKVStore::LocalKVStore(const std::string& type, bool on_gpu)
+    : KVStore(type), on_gpu_(on_gpu) {
+  if (on_gpu_ && NumGpus() == 0) {
+    LOG(INFO) << "KVStore '" << type << "': no GPU (" << NoGpuReason()
+              << "); reducing and updating on the CPU";
+  }
+}
+
+Device LocalKVStore::ReduceDevice(const std::vector<Tensor>& values) const {
+  if (!on_gpu_) return Device::CPU();
+  for (const Tensor& v : values) {
+    if (v.device().is_gpu()) return v.device();
+  }
+  return NumGpus() > 0 ? Device::GPU(0) : Device::CPU();
+}
+
+Status LocalKVStore::Init(const std::vector<Key>& keys,
+                          const std::vector<Tensor>& values) {
+  KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> groups,
+                      GroupByKey(keys, values, "init", &keys_));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const KeyGroup& g : groups) {
+    if (g.tensors.size() > 1) {
+      return KeyError(Status::Code::kInvalidArgument, g.name,
+                      "init got " + std::to_string(g.tensors.size()) +
+                          " values; give one per key");
+    }
+    if (store_.count(g.id)) {
+      return KeyError(Status::Code::kAlreadyExists, g.name,
+                      "already initialised");
+    }
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const KeyGroup& g = groups[i];
+    KV_ASSIGN_OR_RETURN(Tensor copy, g.tensors[0].CopyTo(ReduceDevice(g.tensors)));
+    store_.emplace(g.id, Entry{keys[i], std::move(copy)});
+  }
+  return Status::OK();
+}
+
+Status LocalKVStore::DoPush(const std::vector<Key>& keys,
+                            const std::vector<Tensor>& values) {
+  KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> groups,
+                      GroupByKey(keys, values, "push", &keys_));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const KeyGroup& g : groups) {
+    auto it = store_.find(g.id);
+    if (it == store_.end()) {
+      return KeyError(Status::Code::kNotFound, g.name,
+                      "was never initialised (call Init first)");
+    }
+    Entry& e = it->second;
+    if (e.value.shape() != g.tensors[0].shape()) {
+      return KeyError(Status::Code::kInvalidArgument, g.name,
+                      "pushed shape " + g.tensors[0].shape().ToString() +
+                          " but it was initialised with " +
+                          e.value.shape().ToString());
+    }
+    KV_ASSIGN_OR_RETURN(Tensor merged, SumOn(g.tensors, e.value.device()));
+    if (updater_) {
+      KV_RETURN_IF_ERROR(updater_(e.key, merged, &e.value)
+                             .Annotate("key " + g.name + ": updater"));
+    } else {
+      e.value = std::move(merged);
+    }
+  }
+  return Status::OK();
+}
+
+Status LocalKVStore::DoPull(const std::vector<Key>& keys,
+                            const std::vector<Tensor>& outs) {
+  KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> groups,
+                      GroupByKey(keys, outs, "pull", &keys_));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const KeyGroup& g : groups) {
+    auto it = store_.find(g.id);
+    if (it == store_.end()) {
+      return KeyError(Status::Code::kNotFound, g.name,
+                      "was never initialised (call Init first)");
+    }
+    const Tensor& v = it->second.value;
+    if (v.shape() != g.tensors[0].shape()) {
+      return KeyError(Status::Code::kInvalidArgument, g.name,
+                      "pull into shape " + g.tensors[0].shape().ToString() +
+                          " but the value has shape " + v.shape().ToString());
+    }
+    KV_RETURN_IF_ERROR(Broadcast(v, g.tensors));
+  }
+  return Status::OK();
+}
+
+KVHandle LocalKVStore::Finish(Status status) {
+  std::lock_guard<std::mutex> lock(handles_mu_);
+  const KVHandle h = next_handle_++;
+  done_.emplace(h, std::move(status));
+  return h;
+}
+
+StatusOr<KVHandle> LocalKVStore::PushAsync(const std::vector<Key>& keys,
+                                           const std::vector<Tensor>& values,
+                                           int /*priority*/) {
+  return Finish(DoPush(keys, values));
+}
+
+StatusOr<KVHandle> LocalKVStore::PullAsync(const std::vector<Key>& keys,
+                                           const std::vector<Tensor>& outs,
+                                           int /*priority*/) {
+  return Finish(DoPull(keys, outs));
+}
+
+StatusOr<KVHandle> LocalKVStore::PushPullAsync(const std::vector<Key>& keys,
+                                               const std::vector<Tensor>& values,
+                                               const std::vector<Tensor>& outs,
+                                               int /*priority*/) {
+  Status s = DoPush(keys, values);
+  if (s.ok()) s = DoPull(keys, outs);
+  return Finish(std::move(s));
+}
+
+Status LocalKVStore::Wait(KVHandle handle) {
+  std::lock_guard<std::mutex> lock(handles_mu_);
+  auto it = done_.find(handle);
+  if (it == done_.end()) {
+    return Status::InvalidArgument("KVStore::Wait: unknown handle " +
+                                   std::to_string(handle) +
+                                   " (each handle is waited for once)");
+  }
+  Status s = std::move(it->second);
+  done_.erase(it);
+  return s;
+}
+
+Status LocalKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> created, Optimizer::Create(spec));
+  std::shared_ptr<Optimizer> opt(std::move(created));
+  std::lock_guard<std::mutex> lock(mu_);
+  optimizer_ = opt;
+  KeyTable* table = &keys_;
+  updater_ = [opt, table](const Key& key, const Tensor& grad, Tensor* weight) {
+    KV_ASSIGN_OR_RETURN(uint64_t id, table->Id(key));
+    return opt->Update(static_cast<int64_t>(id), *weight, grad);
+  };
+  return Status::OK();
+}
+
+Status LocalKVStore::SetUpdater(Updater updater) {
+  std::lock_guard<std::mutex> lock(mu_);
+  optimizer_.reset();
+  updater_ = std::move(updater);
+  return Status::OK();
+}
+
+Status LocalKVStore::SaveOptimizerStates(const std::string& path) {
+  std::shared_ptr<Optimizer> opt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    opt = optimizer_;
+  }
+  if (!opt) {
+    return Status::FailedPrecondition(
+        "SaveOptimizerStates: no optimizer set (SetOptimizer first; a custom "
+        "updater has no states to save)");
+  }
+  KV_ASSIGN_OR_RETURN(std::string states, opt->SaveStates());
+  return WriteStatesFile(path, type(), {states});
+}
+
+Status LocalKVStore::LoadOptimizerStates(const std::string& path) {
+  KV_ASSIGN_OR_RETURN(std::vector<std::string> states, ReadStatesFile(path));
+  if (states.size() != 1) {
+    return Status::InvalidArgument(
+        path + " holds the states of " + std::to_string(states.size()) +
+        " servers; a '" + type() + "' store has one optimizer");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!optimizer_) {
+    return Status::FailedPrecondition(
+        "LoadOptimizerStates: no optimizer set (call SetOptimizer first)");
+  }
+  return optimizer_->LoadStates(states[0]).Annotate(path);
+}
+
+}  // namespace kv
+}  // namespace kvtrain

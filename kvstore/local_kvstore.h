@@ -1,0 +1,72 @@
+// The non-distributed stores: `local` (reduce and update on the CPU) and
+// `device` (reduce and update on a GPU; without one, on the CPU, said once).
+#ifndef KVTRAIN_KVSTORE_LOCAL_KVSTORE_H_
+#define KVTRAIN_KVSTORE_LOCAL_KVSTORE_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "base/thread_annotations.h"
+#include "kvstore/common.h"
+#include "kvstore/kvstore.h"
+#include "ops/optimizer.h"
+
+namespace kvtrain {
+namespace kv {
+
+// Thread-safe (one mutex; operations run to completion in the call).
+class LocalKVStore : public KVStore {
+ public:
+  // `on_gpu`: the device type.
+  LocalKVStore(const std::string& type, bool on_gpu);
+
+  Status Init(const std::vector<Key>& keys,
+              const std::vector<Tensor>& values) override;
+  StatusOr<KVHandle> PushAsync(const std::vector<Key>& keys,
+                               const std::vector<Tensor>& values,
+                               int priority) override;
+  StatusOr<KVHandle> PullAsync(const std::vector<Key>& keys,
+                               const std::vector<Tensor>& outs,
+                               int priority) override;
+  StatusOr<KVHandle> PushPullAsync(const std::vector<Key>& keys,
+                                   const std::vector<Tensor>& values,
+                                   const std::vector<Tensor>& outs,
+                                   int priority) override;
+  Status Wait(KVHandle handle) override;
+  Status SetOptimizer(const proto::OptimizerSpec& spec) override;
+  Status SetUpdater(Updater updater) override;
+  Status SaveOptimizerStates(const std::string& path) override;
+  Status LoadOptimizerStates(const std::string& path) override;
+
+ private:
+  struct Entry {
+    Key key;
+    Tensor value;
+  };
+
+  // The device a key's merge and update run on.
+  Device ReduceDevice(const std::vector<Tensor>& values) const;
+  Status DoPush(const std::vector<Key>& keys, const std::vector<Tensor>& values)
+      EXCLUDES(mu_);
+  Status DoPull(const std::vector<Key>& keys, const std::vector<Tensor>& outs)
+      EXCLUDES(mu_);
+  KVHandle Finish(Status status) EXCLUDES(handles_mu_);
+
+  const bool on_gpu_;
+  KeyTable keys_;
+  std::mutex mu_;
+  std::map<uint64_t, Entry> store_ GUARDED_BY(mu_);
+  Updater updater_ GUARDED_BY(mu_);
+  std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);
+
+  std::mutex handles_mu_;
+  KVHandle next_handle_ GUARDED_BY(handles_mu_) = 1;
+  std::map<KVHandle, Status> done_ GUARDED_BY(handles_mu_);
+};
+
+}  // namespace kv
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_LOCAL_KVSTORE_H_

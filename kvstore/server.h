@@ -1,0 +1,89 @@
+// The server side of the dist KVStores: answers the workers' requests
+// (kvstore.proto commands) on one parameter server.
+//
+// dist_sync: a key's update runs once the server holds exactly one push from
+// every worker for the key's next step (tracked per worker rank and step);
+// pulls of a step are answered after its update. Pushes for later steps
+// wait their turn. dist_async: every push is applied when it arrives.
+// Without an optimizer, sync keeps the step's summed gradients and async
+// accumulates every push.
+#ifndef KVTRAIN_KVSTORE_SERVER_H_
+#define KVTRAIN_KVSTORE_SERVER_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "kvstore/ps/ps.h"
+#include "ops/optimizer.h"
+#include "proto/kvstore.pb.h"
+
+namespace kvtrain {
+namespace kv {
+
+// Thread-safe: the transport runs Handle on several threads, requests of one
+// key in order.
+class ServerHandler {
+ public:
+  explicit ServerHandler(int num_workers) : num_workers_(num_workers) {}
+
+  void Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
+              ps::KVServer* server);
+
+ private:
+  // A request waiting for a later step.
+  struct Deferred {
+    ps::RequestMeta meta;
+    ps::KVPairs data;
+    proto::RequestInfo info;
+  };
+  struct KeyState {
+    std::mutex mu;
+    std::string name;          // the user's key, for messages
+    Tensor value;              // float32 (n), CPU
+    int64_t step = 0;          // sync: completed steps
+    Tensor merge;              // sync: sum of this step's pushes
+    std::vector<bool> pushed;  // sync: by worker rank, this step
+    int num_pushed = 0;
+    std::multimap<int64_t, Deferred> later;  // sync: pushes for later steps
+    std::vector<Deferred> pulls;             // sync: answered after a step
+  };
+
+  void Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
+            const proto::RequestInfo& info, ps::KVServer* server);
+  void Push(const ps::RequestMeta& meta, const ps::KVPairs& data,
+            const proto::RequestInfo& info, ps::KVServer* server);
+  void Pull(const ps::RequestMeta& meta, const ps::KVPairs& data,
+            const proto::RequestInfo& info, ps::KVServer* server);
+  void SetOptimizer(const ps::RequestMeta& meta, const proto::RequestInfo& info,
+                    ps::KVServer* server);
+  void SaveStates(const ps::RequestMeta& meta, ps::KVServer* server);
+  void LoadStates(const ps::RequestMeta& meta, const ps::KVPairs& data,
+                  ps::KVServer* server);
+
+  // Applies one sync push (state locked); returns false on a bad push.
+  void SyncPush(KeyState* st, uint64_t key, const Deferred& push,
+                ps::KVServer* server) REQUIRES(st->mu);
+  // All workers pushed: update, answer this step's pulls, admit later pushes.
+  void CompleteStep(KeyState* st, uint64_t key, ps::KVServer* server)
+      REQUIRES(st->mu);
+  Status Apply(KeyState* st, uint64_t key, const Tensor& grad, bool accumulate)
+      REQUIRES(st->mu);
+  void RespondValue(KeyState* st, uint64_t key, const ps::RequestMeta& meta,
+                    ps::KVServer* server) REQUIRES(st->mu);
+
+  KeyState* Find(uint64_t key) EXCLUDES(mu_);
+  std::shared_ptr<Optimizer> optimizer() EXCLUDES(mu_);
+
+  const int num_workers_;
+  std::mutex mu_;
+  std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);
+  std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);
+};
+
+}  // namespace kv
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_SERVER_H_
