@@ -155,7 +155,10 @@ std::vector<KeyRange> Postoffice::ServerKeyRanges() const {
 PostofficeImpl::PostofficeImpl(const NodeConfig& config,
                                std::unique_ptr<Van> van,
                                const PostofficeOptions& options)
-    : config_(config), options_(options), van_(std::move(van)) {}
+    : config_(config),
+      options_(options),
+      van_(std::move(van)),
+      bad_input_log_(10, std::chrono::seconds(10)) {}
 
 PostofficeImpl::~PostofficeImpl() { StopThreads(Duration::zero()); }
 

@@ -187,6 +187,7 @@ class PostofficeImpl {
   std::thread timer_thread_;
   std::mutex timer_mu_;
   std::condition_variable timer_cv_;
+  // Lines about dropped input: at most 10 per 10 s.
   LogRateLimiter bad_input_log_;
 };
 

@@ -133,7 +133,8 @@ bool Process::Reap(bool block) {
   } while (r < 0 && errno == EINTR);
   if (r != pid_) return false;
   ExitInfo info;
-  info.after = Clock::now() - started_;
+  info.at = Clock::now();
+  info.after = info.at - started_;
   if (WIFEXITED(status)) {
     info.exited = true;
     info.code = WEXITSTATUS(status);

@@ -26,8 +26,9 @@ struct ExitInfo {
   bool exited = false;  // true: exit(code); false: killed by `signal`
   int code = -1;
   int signal = 0;
-  // When the exit was observed, relative to the spawn.
+  // When the exit was observed: relative to the spawn, and absolute.
   Duration after = Duration::zero();
+  Clock::time_point at;
 
   bool ok() const { return exited && code == 0; }
   // "exit 0", "exit 3", "killed by signal 9 (Killed)".

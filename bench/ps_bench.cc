@@ -1,0 +1,364 @@
+// ps_bench: push+pull time and throughput of the parameter-server transport
+// (KVWorker::PushPull, one key per server) for payloads of 4 B .. 64 MB,
+// with 1 worker/1 server and 2 workers/2 servers, one or several requests in
+// flight, next to its baseline measured in the same run: a zero-copy ZeroMQ
+// DEALER/ROUTER echo of the same size between two processes on loopback.
+// Every row prints ours/raw; the last line is a one-line summary.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "base/node_config.h"
+#include "bench/raw_echo.h"
+#include "kvstore/ps/ps.h"
+#include "tests/util/local_job.h"
+
+DEFINE_string(sizes, "4,1024,65536,1048576,4194304,16777216,67108864",
+              "payload bytes of one push (and of its pull)");
+DEFINE_double(min_time, 0.5, "seconds measured per row (at least 3 ops)");
+DEFINE_int32(in_flight, 4, "requests in flight in the pipelined rows");
+DEFINE_string(jobs, "1x1,2x2", "jobs to run, <workers>x<servers>");
+DEFINE_int32(handler_threads, 1,
+             "server handler threads (0: on the receive thread)");
+DEFINE_int32(raw_echo_port, 0, "internal: run the echo server on this port");
+DEFINE_string(results_dir, "", "internal: where job workers write results");
+
+namespace kvtrain {
+namespace bench {
+namespace {
+
+using ps::Blob;
+using ps::KVPairs;
+using Clock = std::chrono::steady_clock;
+constexpr auto kWait = std::chrono::seconds(300);
+
+std::vector<size_t> Sizes() {
+  std::vector<size_t> out;
+  std::stringstream ss(FLAGS_sizes);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoull(item));
+  return out;
+}
+
+std::string SizeName(size_t b) {
+  char buf[32];
+  if (b >= (1 << 20) && b % (1 << 20) == 0) {
+    std::snprintf(buf, sizeof(buf), "%zuMB", b >> 20);
+  } else if (b >= 1024 && b % 1024 == 0) {
+    std::snprintf(buf, sizeof(buf), "%zuKB", b >> 10);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%zuB", b);
+  }
+  return buf;
+}
+
+std::string TimeName(double us) {
+  char buf[32];
+  if (us >= 1000) {
+    std::snprintf(buf, sizeof(buf), "%.2f ms", us / 1000);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f us", us);
+  }
+  return buf;
+}
+
+// ---- Nodes of the benchmark job ----
+
+// Keeps each pushed value by reference and answers a pull with it: the
+// server does no arithmetic, so the job measures the transport alone.
+class EchoStore {
+ public:
+  void Handle(const ps::RequestMeta& meta, const KVPairs& kv,
+              ps::KVServer* server) {
+    const size_t n = kv.num_keys();
+    std::vector<Blob> vals(n);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      size_t off = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const size_t len =
+            kv.lens.empty() ? kv.vals.size() / n : kv.lens.as<int64_t>()[i];
+        if (meta.push) store_[kv.key(i)] = kv.vals.Slice(off, len);
+        off += len;
+        vals[i] = store_[kv.key(i)];
+      }
+    }
+    KVPairs reply;
+    if (meta.pull) {
+      reply.keys = kv.keys;
+      std::vector<int64_t> lens;
+      for (const Blob& b : vals) lens.push_back(static_cast<int64_t>(b.size()));
+      if (n == 1) {
+        reply.vals = vals[0];  // zero-copy
+      } else {
+        std::string cat;
+        for (const Blob& b : vals) cat.append(b.data(), b.size());
+        reply.vals = Blob::FromString(std::move(cat));
+      }
+      reply.lens = Blob::FromVector(std::move(lens));
+    }
+    Status s = server->Respond(meta, reply);
+    LOG_IF(ERROR, !s.ok()) << s;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<uint64_t, Blob> store_;
+};
+
+// One size, `in_flight` PushPulls outstanding, for about min_time seconds.
+StatusOr<EchoResult> TimePushPull(ps::KVWorker* w, const KVPairs& kv,
+                                  size_t bytes, int in_flight) {
+  for (int i = 0; i < 2; ++i) {  // warm-up
+    KV_ASSIGN_OR_RETURN(int64_t ts, w->PushPull(kv));
+    ps::PullResult r;
+    KV_RETURN_IF_ERROR(w->Wait(ts, kWait, &r));
+  }
+  EchoResult res;
+  res.bytes = bytes;
+  res.in_flight = in_flight;
+  std::deque<int64_t> q;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < in_flight; ++i) {
+    KV_ASSIGN_OR_RETURN(int64_t ts, w->PushPull(kv));
+    q.push_back(ts);
+  }
+  for (;;) {
+    ps::PullResult r;
+    KV_RETURN_IF_ERROR(w->Wait(q.front(), kWait, &r));
+    if (r.total_bytes() != bytes) {
+      return Status::DataLoss("pulled " + std::to_string(r.total_bytes()) +
+                              " bytes, pushed " + std::to_string(bytes));
+    }
+    q.pop_front();
+    ++res.ops;
+    res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (res.seconds >= FLAGS_min_time && res.ops >= 3) break;
+    KV_ASSIGN_OR_RETURN(int64_t ts, w->PushPull(kv));
+    q.push_back(ts);
+  }
+  for (int64_t ts : q) KV_RETURN_IF_ERROR(w->Wait(ts, kWait));
+  return res;
+}
+
+Status RunWorker(ps::Postoffice* po) {
+  KV_ASSIGN_OR_RETURN(auto w, ps::KVWorker::Create(po, 0));
+  std::vector<uint64_t> keys;
+  for (const ps::KeyRange& r : po->ServerKeyRanges())
+    keys.push_back(r.begin + 1);
+  std::ofstream out(FLAGS_results_dir + "/worker-" +
+                    std::to_string(po->rank()));
+  for (size_t bytes : Sizes()) {
+    std::vector<int64_t> lens;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      lens.push_back(bytes / keys.size() + (i < bytes % keys.size() ? 1 : 0));
+    }
+    KVPairs kv = KVPairs::From(
+        keys, Blob::FromVector(std::vector<char>(bytes, 'v')), lens);
+    for (int in_flight : {1, FLAGS_in_flight}) {
+      KV_RETURN_IF_ERROR(po->Barrier(ps::kWorkerGroup, kWait));
+      KV_ASSIGN_OR_RETURN(EchoResult r,
+                          TimePushPull(w.get(), kv, bytes, in_flight));
+      out << r.bytes << " " << r.in_flight << " " << r.ops << " " << r.seconds
+          << "\n";
+    }
+  }
+  out.close();
+  return po->Barrier(ps::kWorkerGroup, kWait);
+}
+
+int RunNode() {
+  StatusOr<NodeConfig> config = NodeConfig::FromEnv(ProcessEnv());
+  if (!config.ok())
+    return std::fprintf(stderr, "%s\n", config.status().ToString().c_str()), 2;
+  auto po = ps::Postoffice::Create(*config);
+  if (!po.ok())
+    return std::fprintf(stderr, "%s\n", po.status().ToString().c_str()), 2;
+  Status s = (*po)->Start();
+  EchoStore store;
+  std::unique_ptr<ps::KVServer> server;
+  if (s.ok() && config->role == Role::kServer) {
+    ps::KVServerOptions so;
+    so.handler_threads = FLAGS_handler_threads;
+    auto srv = ps::KVServer::Create(
+        po->get(), 0,
+        [&store](const ps::RequestMeta& m, const KVPairs& kv, ps::KVServer* x) {
+          store.Handle(m, kv, x);
+        },
+        so);
+    s = srv.status();
+    if (srv.ok()) server = std::move(*srv);
+  }
+  if (s.ok() && config->role == Role::kWorker) s = RunWorker(po->get());
+  if (s.ok()) s = (*po)->Finalize(kWait);
+  if (!s.ok()) return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
+  return 0;
+}
+
+// ---- The driver ----
+
+std::string SelfPath() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : "";
+}
+
+std::string MachineLine() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, model = "unknown CPU";
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  int major, minor, patch;
+  zmq_version(&major, &minor, &patch);
+  std::ostringstream os;
+  os << model << ", " << sysconf(_SC_NPROCESSORS_ONLN) << " cores; ZeroMQ "
+     << major << "." << minor << "." << patch;
+  return os.str();
+}
+
+// Raw echo results by (bytes, in_flight).
+using Table = std::map<std::pair<size_t, int>, EchoResult>;
+
+StatusOr<Table> MeasureRaw(const std::vector<size_t>& sizes) {
+  KV_ASSIGN_OR_RETURN(int port, testutil::FreeTcpPort());
+  testutil::ProcessOptions po;
+  po.argv = {SelfPath(), "--raw_echo_port=" + std::to_string(port)};
+  KV_ASSIGN_OR_RETURN(auto server, testutil::Process::Spawn(po));
+  KV_ASSIGN_OR_RETURN(EchoClient * raw, EchoClient::Connect(port));
+  std::unique_ptr<EchoClient> client(raw);
+  Table t;
+  std::vector<size_t> all = sizes;
+  all.push_back(64);
+  for (size_t bytes : all) {
+    for (int in_flight : {1, FLAGS_in_flight}) {
+      KV_ASSIGN_OR_RETURN(EchoResult r,
+                          client->Run(bytes, in_flight, FLAGS_min_time));
+      t[{bytes, in_flight}] = r;
+    }
+  }
+  client->Stop();
+  server->Wait(std::chrono::seconds(30));
+  return t;
+}
+
+struct JobRow {
+  double us_per_op = 0;  // mean over workers
+  double gbps = 0;       // total over workers
+};
+
+StatusOr<std::map<std::pair<size_t, int>, JobRow>> MeasureJob(int workers,
+                                                              int servers) {
+  testutil::LocalJobOptions o;
+  o.binary = SelfPath();
+  o.num_workers = workers;
+  o.num_servers = servers;
+  o.log_dir = testutil::NewTempDir("ps_bench-");
+  o.args = {"--sizes=" + FLAGS_sizes,
+            "--min_time=" + std::to_string(FLAGS_min_time),
+            "--in_flight=" + std::to_string(FLAGS_in_flight),
+            "--handler_threads=" + std::to_string(FLAGS_handler_threads),
+            "--results_dir=" + o.log_dir};
+  KV_ASSIGN_OR_RETURN(auto job, testutil::LocalJob::Start(o));
+  if (!job->WaitAll(std::chrono::minutes(30)) || !job->AllSucceeded()) {
+    return Status::Internal("benchmark job failed:\n" + job->Report());
+  }
+  std::map<std::pair<size_t, int>, JobRow> rows;
+  for (int r = 0; r < workers; ++r) {
+    std::ifstream in(o.log_dir + "/worker-" + std::to_string(r));
+    EchoResult e;
+    while (in >> e.bytes >> e.in_flight >> e.ops >> e.seconds) {
+      JobRow& row = rows[{e.bytes, e.in_flight}];
+      row.us_per_op += e.us_per_op() / workers;
+      row.gbps += e.gbps();
+    }
+  }
+  return rows;
+}
+
+int RunDriver() {
+  const std::vector<size_t> sizes = Sizes();
+  std::printf(
+      "ps_bench: kvtrain push+pull (KVWorker::PushPull, one key per "
+      "server, %d server handler thread%s) vs raw ZeroMQ zero-copy "
+      "DEALER/ROUTER echo of the same size, both over tcp://127.0.0.1 "
+      "in this run\n",
+      FLAGS_handler_threads, FLAGS_handler_threads == 1 ? "" : "s");
+  std::printf("machine: %s\n", MachineLine().c_str());
+  StatusOr<Table> raw = MeasureRaw(sizes);
+  if (!raw.ok())
+    return std::fprintf(stderr, "%s\n", raw.status().ToString().c_str()), 1;
+  const double raw64 = raw->at({64, 1}).us_per_op();
+  std::printf("raw ZeroMQ echo round trip at 64B: %s\n\n",
+              TimeName(raw64).c_str());
+  std::printf("%-6s %7s %9s %12s %12s %9s %12s\n", "job", "size", "in flight",
+              "raw echo", "push+pull", "ours/raw", "GB/s (ours)");
+  std::map<std::string, std::map<std::pair<size_t, int>, JobRow>> jobs;
+  std::stringstream js(FLAGS_jobs);
+  std::string spec;
+  while (std::getline(js, spec, ',')) {
+    int w = 0, s = 0;
+    if (std::sscanf(spec.c_str(), "%dx%d", &w, &s) != 2 || w < 1 || s < 1) {
+      return std::fprintf(stderr, "--jobs: bad entry \"%s\" (want WxS)\n",
+                          spec.c_str()),
+             2;
+    }
+    auto rows = MeasureJob(w, s);
+    if (!rows.ok())
+      return std::fprintf(stderr, "%s\n", rows.status().ToString().c_str()), 1;
+    const std::string name = std::to_string(w) + "w" + std::to_string(s) + "s";
+    for (const auto& [key, row] : *rows) {
+      const double raw_us = raw->at(key).us_per_op();
+      std::printf("%-6s %7s %9d %12s %12s %9.2f %12.2f\n", name.c_str(),
+                  SizeName(key.first).c_str(), key.second,
+                  TimeName(raw_us).c_str(), TimeName(row.us_per_op).c_str(),
+                  row.us_per_op / raw_us, row.gbps);
+    }
+    jobs[name] = *rows;
+  }
+  const auto& first = jobs.begin()->second;
+  if (first.count({1024, 1})) {
+    const double us = first.at({1024, 1}).us_per_op;
+    std::printf("\n%s 1KB push+pull %s = %.2f x raw 64B round trip\n",
+                jobs.begin()->first.c_str(), TimeName(us).c_str(), us / raw64);
+  }
+  // Summary: 1 MB if measured, else the largest size.
+  size_t pick = *std::max_element(sizes.begin(), sizes.end());
+  if (std::count(sizes.begin(), sizes.end(), size_t{1} << 20)) pick = 1 << 20;
+  const double ours = first.at({pick, 1}).us_per_op;
+  std::printf("ps_bench: %s push+pull %s = %.2f x raw zmq echo\n",
+              SizeName(pick).c_str(), TimeName(ours).c_str(),
+              ours / raw->at({pick, 1}).us_per_op());
+  return 0;
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace kvtrain
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  if (FLAGS_raw_echo_port != 0) {
+    kvtrain::Status s = kvtrain::bench::RunEchoServer(FLAGS_raw_echo_port);
+    return s.ok() ? 0 : 1;
+  }
+  if (kvtrain::NodeConfig::InDistributedJob(kvtrain::ProcessEnv())) {
+    return kvtrain::bench::RunNode();
+  }
+  return kvtrain::bench::RunDriver();
+}
