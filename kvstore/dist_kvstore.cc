@@ -178,6 +178,8 @@ StatusOr<Tensor> DistKVStore::Reduce(const std::vector<Tensor>& values) {
       }
     }
   }
+  // One host value goes out as it is (zero-copy; see PushAsync's contract).
+  if (values.size() == 1 && values[0].device().is_cpu()) return values[0];
   KV_ASSIGN_OR_RETURN(Tensor sum, SumOn(values, where));
   if (!where.is_cpu()) return sum.CopyTo(Device::CPU());
   return sum;

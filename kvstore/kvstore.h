@@ -96,7 +96,8 @@ class KVStore {
   // Pushes values: a key may appear several times (one value per device);
   // its values are summed first. Then the key's update runs: the optimizer
   // or updater if set, otherwise the stored value becomes the sum. Higher
-  // `priority` goes first on the network.
+  // `priority` goes first on the network. Values may be sent without a
+  // copy: do not modify them until Wait returns.
   virtual StatusOr<KVHandle> PushAsync(const std::vector<Key>& keys,
                                        const std::vector<Tensor>& values,
                                        int priority = 0) = 0;
