@@ -15,7 +15,8 @@ namespace {
 void ApplyCpu(ActType act, const float* x, float* y, int64_t n) {
   switch (act) {
     case ActType::kRelu:
-      for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+      // NaN stays NaN (x < 0 is false), so bad values remain visible.
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
       break;
     case ActType::kSigmoid:
       cpu_math::Sigmoid(x, y, n);

@@ -9,7 +9,7 @@ namespace {
 __device__ float Apply(ActType act, float x) {
   switch (act) {
     case ActType::kRelu:
-      return x > 0.0f ? x : 0.0f;
+      return x < 0.0f ? 0.0f : x;  // NaN stays NaN
     case ActType::kSigmoid:
       return 1.0f / (1.0f + expf(-x));
     case ActType::kTanh:

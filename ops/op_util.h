@@ -33,7 +33,10 @@ void Axpy(const OpContext& ctx, float alpha, const float* src, float* dst,
 // x *= alpha on ctx's device.
 void Scale(const OpContext& ctx, float alpha, float* x, int64_t n);
 
-inline float* Ptr(const Tensor& t) { return t.data<float>(); }
+// Null for an undefined tensor (e.g. the gradient of an input with kNull).
+inline float* Ptr(const Tensor& t) {
+  return t.defined() ? t.data<float>() : nullptr;
+}
 
 // Elements per ParallelFor chunk for simple elementwise CPU loops: below
 // this a loop runs on one thread.

@@ -1,0 +1,116 @@
+// Initializers: determinism by seed and name, the name rules, the ranges and
+// spreads of uniform/normal/Xavier, parsing.
+#include "ops/initializer.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "ops/tensor/test_device.h"
+
+namespace kvtrain {
+namespace {
+
+class InitializerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { KV_SKIP_IF_NO_TEST_DEVICE(); }
+  Tensor Filled(const InitializerOptions& o, const std::string& name,
+                const Shape& shape) {
+    Tensor t = Tensor::Zeros(shape, DType::kFloat32, TestDevice());
+    auto init = Initializer::Create(o);
+    EXPECT_TRUE(init.ok());
+    EXPECT_TRUE(init->Init(name, &t).ok());
+    return t;
+  }
+};
+
+void Moments(const std::vector<float>& v, double* mean, double* sd,
+             double* max_abs) {
+  double s = 0, ss = 0;
+  *max_abs = 0;
+  for (float x : v) {
+    s += x;
+    ss += double(x) * x;
+    *max_abs = std::max(*max_abs, std::fabs(double(x)));
+  }
+  *mean = s / v.size();
+  *sd = std::sqrt(ss / v.size() - *mean * *mean);
+}
+
+TEST_F(InitializerTest, DeterministicBySeedAndName) {
+  InitializerOptions o;
+  o.seed = 42;
+  const auto a = Filled(o, "fc1_weight", {30, 20}).ToVector();
+  EXPECT_EQ(a, Filled(o, "fc1_weight", {30, 20}).ToVector());
+  EXPECT_NE(a, Filled(o, "fc2_weight", {30, 20}).ToVector());
+  o.seed = 43;
+  EXPECT_NE(a, Filled(o, "fc1_weight", {30, 20}).ToVector());
+}
+
+TEST_F(InitializerTest, NameRules) {
+  InitializerOptions o;
+  for (const char* zero : {"fc1_bias", "bn_beta", "bn_moving_mean"}) {
+    EXPECT_EQ(Filled(o, zero, {4}).ToVector(), std::vector<float>(4, 0.0f));
+  }
+  for (const char* one : {"bn_gamma", "bn_moving_var"}) {
+    EXPECT_EQ(Filled(o, one, {4}).ToVector(), std::vector<float>(4, 1.0f));
+  }
+}
+
+TEST_F(InitializerTest, Distributions) {
+  double mean, sd, max_abs;
+  InitializerOptions u;
+  u.scale = 0.5f;
+  Moments(Filled(u, "w", {100, 100}).ToVector(), &mean, &sd, &max_abs);
+  EXPECT_LE(max_abs, 0.5);
+  EXPECT_NEAR(mean, 0, 0.02);
+  EXPECT_NEAR(sd, 0.5 / std::sqrt(3.0), 0.01);
+
+  InitializerOptions n;
+  n.type = InitializerOptions::Type::kNormal;
+  n.sigma = 2.0f;
+  Moments(Filled(n, "w", {100, 100}).ToVector(), &mean, &sd, &max_abs);
+  EXPECT_NEAR(mean, 0, 0.08);
+  EXPECT_NEAR(sd, 2.0, 0.06);
+
+  // Xavier on (50, 20, 3, 3): fan_in 180, fan_out 450, avg 315.
+  InitializerOptions x;
+  x.type = InitializerOptions::Type::kXavier;
+  x.magnitude = 3;
+  const double bound = std::sqrt(3.0 / 315);
+  Moments(Filled(x, "conv_weight", {50, 20, 3, 3}).ToVector(), &mean, &sd,
+          &max_abs);
+  EXPECT_LE(max_abs, bound);
+  EXPECT_NEAR(sd, bound / std::sqrt(3.0), 0.05 * bound);
+  x.distribution = InitializerOptions::Distribution::kGaussian;
+  x.factor = InitializerOptions::Factor::kIn;
+  Moments(Filled(x, "conv_weight", {50, 20, 3, 3}).ToVector(), &mean, &sd,
+          &max_abs);
+  EXPECT_NEAR(sd, std::sqrt(3.0 / 180), 0.05 * std::sqrt(3.0 / 180));
+}
+
+TEST_F(InitializerTest, ParseAndErrors) {
+  auto o = ParseInitializer("xavier:gaussian:out:2");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->type, InitializerOptions::Type::kXavier);
+  EXPECT_EQ(o->distribution, InitializerOptions::Distribution::kGaussian);
+  EXPECT_EQ(o->factor, InitializerOptions::Factor::kOut);
+  EXPECT_EQ(o->magnitude, 2.0f);
+  o = ParseInitializer("normal:0.05");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->sigma, 0.05f);
+  EXPECT_EQ(ParseInitializer("orthogonal").status().message(),
+            "initializer \"orthogonal\": unknown type \"orthogonal\" (expected "
+            "uniform[:scale], normal[:sigma] or xavier[:uniform|gaussian[:avg|"
+            "in|out[:magnitude]]])");
+  InitializerOptions x;
+  x.type = InitializerOptions::Type::kXavier;
+  auto init = Initializer::Create(x);
+  Tensor v = Tensor::Zeros({5});
+  EXPECT_EQ(init->Init("v_weight", &v).message(),
+            "initializer: xavier needs a weight of 2 or more dimensions, but "
+            "v_weight is (5)");
+}
+
+}  // namespace
+}  // namespace kvtrain

@@ -1,0 +1,100 @@
+// The op registry, attribute parsing, backward-needs defaults and the
+// NaN/Inf check.
+#include "ops/operator.h"
+
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "ops/tensor/test_device.h"
+
+namespace kvtrain {
+namespace {
+
+TEST(OperatorRegistryTest, KnowsEveryOperator) {
+  const std::vector<std::string> names = RegisteredOperators();
+  for (const char* op :
+       {"Activation", "BatchNorm", "Concat", "Convolution", "Dropout",
+        "Flatten", "FullyConnected", "LinearRegressionOutput", "Pooling",
+        "Reshape", "SoftmaxOutput", "elemwise_add", "elemwise_mul",
+        "elemwise_sub", "sgd_update", "sgd_mom_update", "nag_mom_update",
+        "adam_update", "adagrad_update", "_CrossDeviceCopy"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), op), names.end()) << op;
+  }
+}
+
+TEST(OperatorRegistryTest, UnknownOperatorListsTheKnownOnes) {
+  auto op = CreateOperator("Convolution3D", "c", {});
+  ASSERT_FALSE(op.ok());
+  EXPECT_EQ(op.status().code(), Status::Code::kNotFound);
+  EXPECT_EQ(op.status().message(),
+            "unknown operator \"Convolution3D\" (for c); known operators: "
+            "Activation, BatchNorm, Concat, Convolution, Dropout, Flatten, "
+            "FullyConnected, LinearRegressionOutput, Pooling, Reshape, "
+            "SoftmaxOutput, adagrad_update, adam_update, elemwise_add, "
+            "elemwise_mul, elemwise_sub, nag_mom_update, sgd_mom_update, "
+            "sgd_update");
+}
+
+TEST(OperatorRegistryTest, IdentityAndNames) {
+  auto op = CreateOperator("FullyConnected", "fc1", {{"num_hidden", "3"}});
+  ASSERT_TRUE(op.ok());
+  EXPECT_EQ((*op)->type(), "FullyConnected");
+  EXPECT_EQ((*op)->name(), "fc1");
+  EXPECT_EQ((*op)->Describe(), "fc1 (FullyConnected)");
+  EXPECT_EQ((*op)->input_name(1), "fc1_weight");
+  (*op)->set_input_names({"x", "w", "b"});
+  EXPECT_EQ((*op)->input_name(1), "w");
+  EXPECT_EQ((*op)->attrs().at("num_hidden"), "3");
+  EXPECT_EQ(CreateOperator("FullyConnected", "", {{"num_hidden", "3"}})
+                .status()
+                .message(),
+            "an operator of type FullyConnected needs a name");
+}
+
+TEST(AttrReaderTest, TypedValuesAndErrors) {
+  OpAttrs attrs = {{"a", " 12 "}, {"b", "0.5"}, {"c", "true"},
+                   {"d", "(3, 4)"}, {"e", "avg"}, {"f", "(2,-1,0)"}};
+  AttrReader r("x (T)", attrs);
+  int64_t a = 0;
+  double b = 0;
+  bool c = false, present = false;
+  std::vector<int64_t> d, f;
+  int e = -1;
+  EXPECT_TRUE(r.Int("a", &a, 0, 100).ok());
+  EXPECT_TRUE(r.Float("b", &b, 0, 1, 0).ok());
+  EXPECT_TRUE(r.Bool("c", &c, false).ok());
+  EXPECT_TRUE(r.Tuple("d", 2, 1, &d, &present).ok());
+  EXPECT_TRUE(r.Enum("e", {"max", "avg"}, &e, 0).ok());
+  EXPECT_TRUE(r.IntList("f", -1, &f, &present).ok());
+  EXPECT_TRUE(r.Finish().ok());
+  EXPECT_EQ(a, 12);
+  EXPECT_EQ(b, 0.5);
+  EXPECT_TRUE(c);
+  EXPECT_EQ(d, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(e, 1);
+  EXPECT_EQ(f, (std::vector<int64_t>{2, -1, 0}));
+  EXPECT_EQ(r.Int("a", &a, 20, 100).message(),
+            "x (T): attribute a=\" 12 \": expected an integer in [20, 100]");
+  EXPECT_EQ(r.Bool("b", &c, false).message(),
+            "x (T): attribute b=\"0.5\": expected true or false");
+  EXPECT_EQ(r.Float("c", &b, 0, 1, 0).message(),
+            "x (T): attribute c=\"true\": expected a number in [0, 1]");
+}
+
+TEST(CheckFiniteTest, CountsNanAndInf) {
+  KV_SKIP_IF_NO_TEST_DEVICE();
+  std::vector<float> v(100, 1.0f);
+  EXPECT_TRUE(CheckFinite(*Tensor::FromVector(v, {100}).CopyTo(TestDevice()),
+                          "x").ok());
+  v[3] = std::numeric_limits<float>::quiet_NaN();
+  v[70] = -std::numeric_limits<float>::infinity();
+  EXPECT_EQ(CheckFinite(*Tensor::FromVector(v, {100}).CopyTo(TestDevice()),
+                        "output 0 of fc1")
+                .message(),
+            "output 0 of fc1 has 2 NaN/Inf values (of 100)");
+}
+
+}  // namespace
+}  // namespace kvtrain

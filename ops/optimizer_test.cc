@@ -1,0 +1,230 @@
+// Optimizer: spec validation, each rule over a few steps against a double
+// reference written from the documented formulas, the learning-rate
+// schedules, state save/restore, concurrent keys.
+#include "ops/optimizer.h"
+
+#include <cmath>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "ops/op_test_util.h"
+#include "ops/tensor/test_device.h"
+
+namespace kvtrain {
+namespace {
+
+using proto::LrSchedule;
+using proto::OptimizerSpec;
+
+OptimizerSpec Spec(OptimizerSpec::Type type, float lr) {
+  OptimizerSpec s;
+  s.set_type(type);
+  s.set_learning_rate(lr);
+  return s;
+}
+
+std::unique_ptr<Optimizer> Make(const OptimizerSpec& s) {
+  auto o = Optimizer::Create(s);
+  EXPECT_TRUE(o.ok()) << o.status();
+  return o.ok() ? std::move(o).value() : nullptr;
+}
+
+// The reference: one element, in double, straight from optimizer.proto.
+struct Ref {
+  OptimizerSpec s;
+  double w, m = 0, v = 0;
+  int t = 0;
+  void Step(double grad) {
+    ++t;
+    const double rescale = s.has_rescale_grad() ? s.rescale_grad() : 1;
+    double g = rescale * grad;
+    if (s.clip_gradient() > 0) {
+      g = std::min<double>(std::max<double>(g, -s.clip_gradient()), s.clip_gradient());
+    }
+    const double lr = s.learning_rate(), wd = s.weight_decay(), mu = s.momentum();
+    switch (s.type()) {
+      case OptimizerSpec::SGD:
+        m = mu * m - lr * (g + wd * w);
+        w += m;
+        break;
+      case OptimizerSpec::NAG: {
+        const double gw = g + wd * w;
+        m = mu * m + gw;
+        w -= lr * (gw + mu * m);
+        break;
+      }
+      case OptimizerSpec::ADAM: {
+        const double gw = g + wd * w;
+        m = 0.9 * m + 0.1 * gw;
+        v = 0.999 * v + 0.001 * gw * gw;
+        const double lr_t = lr * std::sqrt(1 - std::pow(0.999, t)) /
+                            (1 - std::pow(0.9, t));
+        w -= lr_t * m / (std::sqrt(v) + 1e-8);
+        break;
+      }
+      default:
+        v += g * g;
+        w -= lr * (g / std::sqrt(v + 1e-7) + wd * w);
+    }
+  }
+};
+
+class OptimizerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { KV_SKIP_IF_NO_TEST_DEVICE(); }
+
+  // Four steps on 3 elements with changing gradients, against Ref.
+  void ExpectMatchesReference(const OptimizerSpec& s) {
+    auto opt = Make(s);
+    ASSERT_NE(opt, nullptr);
+    const std::vector<float> w0 = {0.5f, -1.5f, 2.0f};
+    Tensor w = *Tensor::FromVector(w0, {3}).CopyTo(TestDevice());
+    std::vector<Ref> refs;
+    for (float x : w0) refs.push_back(Ref{s, x});
+    for (int step = 0; step < 4; ++step) {
+      const std::vector<float> g = {0.3f * (step + 1), -0.7f, 0.1f - step};
+      Tensor gt = *Tensor::FromVector(g, {3}).CopyTo(TestDevice());
+      ASSERT_TRUE(opt->Update(7, w, gt).ok());
+      const std::vector<float> got = w.ToVector();
+      for (int i = 0; i < 3; ++i) {
+        refs[i].Step(g[i]);
+        ASSERT_NEAR(got[i], refs[i].w, 1e-5 * (1 + std::fabs(refs[i].w)))
+            << OptimizerSpec::Type_Name(s.type()) << " step " << step;
+      }
+    }
+    EXPECT_EQ(opt->num_update(), 4);
+  }
+};
+
+TEST_F(OptimizerTest, EachRuleMatchesReference) {
+  OptimizerSpec sgd = Spec(OptimizerSpec::SGD, 0.1f);
+  ExpectMatchesReference(sgd);
+  sgd.set_momentum(0.9f);
+  sgd.set_weight_decay(0.01f);
+  sgd.set_rescale_grad(0.5f);
+  sgd.set_clip_gradient(0.2f);
+  ExpectMatchesReference(sgd);
+  OptimizerSpec nag = Spec(OptimizerSpec::NAG, 0.05f);
+  nag.set_momentum(0.8f);
+  nag.set_weight_decay(0.001f);
+  ExpectMatchesReference(nag);
+  OptimizerSpec adam = Spec(OptimizerSpec::ADAM, 0.01f);
+  adam.set_weight_decay(0.01f);
+  ExpectMatchesReference(adam);
+  ExpectMatchesReference(Spec(OptimizerSpec::ADAGRAD, 0.1f));
+}
+
+TEST_F(OptimizerTest, BadSpecsAreRejected) {
+  OptimizerSpec s;
+  EXPECT_EQ(Optimizer::Create(s).status().message(),
+            "optimizer: type is unspecified; expected one of SGD, NAG, ADAM, "
+            "ADAGRAD");
+  s = Spec(OptimizerSpec::SGD, 0);
+  EXPECT_EQ(Optimizer::Create(s).status().message(),
+            "optimizer: learning_rate 0 must be > 0");
+  s = Spec(OptimizerSpec::SGD, 0.1f);
+  s.set_momentum(1.5f);
+  EXPECT_EQ(Optimizer::Create(s).status().message(),
+            "optimizer: momentum 1.5 must be in [0, 1)");
+  s = Spec(OptimizerSpec::ADAM, 0.1f);
+  s.set_momentum(0.9f);
+  EXPECT_EQ(Optimizer::Create(s).status().message(),
+            "optimizer: momentum is not used by ADAM; leave it 0");
+  s = Spec(OptimizerSpec::SGD, 0.1f);
+  s.mutable_lr_schedule()->set_type(LrSchedule::FACTOR);
+  s.mutable_lr_schedule()->set_factor(0.5f);
+  EXPECT_EQ(Optimizer::Create(s).status().message(),
+            "optimizer: lr_schedule.step 0 must be >= 1");
+  s.mutable_lr_schedule()->set_type(LrSchedule::MULTI_FACTOR);
+  s.mutable_lr_schedule()->add_steps(5);
+  s.mutable_lr_schedule()->add_steps(3);
+  EXPECT_EQ(Optimizer::Create(s).status().message(),
+            "optimizer: lr_schedule.steps must be positive and increasing, "
+            "got 3 at position 1");
+}
+
+TEST_F(OptimizerTest, LearningRateSchedules) {
+  OptimizerSpec s = Spec(OptimizerSpec::SGD, 1.0f);
+  LrSchedule* sch = s.mutable_lr_schedule();
+  sch->set_type(LrSchedule::FACTOR);
+  sch->set_step(2);
+  sch->set_factor(0.5f);
+  sch->set_min_lr(0.2f);
+  auto opt = Make(s);
+  Tensor w = Tensor::Zeros({1}, DType::kFloat32, TestDevice());
+  Tensor g = *Tensor::FromVector({1}, {1}).CopyTo(TestDevice());
+  // Updates 1-2 at 1.0, 3-4 at 0.5, 5-6 at 0.25, then the floor 0.2.
+  const std::vector<float> want = {1, 1, 0.5f, 0.5f, 0.25f, 0.25f, 0.2f};
+  double total = 0;
+  for (float lr : want) {
+    EXPECT_FLOAT_EQ(opt->CurrentLearningRate(), lr);
+    ASSERT_TRUE(opt->Update(0, w, g).ok());
+    total += lr;
+    EXPECT_NEAR(w.ToVector()[0], -total, 1e-6);
+  }
+  sch->set_type(LrSchedule::MULTI_FACTOR);
+  sch->add_steps(1);
+  sch->add_steps(3);
+  sch->set_min_lr(0);
+  opt = Make(s);
+  const std::vector<float> multi = {1, 0.5f, 0.5f, 0.25f, 0.25f};
+  for (float lr : multi) {
+    EXPECT_FLOAT_EQ(opt->CurrentLearningRate(), lr);
+    ASSERT_TRUE(opt->Update(0, w, g).ok());
+  }
+}
+
+TEST_F(OptimizerTest, SaveAndRestoreStatesContinueIdentically) {
+  OptimizerSpec s = Spec(OptimizerSpec::ADAM, 0.01f);
+  auto a = Make(s);
+  const std::vector<float> w0 = op_test::Random(50, 1);
+  Tensor wa = *Tensor::FromVector(w0, {5, 10}).CopyTo(TestDevice());
+  Tensor g1 = *Tensor::FromVector(op_test::Random(50, 2), {5, 10}).CopyTo(TestDevice());
+  Tensor g2 = *Tensor::FromVector(op_test::Random(50, 3), {5, 10}).CopyTo(TestDevice());
+  Tensor wk = *Tensor::FromVector({1, 2}, {2}).CopyTo(TestDevice());
+  Tensor gk = *Tensor::FromVector({0.1f, 0.2f}, {2}).CopyTo(TestDevice());
+  ASSERT_TRUE(a->Update(3, wa, g1).ok());
+  ASSERT_TRUE(a->Update(4, wk, gk).ok());
+  StatusOr<std::string> saved = a->SaveStates();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  Tensor wb = wa.Clone();
+  auto b = Make(s);
+  ASSERT_TRUE(b->LoadStates(*saved).ok());
+  EXPECT_EQ(b->num_update(), 1);
+  ASSERT_TRUE(a->Update(3, wa, g2).ok());
+  ASSERT_TRUE(b->Update(3, wb, g2).ok());
+  EXPECT_EQ(wa.ToVector(), wb.ToVector());
+  // A different rule, or corrupt bytes, are refused.
+  auto sgd = Make(Spec(OptimizerSpec::SGD, 0.1f));
+  EXPECT_EQ(sgd->LoadStates(*saved).message(),
+            "optimizer states were saved by ADAM but this optimizer is SGD");
+  EXPECT_EQ(b->LoadStates("garbage").code(), Status::Code::kDataLoss);
+  // A state of another shape is an error naming the key.
+  Tensor other = Tensor::Zeros({3}, DType::kFloat32, TestDevice());
+  EXPECT_EQ(b->Update(4, other, other).message(),
+            "optimizer key 4: weight is (3) but its optimizer state is (2)");
+}
+
+TEST_F(OptimizerTest, ConcurrentKeys) {
+  OptimizerSpec s = Spec(OptimizerSpec::SGD, 0.5f);
+  s.set_momentum(0.5f);
+  auto opt = Make(s);
+  std::vector<Tensor> ws;
+  for (int k = 0; k < 4; ++k) ws.push_back(Tensor::Zeros({64}, DType::kFloat32, TestDevice()));
+  Tensor g = *Tensor::FromVector(std::vector<float>(64, 1.0f), {64}).CopyTo(TestDevice());
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int i = 0; i < 20; ++i) ASSERT_TRUE(opt->Update(k, ws[k], g).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  Ref ref{s, 0};
+  for (int i = 0; i < 20; ++i) ref.Step(1);
+  for (int k = 0; k < 4; ++k) EXPECT_NEAR(ws[k].ToVector()[0], ref.w, 1e-4);
+  EXPECT_EQ(opt->num_update(), 20);
+}
+
+}  // namespace
+}  // namespace kvtrain
