@@ -17,6 +17,8 @@ PACKAGES=(
   # launchers and their tests: ssh (with a test sshd), rsync, Open MPI,
   # network namespaces, the process table
   openssh-client openssh-server rsync openmpi-bin iproute2 procps
+  # tools/plot_metrics
+  python3-matplotlib
 )
 
 missing=()

@@ -75,11 +75,14 @@ class ArrayIter : public DataIter {
     return true;
   }
 
-  Status Reset() override {
+  Status Reset() override { return StartEpoch(epoch_ + 1); }
+
+  Status StartEpoch(int64_t epoch) override {
+    if (epoch < 0) return Status::InvalidArgument("negative epoch");
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return !making_; });
     slot_.reset();
-    ++epoch_;
+    epoch_ = static_cast<uint64_t>(epoch);
     BuildOrder();
     made_ = given_ = 0;
     cv_.notify_all();

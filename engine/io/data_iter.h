@@ -30,6 +30,10 @@ class DataIter {
   virtual StatusOr<bool> Next(Batch* batch) = 0;
   // Starts the next epoch (reshuffling when shuffling is on).
   virtual Status Reset() = 0;
+  // Starts epoch `epoch` (0-based) from its beginning: the order of a given
+  // epoch depends only on the seed and the epoch, so a resumed job reads
+  // exactly what an uninterrupted one would.
+  virtual Status StartEpoch(int64_t epoch) = 0;
   virtual int batch_size() const = 0;
   // Shape of one batch's data, e.g. (100, 784).
   virtual Shape data_shape() const = 0;

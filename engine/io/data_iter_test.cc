@@ -94,6 +94,25 @@ TEST(ArrayIterTest, ShuffleIsSeededAndChangesPerEpoch) {
 
 // Part i's batch t is global batch t's i-th slice: n workers at batch b see
 // what one process sees at batch n*b.
+TEST(ArrayIterTest, StartEpochReproducesThatEpoch) {
+  IterOptions o;
+  o.batch_size = 4;
+  o.shuffle = true;
+  o.seed = 5;
+  auto a = Iter(24, o);
+  std::vector<std::vector<std::vector<int>>> epochs;
+  for (int e = 0; e < 3; ++e) {
+    if (e > 0) ASSERT_TRUE(a->Reset().ok());
+    epochs.push_back(Epoch(a.get()));
+  }
+  auto b = Iter(24, o);
+  ASSERT_TRUE(b->StartEpoch(2).ok());
+  EXPECT_EQ(Epoch(b.get()), epochs[2]);
+  ASSERT_TRUE(b->StartEpoch(1).ok());
+  EXPECT_EQ(Epoch(b.get()), epochs[1]);
+  EXPECT_FALSE(b->StartEpoch(-1).ok());
+}
+
 TEST(ArrayIterTest, PartsInterleaveByBatch) {
   IterOptions global;
   global.batch_size = 6;

@@ -93,6 +93,7 @@ class SyntheticIter : public DataIter {
     next_ = 0;
     return Status::OK();
   }
+  Status StartEpoch(int64_t) override { return Reset(); }
   int batch_size() const override { return static_cast<int>(shape_[0]); }
   Shape data_shape() const override { return shape_; }
   int64_t num_batches() const override { return batches_.size(); }

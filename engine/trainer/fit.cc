@@ -1,0 +1,159 @@
+// Module::Fit: the training loop and its per-parameter KVStore traffic.
+#include <glog/logging.h>
+
+#include "engine/trainer/module.h"
+
+namespace kvtrain {
+namespace {
+
+constexpr auto kStepTimeout = std::chrono::minutes(30);
+
+}  // namespace
+
+Status Module::SyncParams(KVStore* kv) {
+  std::vector<Key> keys;
+  std::vector<Tensor> first, all;
+  std::vector<Key> all_keys;
+  for (size_t p = 0; p < param_names_.size(); ++p) {
+    keys.push_back(param_names_[p]);
+    first.push_back(execs_[0]->arg_arrays()[param_args_[p]]);
+    for (const auto& e : execs_) {
+      all_keys.push_back(param_names_[p]);
+      all.push_back(e->arg_arrays()[param_args_[p]]);
+    }
+  }
+  // Dist stores keep rank 0's values; everyone then pulls them.
+  KV_RETURN_IF_ERROR(kv->Init(keys, first));
+  return kv->Pull(all_keys, all);
+}
+
+Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o,
+                              std::unique_ptr<Optimizer>* local_optimizer) {
+  proto::OptimizerSpec spec = o.optimizer;
+  if (!spec.has_rescale_grad()) {
+    spec.set_rescale_grad(1.0f / static_cast<float>(batch_size_ * kv->num_workers()));
+  }
+  if (o.update_on_kvstore) {
+    KV_RETURN_IF_ERROR(kv->SetOptimizer(spec));
+    if (!o.resume_states.empty()) {
+      if (kv->rank() == 0) KV_RETURN_IF_ERROR(kv->LoadOptimizerStates(o.resume_states));
+      KV_RETURN_IF_ERROR(kv->Barrier());
+    }
+    return Status::OK();
+  }
+  KV_ASSIGN_OR_RETURN(*local_optimizer, Optimizer::Create(spec));
+  if (!o.resume_states.empty()) {
+    KV_ASSIGN_OR_RETURN(std::string states, ReadLocalStates(o.resume_states));
+    KV_RETURN_IF_ERROR((*local_optimizer)->LoadStates(states));
+  }
+  return Status::OK();
+}
+
+Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer) {
+  KV_RETURN_IF_ERROR(Feed(batch));
+  for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartForward(true).status());
+  for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartBackward().status());
+  // One engine op per parameter: it runs once every device has that
+  // gradient, while earlier layers' backward still computes, and the next
+  // forward waits for the weights it writes.
+  std::vector<Completion> comms;
+  const int ndev = static_cast<int>(execs_.size());
+  for (size_t p = 0; p < param_names_.size(); ++p) {
+    const int arg = param_args_[p];
+    std::vector<Engine::Var*> reads, writes;
+    std::vector<Tensor> grads, weights;
+    for (const auto& e : execs_) {
+      reads.push_back(e->grad_var(arg));
+      writes.push_back(e->arg_var(arg));
+      grads.push_back(e->grad_arrays()[arg]);
+      weights.push_back(e->arg_arrays()[arg]);
+    }
+    const std::vector<Key> keys(ndev, Key(param_names_[p]));
+    const int priority = -static_cast<int>(p);
+    Engine::Fn fn;
+    if (local_optimizer == nullptr) {
+      fn = [kv, keys, grads, weights, priority] {
+        return kv->PushPull(keys, grads, weights, priority);
+      };
+    } else {
+      // The store sums gradients; every device applies the same update.
+      for (const auto& e : execs_) writes.push_back(e->grad_var(arg));
+      const int64_t base = static_cast<int64_t>(p) * ndev;
+      fn = [kv, keys, grads, weights, priority, local_optimizer, base] {
+        KV_RETURN_IF_ERROR(kv->PushPull(keys, grads, grads, priority));
+        for (size_t d = 0; d < weights.size(); ++d) {
+          KV_RETURN_IF_ERROR(local_optimizer->Update(base + d, weights[d], grads[d]));
+        }
+        return Status::OK();
+      };
+    }
+    comms.push_back(engine_->Push(std::move(fn), reads, writes, Device::CPU(),
+                                  Engine::Queue::kIo, "kvstore " + param_names_[p]));
+  }
+  Status first;
+  for (const Completion& c : comms) {
+    const Status s = c.Wait(kStepTimeout);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  for (auto& e : execs_) {
+    const Status s = e->Wait();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOptions& o) {
+  if (kv == nullptr) return Status::InvalidArgument("Fit needs a KVStore");
+  if (!kv->is_worker()) {
+    return Status::FailedPrecondition("Fit called in a " + std::string(RoleName(kv->role())) +
+                                      " process; servers and the scheduler RunServer()");
+  }
+  if (o.begin_epoch < 0 || o.begin_epoch > o.num_epochs) {
+    return Status::InvalidArgument("begin epoch " + std::to_string(o.begin_epoch) +
+                                   " is not in [0, " + std::to_string(o.num_epochs) + "]");
+  }
+  if (execs_.empty()) {
+    return Status::FailedPrecondition("Fit before Bind and InitParams");
+  }
+  KV_ASSIGN_OR_RETURN(MetricSet metrics, MetricSet::Create(o.metrics));
+  KV_RETURN_IF_ERROR(SyncParams(kv));
+  std::unique_ptr<Optimizer> local_optimizer;
+  KV_RETURN_IF_ERROR(SetUpOptimizer(kv, o, &local_optimizer));
+  const bool dist = kv->type().rfind("dist", 0) == 0;
+  KV_ASSIGN_OR_RETURN(Progress progress,
+                      Progress::Create(o.disp_batches, o.metrics_file, dist ? kv->rank() : -1));
+  for (int epoch = o.begin_epoch; epoch < o.num_epochs; ++epoch) {
+    metrics.Reset();
+    KV_RETURN_IF_ERROR(train->StartEpoch(epoch));
+    const int64_t batches = o.epoch_size > 0 ? o.epoch_size : train->num_batches();
+    progress.StartEpoch(epoch, batches);
+    Batch batch;
+    for (int64_t n = 0; n < batches; ++n) {
+      KV_ASSIGN_OR_RETURN(bool more, train->Next(&batch));
+      if (!more) {
+        // This worker's part is shorter than the epoch: start it over, so
+        // every worker runs the same number of steps.
+        KV_RETURN_IF_ERROR(train->StartEpoch(epoch));
+        KV_ASSIGN_OR_RETURN(more, train->Next(&batch));
+        if (!more) return Status::InvalidArgument("the training data yields no batch");
+      }
+      KV_RETURN_IF_ERROR(Step(batch, kv, local_optimizer.get())
+                             .Annotate("epoch " + std::to_string(epoch) + " batch " +
+                                       std::to_string(n)));
+      KV_RETURN_IF_ERROR(UpdateMetrics(&metrics, batch));
+      progress.Batch(n, batch_size_ - batch.pad, metrics.Get());
+    }
+    MetricValues validation;
+    if (eval != nullptr) {
+      KV_ASSIGN_OR_RETURN(validation, Score(eval, o.metrics));
+    }
+    progress.EndEpoch(metrics.Get(), validation);
+    if (!o.model_prefix.empty() && kv->rank() == 0) {
+      KV_RETURN_IF_ERROR(SaveCheckpoint(o.model_prefix, epoch + 1, kv, local_optimizer.get())
+                             .Annotate("checkpoint of epoch " + std::to_string(epoch + 1)));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace kvtrain
