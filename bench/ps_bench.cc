@@ -326,6 +326,43 @@ StatusOr<Rows> MeasureJob(int workers, int servers, int echo_port) {
   return rows;
 }
 
+void PrintRows(const std::string& name, const Rows& rows,
+               const std::vector<size_t>& sizes) {
+  for (const auto& [key, row] : rows) {
+    if (key.first == 64 && !std::count(sizes.begin(), sizes.end(), 64)) {
+      continue;  // measured for the 1 KB target line only
+    }
+    std::printf("%-6s %7s %9d %12s %12s %9.2f %12.2f\n", name.c_str(),
+                SizeName(key.first).c_str(), key.second,
+                TimeName(row.raw_us).c_str(), TimeName(row.us).c_str(),
+                row.us / row.raw_us, row.gbps);
+  }
+}
+
+// The 1 KB line and, last, the one-line summary (1 MB if measured, else the
+// largest size) of the first job.
+void PrintSummary(const std::string& name, const Rows& rows,
+                  const std::vector<size_t>& sizes) {
+  const double raw64 = rows.at({64, 1}).raw_us;
+  if (rows.count({1024, 1})) {
+    const double us = rows.at({1024, 1}).us;
+    std::printf("\n%s 1KB push+pull %s = %.2f x raw 64B round trip (%s)\n",
+                name.c_str(), TimeName(us).c_str(), us / raw64,
+                TimeName(raw64).c_str());
+  }
+  size_t pick = *std::max_element(sizes.begin(), sizes.end());
+  if (std::count(sizes.begin(), sizes.end(), size_t{1} << 20)) pick = 1 << 20;
+  const Row& row = rows.at({pick, 1});
+  std::printf("ps_bench: %s push+pull %s = %.2f x raw zmq echo\n",
+              SizeName(pick).c_str(), TimeName(row.us).c_str(),
+              row.us / row.raw_us);
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "ps_bench: %s\n", s.ToString().c_str());
+  return 1;
+}
+
 int RunDriver() {
   const std::vector<size_t> sizes = Sizes();
   std::printf(
@@ -341,17 +378,13 @@ int RunDriver() {
                   ? "one arena, freed memory kept (--keep_freed_memory)"
                   : "glibc defaults (--nokeep_freed_memory)");
   StatusOr<int> port = testutil::FreeTcpPort();
-  if (!port.ok())
-    return std::fprintf(stderr, "%s\n", port.status().ToString().c_str()), 1;
+  if (!port.ok()) return Fail(port.status());
   testutil::ProcessOptions po;
   po.argv = {SelfPath(), "--raw_echo_port=" + std::to_string(*port),
              std::string("--keep_freed_memory=") +
                  (FLAGS_keep_freed_memory ? "true" : "false")};
   auto echo_server = testutil::Process::Spawn(po);
-  if (!echo_server.ok())
-    return std::fprintf(stderr, "%s\n",
-                        echo_server.status().ToString().c_str()),
-           1;
+  if (!echo_server.ok()) return Fail(echo_server.status());
   std::printf("%-6s %7s %9s %12s %12s %9s %12s\n", "job", "size", "in flight",
               "raw echo", "push+pull", "ours/raw", "GB/s (ours)");
   std::vector<std::pair<std::string, Rows>> jobs;
@@ -360,45 +393,21 @@ int RunDriver() {
   while (std::getline(js, spec, ',')) {
     int w = 0, s = 0;
     if (std::sscanf(spec.c_str(), "%dx%d", &w, &s) != 2 || w < 1 || s < 1) {
-      return std::fprintf(stderr, "--jobs: bad entry \"%s\" (want WxS)\n",
-                          spec.c_str()),
-             2;
+      return Fail(Status::InvalidArgument("--jobs: bad entry \"" + spec +
+                                          "\" (want <workers>x<servers>)"));
     }
     StatusOr<Rows> rows = MeasureJob(w, s, *port);
-    if (!rows.ok())
-      return std::fprintf(stderr, "%s\n", rows.status().ToString().c_str()), 1;
-    const std::string name = std::to_string(w) + "w" + std::to_string(s) + "s";
-    for (const auto& [key, row] : *rows) {
-      if (key.first == 64 && !std::count(sizes.begin(), sizes.end(), 64))
-        continue;
-      std::printf("%-6s %7s %9d %12s %12s %9.2f %12.2f\n", name.c_str(),
-                  SizeName(key.first).c_str(), key.second,
-                  TimeName(row.raw_us).c_str(), TimeName(row.us).c_str(),
-                  row.us / row.raw_us, row.gbps);
-    }
-    jobs.emplace_back(name, std::move(*rows));
+    if (!rows.ok()) return Fail(rows.status());
+    jobs.emplace_back(std::to_string(w) + "w" + std::to_string(s) + "s",
+                      std::move(*rows));
+    PrintRows(jobs.back().first, jobs.back().second, sizes);
   }
-  // Stop the echo server (an empty message ends it).
   if (StatusOr<EchoClient*> c = EchoClient::Connect(*port); c.ok()) {
-    (*c)->Stop();
+    (*c)->Stop();  // an empty message ends the echo server
     delete *c;
   }
   (*echo_server)->Wait(std::chrono::seconds(30));
-  const Rows& first = jobs.front().second;
-  const double raw64 = first.at({64, 1}).raw_us;
-  if (first.count({1024, 1})) {
-    const double us = first.at({1024, 1}).us;
-    std::printf("\n%s 1KB push+pull %s = %.2f x raw 64B round trip (%s)\n",
-                jobs.front().first.c_str(), TimeName(us).c_str(), us / raw64,
-                TimeName(raw64).c_str());
-  }
-  // Summary: 1 MB if measured, else the largest size.
-  size_t pick = *std::max_element(sizes.begin(), sizes.end());
-  if (std::count(sizes.begin(), sizes.end(), size_t{1} << 20)) pick = 1 << 20;
-  const Row& row = first.at({pick, 1});
-  std::printf("ps_bench: %s push+pull %s = %.2f x raw zmq echo\n",
-              SizeName(pick).c_str(), TimeName(row.us).c_str(),
-              row.us / row.raw_us);
+  PrintSummary(jobs.front().first, jobs.front().second, sizes);
   return 0;
 }
 

@@ -4,8 +4,8 @@
 #include <glog/logging.h>
 #include <zmq.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 namespace kvtrain {
@@ -333,8 +333,8 @@ void ZmqVan::Close(Duration linger) {
   // into its batch buffer and released early) gets the rest of `linger`;
   // zmq_ctx_term below waits for it.
   const int left_ms = static_cast<int>(std::max<int64_t>(
-      0, std::chrono::duration_cast<std::chrono::milliseconds>(
-             deadline - Clock::now())
+      0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                               Clock::now())
              .count()));
   for (Conn* c : all) CloseConn(c, left_ms);
   if (router_ != nullptr) zmq_close(router_);
