@@ -6,6 +6,7 @@
 // Every row prints ours/raw; the last line is a one-line summary.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
+#include <malloc.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -25,12 +26,20 @@
 
 DEFINE_string(sizes, "4,1024,65536,1048576,4194304,16777216,67108864",
               "payload bytes of one push (and of its pull)");
-DEFINE_double(min_time, 0.5, "seconds measured per row (at least 3 ops)");
+DEFINE_double(min_time, 0.3,
+              "seconds per measurement (at least 3 ops); each row is the "
+              "median of --reps measurements");
+DEFINE_int32(reps, 3, "measurements per row, raw and ours alternating");
 DEFINE_int32(in_flight, 4, "requests in flight in the pipelined rows");
 DEFINE_string(jobs, "1x1,2x2", "jobs to run, <workers>x<servers>");
-DEFINE_int32(handler_threads, 1,
+DEFINE_int32(handler_threads, 0,
              "server handler threads (0: on the receive thread)");
+DEFINE_bool(keep_freed_memory, true,
+            "in every process of the run (raw and ours alike): one malloc "
+            "arena that keeps freed memory mapped, so that receive buffers "
+            "are reused instead of page-faulted in for every message");
 DEFINE_int32(raw_echo_port, 0, "internal: run the echo server on this port");
+DEFINE_int32(echo_client_port, 0, "internal: the echo server a job uses");
 DEFINE_string(results_dir, "", "internal: where job workers write results");
 
 namespace kvtrain {
@@ -151,26 +160,67 @@ StatusOr<EchoResult> TimePushPull(ps::KVWorker* w, const KVPairs& kv,
   return res;
 }
 
+std::vector<int> InFlights() {
+  std::vector<int> k = {1};
+  if (FLAGS_in_flight > 1) k.push_back(FLAGS_in_flight);
+  return k;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Rank 0 also runs the raw echo client, alternating with the job's own
+// measurements so that both see the same machine conditions. Each line:
+// "<raw|ours> <bytes> <in_flight> <us per op> <GB/s>" (medians).
 Status RunWorker(ps::Postoffice* po) {
   KV_ASSIGN_OR_RETURN(auto w, ps::KVWorker::Create(po, 0));
+  std::unique_ptr<EchoClient> echo;
+  if (po->rank() == 0) {
+    KV_ASSIGN_OR_RETURN(EchoClient * c,
+                        EchoClient::Connect(FLAGS_echo_client_port));
+    echo.reset(c);
+  }
   std::vector<uint64_t> keys;
   for (const ps::KeyRange& r : po->ServerKeyRanges())
     keys.push_back(r.begin + 1);
   std::ofstream out(FLAGS_results_dir + "/worker-" +
                     std::to_string(po->rank()));
-  for (size_t bytes : Sizes()) {
+  // Every worker runs the same rows and barriers; 64 B gives the raw round
+  // trip that the 1 KB target refers to.
+  std::vector<size_t> sizes = Sizes();
+  if (!std::count(sizes.begin(), sizes.end(), 64))
+    sizes.insert(sizes.begin(), 64);
+  for (size_t bytes : sizes) {
     std::vector<int64_t> lens;
     for (size_t i = 0; i < keys.size(); ++i) {
       lens.push_back(bytes / keys.size() + (i < bytes % keys.size() ? 1 : 0));
     }
     KVPairs kv = KVPairs::From(
         keys, Blob::FromVector(std::vector<char>(bytes, 'v')), lens);
-    for (int in_flight : {1, FLAGS_in_flight}) {
-      KV_RETURN_IF_ERROR(po->Barrier(ps::kWorkerGroup, kWait));
-      KV_ASSIGN_OR_RETURN(EchoResult r,
-                          TimePushPull(w.get(), kv, bytes, in_flight));
-      out << r.bytes << " " << r.in_flight << " " << r.ops << " " << r.seconds
-          << "\n";
+    for (int in_flight : InFlights()) {
+      std::vector<double> raw_us, raw_gbps, us, gbps;
+      for (int rep = 0; rep < FLAGS_reps; ++rep) {
+        KV_RETURN_IF_ERROR(po->Barrier(ps::kWorkerGroup, kWait));
+        if (echo) {
+          KV_ASSIGN_OR_RETURN(EchoResult r,
+                              echo->Run(bytes, in_flight, FLAGS_min_time));
+          raw_us.push_back(r.us_per_op());
+          raw_gbps.push_back(r.gbps());
+        }
+        KV_RETURN_IF_ERROR(po->Barrier(ps::kWorkerGroup, kWait));
+        KV_ASSIGN_OR_RETURN(EchoResult r,
+                            TimePushPull(w.get(), kv, bytes, in_flight));
+        us.push_back(r.us_per_op());
+        gbps.push_back(r.gbps());
+      }
+      if (echo) {
+        out << "raw " << bytes << " " << in_flight << " " << Median(raw_us)
+            << " " << Median(raw_gbps) << "\n";
+      }
+      out << "ours " << bytes << " " << in_flight << " " << Median(us) << " "
+          << Median(gbps) << "\n";
     }
   }
   out.close();
@@ -230,38 +280,14 @@ std::string MachineLine() {
   return os.str();
 }
 
-// Raw echo results by (bytes, in_flight).
-using Table = std::map<std::pair<size_t, int>, EchoResult>;
-
-StatusOr<Table> MeasureRaw(const std::vector<size_t>& sizes) {
-  KV_ASSIGN_OR_RETURN(int port, testutil::FreeTcpPort());
-  testutil::ProcessOptions po;
-  po.argv = {SelfPath(), "--raw_echo_port=" + std::to_string(port)};
-  KV_ASSIGN_OR_RETURN(auto server, testutil::Process::Spawn(po));
-  KV_ASSIGN_OR_RETURN(EchoClient * raw, EchoClient::Connect(port));
-  std::unique_ptr<EchoClient> client(raw);
-  Table t;
-  std::vector<size_t> all = sizes;
-  all.push_back(64);
-  for (size_t bytes : all) {
-    for (int in_flight : {1, FLAGS_in_flight}) {
-      KV_ASSIGN_OR_RETURN(EchoResult r,
-                          client->Run(bytes, in_flight, FLAGS_min_time));
-      t[{bytes, in_flight}] = r;
-    }
-  }
-  client->Stop();
-  server->Wait(std::chrono::seconds(30));
-  return t;
-}
-
-struct JobRow {
-  double us_per_op = 0;  // mean over workers
-  double gbps = 0;       // total over workers
+struct Row {
+  double raw_us = 0;  // raw echo, measured by worker 0
+  double us = 0;      // ours: mean over workers
+  double gbps = 0;    // ours: total over workers
 };
+using Rows = std::map<std::pair<size_t, int>, Row>;
 
-StatusOr<std::map<std::pair<size_t, int>, JobRow>> MeasureJob(int workers,
-                                                              int servers) {
+StatusOr<Rows> MeasureJob(int workers, int servers, int echo_port) {
   testutil::LocalJobOptions o;
   o.binary = SelfPath();
   o.num_workers = workers;
@@ -269,79 +295,119 @@ StatusOr<std::map<std::pair<size_t, int>, JobRow>> MeasureJob(int workers,
   o.log_dir = testutil::NewTempDir("ps_bench-");
   o.args = {"--sizes=" + FLAGS_sizes,
             "--min_time=" + std::to_string(FLAGS_min_time),
+            "--reps=" + std::to_string(FLAGS_reps),
             "--in_flight=" + std::to_string(FLAGS_in_flight),
             "--handler_threads=" + std::to_string(FLAGS_handler_threads),
+            std::string("--keep_freed_memory=") +
+                (FLAGS_keep_freed_memory ? "true" : "false"),
+            "--echo_client_port=" + std::to_string(echo_port),
             "--results_dir=" + o.log_dir};
   KV_ASSIGN_OR_RETURN(auto job, testutil::LocalJob::Start(o));
   if (!job->WaitAll(std::chrono::minutes(30)) || !job->AllSucceeded()) {
     return Status::Internal("benchmark job failed:\n" + job->Report());
   }
-  std::map<std::pair<size_t, int>, JobRow> rows;
+  Rows rows;
   for (int r = 0; r < workers; ++r) {
     std::ifstream in(o.log_dir + "/worker-" + std::to_string(r));
-    EchoResult e;
-    while (in >> e.bytes >> e.in_flight >> e.ops >> e.seconds) {
-      JobRow& row = rows[{e.bytes, e.in_flight}];
-      row.us_per_op += e.us_per_op() / workers;
-      row.gbps += e.gbps();
+    std::string kind;
+    size_t bytes;
+    int in_flight;
+    double us, gbps;
+    while (in >> kind >> bytes >> in_flight >> us >> gbps) {
+      Row& row = rows[{bytes, in_flight}];
+      if (kind == "raw") {
+        row.raw_us = us;
+      } else {
+        row.us += us / workers;
+        row.gbps += gbps;
+      }
     }
   }
   return rows;
 }
 
+void PrintRows(const std::string& name, const Rows& rows,
+               const std::vector<size_t>& sizes) {
+  for (const auto& [key, row] : rows) {
+    if (key.first == 64 && !std::count(sizes.begin(), sizes.end(), 64)) {
+      continue;  // measured for the 1 KB target line only
+    }
+    std::printf("%-6s %7s %9d %12s %12s %9.2f %12.2f\n", name.c_str(),
+                SizeName(key.first).c_str(), key.second,
+                TimeName(row.raw_us).c_str(), TimeName(row.us).c_str(),
+                row.us / row.raw_us, row.gbps);
+  }
+}
+
+// The 1 KB line and, last, the one-line summary (1 MB if measured, else the
+// largest size) of the first job.
+void PrintSummary(const std::string& name, const Rows& rows,
+                  const std::vector<size_t>& sizes) {
+  const double raw64 = rows.at({64, 1}).raw_us;
+  if (rows.count({1024, 1})) {
+    const double us = rows.at({1024, 1}).us;
+    std::printf("\n%s 1KB push+pull %s = %.2f x raw 64B round trip (%s)\n",
+                name.c_str(), TimeName(us).c_str(), us / raw64,
+                TimeName(raw64).c_str());
+  }
+  size_t pick = *std::max_element(sizes.begin(), sizes.end());
+  if (std::count(sizes.begin(), sizes.end(), size_t{1} << 20)) pick = 1 << 20;
+  const Row& row = rows.at({pick, 1});
+  std::printf("ps_bench: %s push+pull %s = %.2f x raw zmq echo\n",
+              SizeName(pick).c_str(), TimeName(row.us).c_str(),
+              row.us / row.raw_us);
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "ps_bench: %s\n", s.ToString().c_str());
+  return 1;
+}
+
 int RunDriver() {
   const std::vector<size_t> sizes = Sizes();
   std::printf(
-      "ps_bench: kvtrain push+pull (KVWorker::PushPull, one key per "
-      "server, %d server handler thread%s) vs raw ZeroMQ zero-copy "
-      "DEALER/ROUTER echo of the same size, both over tcp://127.0.0.1 "
-      "in this run\n",
-      FLAGS_handler_threads, FLAGS_handler_threads == 1 ? "" : "s");
+      "ps_bench: kvtrain push+pull (KVWorker::PushPull, one key per server, "
+      "%d server handler thread%s) vs raw ZeroMQ zero-copy DEALER/ROUTER echo "
+      "of the same size between two processes, both over tcp://127.0.0.1, "
+      "alternating in this run; each row: median of %d x %.2f s\n",
+      FLAGS_handler_threads, FLAGS_handler_threads == 1 ? "" : "s", FLAGS_reps,
+      FLAGS_min_time);
   std::printf("machine: %s\n", MachineLine().c_str());
-  StatusOr<Table> raw = MeasureRaw(sizes);
-  if (!raw.ok())
-    return std::fprintf(stderr, "%s\n", raw.status().ToString().c_str()), 1;
-  const double raw64 = raw->at({64, 1}).us_per_op();
-  std::printf("raw ZeroMQ echo round trip at 64B: %s\n\n",
-              TimeName(raw64).c_str());
+  std::printf("malloc: %s\n\n",
+              FLAGS_keep_freed_memory
+                  ? "one arena, freed memory kept (--keep_freed_memory)"
+                  : "glibc defaults (--nokeep_freed_memory)");
+  StatusOr<int> port = testutil::FreeTcpPort();
+  if (!port.ok()) return Fail(port.status());
+  testutil::ProcessOptions po;
+  po.argv = {SelfPath(), "--raw_echo_port=" + std::to_string(*port),
+             std::string("--keep_freed_memory=") +
+                 (FLAGS_keep_freed_memory ? "true" : "false")};
+  auto echo_server = testutil::Process::Spawn(po);
+  if (!echo_server.ok()) return Fail(echo_server.status());
   std::printf("%-6s %7s %9s %12s %12s %9s %12s\n", "job", "size", "in flight",
               "raw echo", "push+pull", "ours/raw", "GB/s (ours)");
-  std::map<std::string, std::map<std::pair<size_t, int>, JobRow>> jobs;
+  std::vector<std::pair<std::string, Rows>> jobs;
   std::stringstream js(FLAGS_jobs);
   std::string spec;
   while (std::getline(js, spec, ',')) {
     int w = 0, s = 0;
     if (std::sscanf(spec.c_str(), "%dx%d", &w, &s) != 2 || w < 1 || s < 1) {
-      return std::fprintf(stderr, "--jobs: bad entry \"%s\" (want WxS)\n",
-                          spec.c_str()),
-             2;
+      return Fail(Status::InvalidArgument("--jobs: bad entry \"" + spec +
+                                          "\" (want <workers>x<servers>)"));
     }
-    auto rows = MeasureJob(w, s);
-    if (!rows.ok())
-      return std::fprintf(stderr, "%s\n", rows.status().ToString().c_str()), 1;
-    const std::string name = std::to_string(w) + "w" + std::to_string(s) + "s";
-    for (const auto& [key, row] : *rows) {
-      const double raw_us = raw->at(key).us_per_op();
-      std::printf("%-6s %7s %9d %12s %12s %9.2f %12.2f\n", name.c_str(),
-                  SizeName(key.first).c_str(), key.second,
-                  TimeName(raw_us).c_str(), TimeName(row.us_per_op).c_str(),
-                  row.us_per_op / raw_us, row.gbps);
-    }
-    jobs[name] = *rows;
+    StatusOr<Rows> rows = MeasureJob(w, s, *port);
+    if (!rows.ok()) return Fail(rows.status());
+    jobs.emplace_back(std::to_string(w) + "w" + std::to_string(s) + "s",
+                      std::move(*rows));
+    PrintRows(jobs.back().first, jobs.back().second, sizes);
   }
-  const auto& first = jobs.begin()->second;
-  if (first.count({1024, 1})) {
-    const double us = first.at({1024, 1}).us_per_op;
-    std::printf("\n%s 1KB push+pull %s = %.2f x raw 64B round trip\n",
-                jobs.begin()->first.c_str(), TimeName(us).c_str(), us / raw64);
+  if (StatusOr<EchoClient*> c = EchoClient::Connect(*port); c.ok()) {
+    (*c)->Stop();  // an empty message ends the echo server
+    delete *c;
   }
-  // Summary: 1 MB if measured, else the largest size.
-  size_t pick = *std::max_element(sizes.begin(), sizes.end());
-  if (std::count(sizes.begin(), sizes.end(), size_t{1} << 20)) pick = 1 << 20;
-  const double ours = first.at({pick, 1}).us_per_op;
-  std::printf("ps_bench: %s push+pull %s = %.2f x raw zmq echo\n",
-              SizeName(pick).c_str(), TimeName(ours).c_str(),
-              ours / raw->at({pick, 1}).us_per_op());
+  (*echo_server)->Wait(std::chrono::seconds(30));
+  PrintSummary(jobs.front().first, jobs.front().second, sizes);
   return 0;
 }
 
@@ -353,6 +419,13 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  if (FLAGS_keep_freed_memory) {
+    // Same setting on both sides of the comparison (the echo server and the
+    // job's nodes are this binary too).
+    mallopt(M_ARENA_MAX, 1);
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
   if (FLAGS_raw_echo_port != 0) {
     kvtrain::Status s = kvtrain::bench::RunEchoServer(FLAGS_raw_echo_port);
     return s.ok() ? 0 : 1;

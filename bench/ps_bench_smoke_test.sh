@@ -2,7 +2,7 @@
 # ps_bench with tiny sizes and short rows: it runs both jobs, prints a row
 # with a ratio for every size, and ends with the one-line summary.
 set -euo pipefail
-out=$(bench/ps_bench --sizes=4,1024,65536 --min_time=0.02 --in_flight=2 2>&1) || {
+out=$(bench/ps_bench --sizes=4,1024,65536 --min_time=0.02 --reps=1 --in_flight=2 2>&1) || {
   echo "ps_bench failed:"; echo "$out"; exit 1; }
 echo "$out"
 fail() { echo "FAILED: $*"; exit 1; }

@@ -293,10 +293,11 @@ TEST(KVAppTest, CommandsWithoutKeysReachEveryServer) {
   for (int r = 0; r < 3; ++r) {
     servers.push_back(Take(KVServer::Create(
         job.server(r), 5,
-        [r](const RequestMeta& meta, const KVPairs&, KVServer* s) {
+        [r](const RequestMeta& meta, const KVPairs& data, KVServer* s) {
           KVPairs out;
           out.vals = Blob::FromString(meta.body + "@" + std::to_string(r) +
-                                      "#" + std::to_string(meta.head));
+                                      "#" + std::to_string(meta.head) + ":" +
+                                      data.vals.ToString());
           s->Respond(meta, out);
         })));
   }
@@ -312,8 +313,16 @@ TEST(KVAppTest, CommandsWithoutKeysReachEveryServer) {
   ASSERT_EQ(result.parts.size(), 3u);
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(result.parts[r].vals.ToString(),
-              "save@" + std::to_string(r) + "#42");
+              "save@" + std::to_string(r) + "#42:");
   }
+  // A keyless push carries its values to every server as a payload.
+  KVPairs payload;
+  payload.vals = Blob::FromString("cfg");
+  ts = (*worker)->PushPull(payload, opts);
+  ASSERT_TRUE(ts.ok()) << ts.status();
+  ASSERT_TRUE((*worker)->Wait(*ts, kLong, &result).ok());
+  ASSERT_EQ(result.parts.size(), 3u);
+  EXPECT_EQ(result.parts[2].vals.ToString(), "save@2#42:cfg");
 }
 
 TEST(KVAppTest, CallbacksRunOnceAndCannotBeWaited) {

@@ -67,6 +67,13 @@ class KVWorker::Impl : public Customer {
   };
 
   Status CheckPullDest(const PullDest& dest, size_t n) const;
+  // The request's key ranges per server (every server for no keys).
+  static std::vector<Slice> SliceByServer(const KVPairs& kvs,
+                                          const std::vector<KeyRange>& ranges);
+  // The DATA request for slice `s` of `kvs`.
+  Message BuildRequest(int64_t ts, const KVPairs& kvs, const Slice& s,
+                       bool push, bool pull, const RequestOptions& opts,
+                       const std::vector<size_t>& val_off) const;
   Status CheckResponse(const Pending& p, size_t s, const KVPairs& kv) const;
   // Completes `it` if nothing is outstanding; returns a callback to run.
   std::function<void()> MaybeFinish(int64_t ts) REQUIRES(mu_);
@@ -106,6 +113,51 @@ Status KVWorker::Impl::CheckPullDest(const PullDest& dest, size_t n) const {
   return Status::OK();
 }
 
+std::vector<KVWorker::Impl::Slice> KVWorker::Impl::SliceByServer(
+    const KVPairs& kvs, const std::vector<KeyRange>& ranges) {
+  const size_t n = kvs.num_keys();
+  const uint64_t* k = kvs.keys.as<uint64_t>();
+  std::vector<Slice> slices;
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    Slice s;
+    s.server = ServerId(static_cast<int>(r));
+    s.key_begin = std::lower_bound(k, k + n, ranges[r].begin) - k;
+    s.key_end = std::lower_bound(k, k + n, ranges[r].end) - k;
+    if (n == 0 || s.key_end > s.key_begin) slices.push_back(s);
+  }
+  return slices;
+}
+
+Message KVWorker::Impl::BuildRequest(int64_t ts, const KVPairs& kvs,
+                                     const Slice& s, bool push, bool pull,
+                                     const RequestOptions& opts,
+                                     const std::vector<size_t>& val_off) const {
+  Message m;
+  wire::Header& h = m.meta;
+  h.set_command(wire::DATA);
+  h.set_app_id(app_id_);
+  h.set_timestamp(ts);
+  h.set_request(true);
+  h.set_push(push);
+  h.set_pull(pull);
+  h.set_priority(opts.priority);
+  h.set_head(opts.head);
+  h.set_body(opts.body);
+  const size_t kb = s.key_begin, ke = s.key_end;
+  if (ke > kb) m.AddFrame(wire::KEYS, kvs.keys.Slice(kb * 8, (ke - kb) * 8));
+  if (push && ke > kb) {
+    m.AddFrame(wire::VALUES,
+               kvs.vals.Slice(val_off[kb], val_off[ke] - val_off[kb]));
+    h.mutable_data(h.data_size() - 1)->set_dtype(opts.dtype);
+    if (!kvs.lens.empty()) {
+      m.AddFrame(wire::LENS, kvs.lens.Slice(kb * 8, (ke - kb) * 8));
+    }
+  } else if (push && kvs.num_keys() == 0 && !kvs.vals.empty()) {
+    m.AddFrame(wire::VALUES, kvs.vals);  // a command's payload
+  }
+  return m;
+}
+
 StatusOr<int64_t> KVWorker::Impl::Request(const KVPairs& kvs, bool push,
                                           bool pull, const RequestOptions& opts,
                                           const PullDest& dest) {
@@ -128,20 +180,15 @@ StatusOr<int64_t> KVWorker::Impl::Request(const KVPairs& kvs, bool push,
   p.keys = kvs.keys;
   p.dest = dest;
   p.callback = opts.callback;
-  const uint64_t* k = kvs.keys.as<uint64_t>();
-  for (size_t r = 0; r < ranges.size(); ++r) {
-    Slice s;
-    s.server = ServerId(static_cast<int>(r));
-    s.key_begin = std::lower_bound(k, k + n, ranges[r].begin) - k;
-    s.key_end = std::lower_bound(k, k + n, ranges[r].end) - k;
-    if (n == 0 || s.key_end > s.key_begin) p.slices.push_back(s);
-  }
+  p.slices = SliceByServer(kvs, ranges);
   p.remaining = static_cast<int>(p.slices.size());
   p.parts.resize(p.slices.size());
-  if (pull && dest.data != nullptr)
+  if (pull && dest.data != nullptr) {
     p.dest_off = Offsets(dest.lens, n, dest.size);
+  }
   const std::vector<size_t> val_off =
-      push ? Offsets(kvs.lens, n, kvs.vals.size()) : std::vector<size_t>();
+      push && n > 0 ? Offsets(kvs.lens, n, kvs.vals.size())
+                    : std::vector<size_t>();
   const std::vector<Slice> slices = p.slices;
   int64_t ts;
   {
@@ -150,43 +197,19 @@ StatusOr<int64_t> KVWorker::Impl::Request(const KVPairs& kvs, bool push,
     pending_.emplace(ts, std::move(p));
   }
   for (size_t i = 0; i < slices.size(); ++i) {
-    const Slice& s = slices[i];
-    Message m;
-    wire::Header& h = m.meta;
-    h.set_command(wire::DATA);
-    h.set_app_id(app_id_);
-    h.set_timestamp(ts);
-    h.set_request(true);
-    h.set_push(push);
-    h.set_pull(pull);
-    h.set_priority(opts.priority);
-    h.set_head(opts.head);
-    h.set_body(opts.body);
-    const size_t kb = s.key_begin, ke = s.key_end;
-    if (ke > kb) {
-      m.AddFrame(wire::KEYS, kvs.keys.Slice(kb * 8, (ke - kb) * 8));
+    Message m = BuildRequest(ts, kvs, slices[i], push, pull, opts, val_off);
+    Status st = po_->SendData(slices[i].server, &m);
+    if (st.ok()) continue;
+    std::function<void()> cb;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      Pending& q = pending_.at(ts);
+      if (q.status.ok()) q.status = st;
+      q.slices[i].answered = true;
+      --q.remaining;
+      cb = MaybeFinish(ts);
     }
-    if (push && ke > kb) {
-      m.AddFrame(wire::VALUES,
-                 kvs.vals.Slice(val_off[kb], val_off[ke] - val_off[kb]));
-      h.mutable_data(h.data_size() - 1)->set_dtype(opts.dtype);
-      if (!kvs.lens.empty()) {
-        m.AddFrame(wire::LENS, kvs.lens.Slice(kb * 8, (ke - kb) * 8));
-      }
-    }
-    Status st = po_->SendData(s.server, &m);
-    if (!st.ok()) {
-      std::function<void()> cb;
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        Pending& q = pending_.at(ts);
-        if (q.status.ok()) q.status = st;
-        q.slices[i].answered = true;
-        --q.remaining;
-        cb = MaybeFinish(ts);
-      }
-      if (cb) cb();
-    }
+    if (cb) cb();
   }
   return ts;
 }

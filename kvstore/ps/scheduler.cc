@@ -147,8 +147,7 @@ void SchedulerCore::OnRegister(const std::string& token, const Message& msg) {
   }
 }
 
-void SchedulerCore::Complete() {
-  complete_ = true;
+std::vector<NodeEntry> SchedulerCore::RankNodes() {
   std::stable_sort(pending_.begin(), pending_.end(),
                    [](const Pending& a, const Pending& b) {
                      if (a.info.role() != b.info.role()) {
@@ -185,6 +184,10 @@ void SchedulerCore::Complete() {
         << ", pid " << e.pid << ")";
     entries.push_back(std::move(e));
   }
+  return entries;
+}
+
+Message SchedulerCore::TableMessage(const std::vector<NodeEntry>& entries) {
   Message table;
   table.meta.set_command(wire::NODE_TABLE);
   for (const NodeEntry& e : entries) {
@@ -199,7 +202,14 @@ void SchedulerCore::Complete() {
     n->set_num_workers(po_->config().num_workers);
     n->set_num_servers(po_->config().num_servers);
   }
-  auto t = std::make_unique<NodeTable>(entries, NewJobId());
+  return table;
+}
+
+void SchedulerCore::Complete() {
+  complete_ = true;
+  std::vector<NodeEntry> entries = RankNodes();
+  const Message table = TableMessage(entries);
+  auto t = std::make_unique<NodeTable>(std::move(entries), NewJobId());
   const NodeTable* installed = t.get();
   po_->InstallTable(std::move(t), 0);
   for (const NodeEntry& e : installed->nodes()) {

@@ -46,6 +46,9 @@ class SchedulerCore {
 
   void Reject(const wire::NodeInfo& info, const std::string& why) REQUIRES(mu_);
   void Complete() REQUIRES(mu_);
+  // Sorts the registrations into ranks; the scheduler's entry first.
+  std::vector<NodeEntry> RankNodes() REQUIRES(mu_);
+  Message TableMessage(const std::vector<NodeEntry>& entries);
   int CountPending(wire::Role role) const REQUIRES(mu_);
   std::string Progress() const REQUIRES(mu_);
   Status SendViaConn(int conn, Message* msg);

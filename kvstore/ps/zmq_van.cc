@@ -4,6 +4,7 @@
 #include <glog/logging.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -169,7 +170,7 @@ Status ZmqVan::Connect(int conn, const std::string& host, int port) {
   Conn* old = it == conns_.end() ? nullptr : it->second;
   conns_[conn] = c.get();
   all_conns_.push_back(std::move(c));
-  if (old != nullptr) CloseConn(old);
+  if (old != nullptr) CloseConn(old, 0);
   return Status::OK();
 }
 
@@ -182,10 +183,10 @@ void ZmqVan::Disconnect(int conn) {
     c = it->second;
     conns_.erase(it);
   }
-  CloseConn(c);
+  CloseConn(c, 0);
 }
 
-void ZmqVan::CloseConn(Conn* c) {
+void ZmqVan::CloseConn(Conn* c, int linger_ms) {
   void* socket = nullptr;
   {
     std::lock_guard<std::mutex> l(c->mu);
@@ -194,7 +195,10 @@ void ZmqVan::CloseConn(Conn* c) {
     c->socket = nullptr;
   }
   // Outside c->mu: closing may release frames, whose callback takes it.
-  if (socket != nullptr) zmq_close(socket);
+  if (socket != nullptr) {
+    zmq_setsockopt(socket, ZMQ_LINGER, &linger_ms, sizeof(linger_ms));
+    zmq_close(socket);
+  }
 }
 
 ZmqVan::Conn* ZmqVan::FindConn(int conn) {
@@ -311,6 +315,7 @@ void ZmqVan::Flush(Duration timeout) {
 void ZmqVan::Close(Duration linger) {
   if (closed_) return;
   closed_ = true;
+  const auto deadline = Clock::now() + linger;
   if (linger > Duration::zero()) Flush(linger);
   {
     std::lock_guard<std::mutex> l(ready_mu_);
@@ -324,7 +329,14 @@ void ZmqVan::Close(Duration linger) {
     for (auto& c : all_conns_) all.push_back(c.get());
     conns_.clear();
   }
-  for (Conn* c : all) CloseConn(c);
+  // What ZeroMQ has taken but not yet written (small messages are copied
+  // into its batch buffer and released early) gets the rest of `linger`;
+  // zmq_ctx_term below waits for it.
+  const int left_ms = static_cast<int>(std::max<int64_t>(
+      0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                               Clock::now())
+             .count()));
+  for (Conn* c : all) CloseConn(c, left_ms);
   if (router_ != nullptr) zmq_close(router_);
   router_ = nullptr;
   // Ends the io thread; frames still held are released (callbacks run)

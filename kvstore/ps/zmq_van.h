@@ -51,7 +51,7 @@ class ZmqVan : public Van {
   ZmqVan(std::string token, const ZmqVanOptions& options, void* ctx);
   void SenderLoop();
   Conn* FindConn(int conn) EXCLUDES(conns_mu_);
-  static void CloseConn(Conn* c);
+  static void CloseConn(Conn* c, int linger_ms);
   bool Idle() EXCLUDES(conns_mu_);
 
   const std::string token_;

@@ -1,0 +1,213 @@
+// train_mnist: trains an MLP or LeNet on MNIST-format data (by default the
+// bundled Fashion-MNIST) with any KVStore type, as one process or as every
+// process of a job started by tracker/launch.py.
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include "engine/io/data_iter.h"
+#include "engine/symbol.h"
+#include "engine/trainer/module.h"
+#include "kvstore/kvstore.h"
+
+DEFINE_string(network, "mlp", "mlp (784-128-64-10, ReLU) or lenet");
+DEFINE_string(kv_store, "local",
+              "local, device, dist_sync, dist_device_sync or dist_async");
+DEFINE_string(gpus, "", "GPUs to train on, e.g. 0,1 (empty: the CPU)");
+DEFINE_int32(cpus, 1, "CPU contexts to split each batch across (data parallelism)");
+DEFINE_string(work_load_list, "", "relative batch share per device, e.g. 1,3");
+DEFINE_int32(batch_size, 100, "examples per batch (per worker)");
+DEFINE_string(optimizer, "sgd", "sgd, nag, adam or adagrad");
+DEFINE_double(lr, 0.1, "learning rate");
+DEFINE_double(momentum, 0.9, "momentum (sgd, nag)");
+DEFINE_double(wd, 0.0001, "weight decay");
+DEFINE_double(lr_factor, 1.0, "multiply the learning rate by this ...");
+DEFINE_string(lr_step_epochs, "", "... after these epochs, e.g. 5,8");
+DEFINE_int32(num_epochs, 10, "epochs to train");
+DEFINE_string(model_prefix, "", "checkpoint prefix (P-symbol.txt, P-NNNN.params)");
+DEFINE_int32(load_epoch, 0, "resume from the checkpoint of this epoch");
+DEFINE_string(data_dir, kvtrain::kDefaultMnistDir, "MNIST-format data directory");
+DEFINE_int64(num_examples, 0, "use only the first N training examples (0: all)");
+DEFINE_string(metrics_file, "", "write metrics as JSON lines here");
+DEFINE_int32(disp_batches, 100, "speedometer period in batches (0: off)");
+DEFINE_uint64(seed, 0, "seed of the initializer and the shuffle");
+DEFINE_bool(update_on_kvstore, true, "the store applies the optimizer (else the workers)");
+
+namespace kvtrain {
+namespace {
+
+StatusOr<std::vector<double>> Numbers(const std::string& text, const char* flag) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0') {
+      return Status::InvalidArgument(std::string("--") + flag + "=" + text +
+                                     ": expected comma-separated numbers");
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+StatusOr<std::vector<Device>> Devices() {
+  if (FLAGS_gpus.empty()) {
+    if (FLAGS_cpus < 1) return Status::InvalidArgument("--cpus must be at least 1");
+    std::vector<Device> out;
+    for (int i = 0; i < FLAGS_cpus; ++i) out.push_back(Device::CPU(i));
+    return out;
+  }
+  KV_ASSIGN_OR_RETURN(std::vector<double> ids, Numbers(FLAGS_gpus, "gpus"));
+  std::vector<Device> out;
+  for (double id : ids) {
+    const Device d = Device::GPU(static_cast<int>(id));
+    KV_RETURN_IF_ERROR(CheckDevice(d));
+    out.push_back(d);
+  }
+  return out;
+}
+
+StatusOr<proto::OptimizerSpec> Optimizer(int64_t batches_per_epoch) {
+  proto::OptimizerSpec spec;
+  const std::map<std::string, proto::OptimizerSpec::Type> types = {
+      {"sgd", proto::OptimizerSpec::SGD}, {"nag", proto::OptimizerSpec::NAG},
+      {"adam", proto::OptimizerSpec::ADAM}, {"adagrad", proto::OptimizerSpec::ADAGRAD}};
+  auto it = types.find(FLAGS_optimizer);
+  if (it == types.end()) {
+    return Status::InvalidArgument("--optimizer=" + FLAGS_optimizer +
+                                   ": expected sgd, nag, adam or adagrad");
+  }
+  spec.set_type(it->second);
+  spec.set_learning_rate(static_cast<float>(FLAGS_lr));
+  if (it->second == proto::OptimizerSpec::SGD || it->second == proto::OptimizerSpec::NAG) {
+    spec.set_momentum(static_cast<float>(FLAGS_momentum));
+  }
+  spec.set_weight_decay(static_cast<float>(FLAGS_wd));
+  if (!FLAGS_lr_step_epochs.empty() && FLAGS_lr_factor != 1.0) {
+    KV_ASSIGN_OR_RETURN(std::vector<double> epochs,
+                        Numbers(FLAGS_lr_step_epochs, "lr-step-epochs"));
+    proto::LrSchedule* s = spec.mutable_lr_schedule();
+    s->set_type(proto::LrSchedule::MULTI_FACTOR);
+    s->set_factor(static_cast<float>(FLAGS_lr_factor));
+    for (double e : epochs) s->add_steps(static_cast<int64_t>(e) * batches_per_epoch);
+  }
+  return spec;
+}
+
+// Everything that can be checked before joining a job.
+Status CheckFlags() {
+  if (FLAGS_network != "mlp" && FLAGS_network != "lenet") {
+    return Status::InvalidArgument("--network=" + FLAGS_network + ": expected mlp or lenet");
+  }
+  if (FLAGS_batch_size < 1) {
+    return Status::InvalidArgument("--batch-size=" + std::to_string(FLAGS_batch_size) +
+                                   ": expected a positive number of examples");
+  }
+  if (FLAGS_load_epoch > 0 && FLAGS_model_prefix.empty()) {
+    return Status::InvalidArgument("--load-epoch needs --model-prefix");
+  }
+  if (FLAGS_num_epochs < FLAGS_load_epoch) {
+    return Status::InvalidArgument("--num-epochs is below --load-epoch");
+  }
+  return Optimizer(1).status();
+}
+
+Status Train(KVStore* kv) {
+  IterOptions io;
+  io.batch_size = FLAGS_batch_size;
+  io.shuffle = true;
+  io.seed = FLAGS_seed;
+  io.num_parts = kv->num_workers();
+  io.part_index = kv->rank();
+  io.flat = FLAGS_network == "mlp";
+  io.num_examples = FLAGS_num_examples;
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<DataIter> train, NewMnistIter(FLAGS_data_dir, true, io));
+  IterOptions eo = io;
+  eo.shuffle = false;
+  eo.num_parts = 1;
+  eo.part_index = 0;
+  eo.num_examples = 0;
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<DataIter> test, NewMnistIter(FLAGS_data_dir, false, eo));
+
+  // Every worker of a sync job runs the same number of batches: the most
+  // any part has (parts hold batch-sized chunks round-robin).
+  const int64_t n = FLAGS_num_examples > 0 ? std::min<int64_t>(FLAGS_num_examples, 60000) : 60000;
+  const int64_t chunks = (n + FLAGS_batch_size - 1) / FLAGS_batch_size;
+  const int64_t epoch_size = (chunks + kv->num_workers() - 1) / kv->num_workers();
+
+  const Symbol net = FLAGS_network == "mlp" ? sym::Mlp({128, 64}) : sym::LeNet();
+  ModuleOptions mo;
+  KV_ASSIGN_OR_RETURN(mo.devices, Devices());
+  if (!FLAGS_work_load_list.empty()) {
+    KV_ASSIGN_OR_RETURN(mo.work_load_list, Numbers(FLAGS_work_load_list, "work-load-list"));
+  }
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, Module::Create(net, mo));
+  KV_RETURN_IF_ERROR(module->Bind(train->data_shape(), {FLAGS_batch_size}));
+  FitOptions fo;
+  ModelArrays loaded;
+  if (FLAGS_load_epoch > 0) {
+    KV_ASSIGN_OR_RETURN(loaded, LoadParams(ParamsPath(FLAGS_model_prefix, FLAGS_load_epoch)));
+    fo.begin_epoch = FLAGS_load_epoch;
+    fo.resume_states = StatesPath(FLAGS_model_prefix, FLAGS_load_epoch);
+  }
+  InitializerOptions init;
+  init.type = InitializerOptions::Type::kXavier;
+  init.seed = FLAGS_seed;
+  KV_RETURN_IF_ERROR(module->InitParams(init, FLAGS_load_epoch > 0 ? &loaded : nullptr));
+  fo.num_epochs = FLAGS_num_epochs;
+  fo.epoch_size = kv->type() == "dist_async" ? 0 : epoch_size;
+  KV_ASSIGN_OR_RETURN(fo.optimizer, Optimizer(epoch_size));
+  fo.update_on_kvstore = FLAGS_update_on_kvstore;
+  fo.metrics = {"accuracy", "cross-entropy"};
+  fo.disp_batches = FLAGS_disp_batches;
+  fo.metrics_file = FLAGS_metrics_file;
+  fo.model_prefix = FLAGS_model_prefix;
+  KV_RETURN_IF_ERROR(module->Fit(train.get(), test.get(), kv, fo));
+  KV_ASSIGN_OR_RETURN(MetricValues score, module->Score(test.get(), {"accuracy"}));
+  std::printf("Test accuracy=%.4f\n", score[0].second);
+  return Status::OK();
+}
+
+int Main() {
+  Status s = CheckFlags();
+  if (!s.ok()) {
+    std::fprintf(stderr, "train_mnist: error: %s\n", s.message().c_str());
+    return 2;
+  }
+  StatusOr<std::unique_ptr<KVStore>> kv = KVStore::Create(FLAGS_kv_store);
+  if (!kv.ok()) {
+    std::fprintf(stderr, "train_mnist: error: %s\n", kv.status().message().c_str());
+    return 2;
+  }
+  if (!(*kv)->is_worker()) {
+    s = (*kv)->RunServer();
+    if (!s.ok()) std::fprintf(stderr, "train_mnist: error: %s\n", s.ToString().c_str());
+    return s.ok() ? 0 : 1;
+  }
+  s = Train(kv->get());
+  if (!s.ok()) {
+    std::fprintf(stderr, "train_mnist: error: %s\n", s.message().c_str());
+    // Bad data paths are the user's: exit 2 like other usage errors.
+    return s.code() == Status::Code::kNotFound ? 2 : 1;
+  }
+  s = (*kv)->Finalize();
+  if (!s.ok()) std::fprintf(stderr, "train_mnist: error: %s\n", s.ToString().c_str());
+  return s.ok() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace kvtrain
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "trains an MLP or LeNet on MNIST-format data; see README.md for examples");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  return kvtrain::Main();
+}
