@@ -15,7 +15,9 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "means a single-process job."},
       {env::kRootUri, "(none)",
        "Host name or IPv4 address of the scheduler."},
-      {env::kRootPort, "(none)", "Port the scheduler listens on (1-65535)."},
+      {env::kRootPort, "(none)",
+       "Port the scheduler listens on (1-65535); 0 lets the scheduler pick a "
+       "free port and write it to KVTRAIN_SCHEDULER_PORT_FILE."},
       {env::kNumWorker, "(none)", "Number of worker processes (>= 1)."},
       {env::kNumServer, "(none)",
        "Number of server processes (>= 0; 0 for all-reduce jobs)."},
@@ -26,6 +28,13 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "Address this node advertises (overrides DMLC_INTERFACE)."},
       {env::kNodePort, "0 (any free port)",
        "Port a server or worker binds."},
+      {env::kRank, "(none)",
+       "The rank this server or worker asks for within its role; honoured "
+       "when the role's requests are exactly 0..n-1 (tracker/launch.py sets "
+       "them), otherwise ranks follow the address order."},
+      {env::kSchedulerPortFile, "(none)",
+       "Scheduler with DMLC_PS_ROOT_PORT=0: the file it writes its port to, "
+       "atomically, once it listens."},
       {env::kVerbose, "0",
        "1: log registrations, ranks, connections, barriers; 2: also every "
        "data message."},

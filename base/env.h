@@ -27,6 +27,10 @@ inline constexpr char kNumServer[] = "DMLC_NUM_SERVER";
 inline constexpr char kInterface[] = "DMLC_INTERFACE";
 inline constexpr char kNodeHost[] = "DMLC_NODE_HOST";
 inline constexpr char kNodePort[] = "DMLC_NODE_PORT";
+// Launchers: the rank a node asks for, and where a scheduler that picked its
+// own port (DMLC_PS_ROOT_PORT=0) writes it.
+inline constexpr char kRank[] = "DMLC_RANK";
+inline constexpr char kSchedulerPortFile[] = "KVTRAIN_SCHEDULER_PORT_FILE";
 // Diagnostics and failure detection.
 inline constexpr char kVerbose[] = "PS_VERBOSE";
 inline constexpr char kHeartbeatInterval[] = "PS_HEARTBEAT_INTERVAL";

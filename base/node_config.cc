@@ -46,8 +46,13 @@ StatusOr<NodeConfig> NodeConfig::FromEnv(const EnvLookup& env) {
       RequireVar(env, env::kRootPort,
                  "expected the scheduler's port (" + launcher_hint + ")"));
   KV_ASSIGN_OR_RETURN(int64_t root_port,
-                      ParseIntVar(env::kRootPort, port, 1, 65535));
+                      ParseIntVar(env::kRootPort, port, 0, 65535));
   c.root_port = static_cast<int>(root_port);
+  if (c.root_port == 0 && c.role != Role::kScheduler) {
+    return Status::InvalidArgument(
+        std::string(env::kRootPort) + "=\"0\": only the scheduler may pick its own "
+        "port; servers and workers need the port it listens on");
+  }
   KV_ASSIGN_OR_RETURN(
       std::string nw,
       RequireVar(env, env::kNumWorker,
@@ -68,6 +73,9 @@ StatusOr<NodeConfig> NodeConfig::FromEnv(const EnvLookup& env) {
   KV_ASSIGN_OR_RETURN(int64_t node_port,
                       GetIntVar(env, env::kNodePort, 0, 0, 65535));
   c.node_port = static_cast<int>(node_port);
+  KV_ASSIGN_OR_RETURN(int64_t rank, GetIntVar(env, env::kRank, -1, 0, 65535));
+  c.requested_rank = static_cast<int>(rank);
+  c.scheduler_port_file = env(env::kSchedulerPortFile).value_or("");
   KV_ASSIGN_OR_RETURN(int64_t verbose, GetIntVar(env, env::kVerbose, 0, 0, 2));
   c.verbose = static_cast<int>(verbose);
 

@@ -34,6 +34,11 @@ struct NodeConfig {
   std::string node_host;
   // Port a server/worker binds (DMLC_NODE_PORT); 0 = any free port.
   int node_port = 0;
+  // Rank asked for within the role (DMLC_RANK); -1 = none.
+  int requested_rank = -1;
+  // Scheduler with root_port 0: where it writes the port it bound
+  // (KVTRAIN_SCHEDULER_PORT_FILE); "" = nowhere.
+  std::string scheduler_port_file;
   // 0 quiet, 1 control plane, 2 also every data message (PS_VERBOSE).
   int verbose = 0;
   // Seconds between heartbeats; 0 = off (PS_HEARTBEAT_INTERVAL).

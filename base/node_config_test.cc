@@ -49,6 +49,7 @@ TEST(NodeConfigTest, ParsesEveryOptionalVariable) {
   vars["PS_HEARTBEAT_TIMEOUT"] = "3";
   vars["KVTRAIN_STARTUP_TIMEOUT"] = "5";
   vars["DMLC_NUM_SERVER"] = "0";
+  vars["DMLC_RANK"] = "3";
   StatusOr<NodeConfig> c = NodeConfig::FromEnv(MapEnv(vars));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->role, Role::kServer);
@@ -61,6 +62,19 @@ TEST(NodeConfigTest, ParsesEveryOptionalVariable) {
   EXPECT_DOUBLE_EQ(c->heartbeat_timeout_s, 3);
   EXPECT_DOUBLE_EQ(c->startup_timeout_s, 5);
   EXPECT_EQ(c->num_servers, 0);
+  EXPECT_EQ(c->requested_rank, 3);
+}
+
+TEST(NodeConfigTest, SchedulerMayPickItsPort) {
+  auto vars = ValidWorker();
+  vars["DMLC_ROLE"] = "scheduler";
+  vars["DMLC_PS_ROOT_PORT"] = "0";
+  vars["KVTRAIN_SCHEDULER_PORT_FILE"] = "/tmp/port";
+  StatusOr<NodeConfig> c = NodeConfig::FromEnv(MapEnv(vars));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->root_port, 0);
+  EXPECT_EQ(c->scheduler_port_file, "/tmp/port");
+  EXPECT_EQ(c->requested_rank, -1);
 }
 
 TEST(NodeConfigTest, EveryRole) {
@@ -105,9 +119,13 @@ TEST(NodeConfigTest, MalformedValuesNameVariableValueAndExpectation) {
       {"DMLC_ROLE", "master",
        "DMLC_ROLE=\"master\": expected scheduler, server or worker"},
       {"DMLC_PS_ROOT_PORT", "http", "DMLC_PS_ROOT_PORT=\"http\": expected an "
-                                    "integer in [1, 65535]"},
+                                    "integer in [0, 65535]"},
       {"DMLC_PS_ROOT_PORT", "70000", "DMLC_PS_ROOT_PORT=\"70000\": expected an "
-                                     "integer in [1, 65535]"},
+                                     "integer in [0, 65535]"},
+      {"DMLC_PS_ROOT_PORT", "0", "DMLC_PS_ROOT_PORT=\"0\": only the scheduler may "
+                                 "pick its own port; servers and workers need the port "
+                                 "it listens on"},
+      {"DMLC_RANK", "first", "DMLC_RANK=\"first\": expected an integer in [0, 65535]"},
       {"DMLC_NUM_WORKER", "two", "DMLC_NUM_WORKER=\"two\": expected an "
                                  "integer in [1, 65535]"},
       {"DMLC_NUM_WORKER", "0", "DMLC_NUM_WORKER=\"0\": expected an integer "

@@ -8,6 +8,8 @@
 
 #include "kvstore/ps/net_util.h"
 #include "kvstore/ps/postoffice_impl.h"
+
+#include "base/file.h"
 #include "kvstore/ps/scheduler.h"
 #include "kvstore/ps/zmq_van.h"
 
@@ -183,6 +185,13 @@ Status PostofficeImpl::Init() {
   }
   port_ = *bound;
   if (sched) scheduler_ = std::make_unique<SchedulerCore>(this);
+  if (sched && !config_.scheduler_port_file.empty()) {
+    // The launcher waits for this file: the port is ours before anyone
+    // else learns it, so nothing can take it in between.
+    KV_RETURN_IF_ERROR(WriteFileAtomic(config_.scheduler_port_file,
+                                       std::to_string(port_))
+                           .Annotate(env::kSchedulerPortFile));
+  }
   LOG_IF(INFO, verbose() >= 1)
       << name() << ": listening on port " << port_ << ", advertising " << host_
       << " (" << config_.DebugString() << ")";
@@ -255,7 +264,7 @@ Status PostofficeImpl::Start() {
     reg.meta.set_command(wire::REGISTER);
     wire::NodeInfo* me = reg.meta.mutable_control()->add_nodes();
     me->set_role(ToWireRole(role()));
-    me->set_rank(-1);
+    me->set_rank(config_.requested_rank);
     me->set_host(host_);
     me->set_port(port_);
     me->set_num_workers(config_.num_workers);

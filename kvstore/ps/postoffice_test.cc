@@ -1,6 +1,8 @@
 // Postoffice control plane over the in-process van: start-up and ranks,
 // barriers, finalize, failure detection, start-up deadline, rejected nodes,
 // and messages from strangers.
+#include <fstream>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -47,6 +49,48 @@ TEST(PostofficeTest, StartAssignsRanksByAddressAndFinalizes) {
   EXPECT_EQ(ranges[2].end, UINT64_MAX);
   EXPECT_TRUE(job.FinalizeAll().ok());
   EXPECT_TRUE(job.Failures().empty());
+}
+
+// Launchers ask for ranks (DMLC_RANK): honoured when they are exactly 0..n-1
+// within a role, otherwise ranks follow the addresses.
+TEST(PostofficeTest, RequestedRanksWinWhenTheyArePermutations) {
+  InprocJobOptions o;
+  o.num_servers = 3;
+  o.num_workers = 2;
+  InprocJob job(o);
+  ASSERT_TRUE(job.AddNode(job.ConfigFor(Role::kScheduler)).ok());
+  // Created (and bound) in order, asking for ranks in reverse.
+  std::vector<Postoffice*> servers;
+  for (int i = 0; i < 3; ++i) {
+    NodeConfig c = job.ConfigFor(Role::kServer);
+    c.requested_rank = 2 - i;
+    servers.push_back(*job.AddNode(c));
+  }
+  // Both workers ask for rank 0: not a permutation, so address order.
+  for (int i = 0; i < 2; ++i) {
+    NodeConfig c = job.ConfigFor(Role::kWorker);
+    c.requested_rank = 0;
+    ASSERT_TRUE(job.AddNode(c).ok());
+  }
+  ASSERT_TRUE(job.StartAll().ok());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(servers[i]->rank(), 2 - i);
+  EXPECT_LT(job.worker(0)->port(), job.worker(1)->port());
+  EXPECT_TRUE(job.FinalizeAll().ok());
+}
+
+TEST(PostofficeTest, SchedulerOnPortZeroWritesItsPort) {
+  InprocJobOptions o;
+  InprocJob job(o);
+  NodeConfig c = job.ConfigFor(Role::kScheduler);
+  c.root_port = 0;
+  c.scheduler_port_file = std::string(std::getenv("TEST_TMPDIR")) + "/port";
+  StatusOr<Postoffice*> sched = job.AddNode(c);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  std::ifstream in(c.scheduler_port_file);
+  int port = -1;
+  ASSERT_TRUE(in >> port);
+  EXPECT_EQ(port, (*sched)->port());
+  EXPECT_GT(port, 0);
 }
 
 TEST(PostofficeTest, BarriersOverGroupCombinations) {

@@ -147,11 +147,40 @@ void SchedulerCore::OnRegister(const std::string& token, const Message& msg) {
   }
 }
 
+bool SchedulerCore::RanksRequested(wire::Role role) const {
+  std::vector<bool> seen;
+  for (const Pending& p : pending_) {
+    if (p.info.role() == role) seen.push_back(false);
+  }
+  for (const Pending& p : pending_) {
+    if (p.info.role() != role) continue;
+    const int r = p.info.rank();
+    if (r < 0 || r >= static_cast<int>(seen.size()) || seen[r]) {
+      if (r >= 0) {
+        LOG(WARNING) << po_->name() << ": requested " << RoleWord(role)
+                     << " ranks are not exactly 0.." << seen.size() - 1
+                     << " (rank " << r << " from " << Addr(p.info)
+                     << "); ranks follow the address order";
+      }
+      return false;
+    }
+    seen[r] = true;
+  }
+  return true;
+}
+
 std::vector<NodeEntry> SchedulerCore::RankNodes() {
+  // Within a role: the ranks the nodes asked for (DMLC_RANK) when they are
+  // exactly 0..n-1, else ascending address (host, then port).
+  const bool by_request[2] = {RanksRequested(wire::SERVER),
+                              RanksRequested(wire::WORKER)};
   std::stable_sort(pending_.begin(), pending_.end(),
-                   [](const Pending& a, const Pending& b) {
+                   [&by_request](const Pending& a, const Pending& b) {
                      if (a.info.role() != b.info.role()) {
                        return a.info.role() < b.info.role();  // servers first
+                     }
+                     if (by_request[a.info.role() == wire::SERVER ? 0 : 1]) {
+                       return a.info.rank() < b.info.rank();
                      }
                      return AddressBefore(a.info.host(), a.info.port(),
                                           b.info.host(), b.info.port());

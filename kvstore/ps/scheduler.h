@@ -48,6 +48,8 @@ class SchedulerCore {
   void Complete() REQUIRES(mu_);
   // Sorts the registrations into ranks; the scheduler's entry first.
   std::vector<NodeEntry> RankNodes() REQUIRES(mu_);
+  // True when the role's registrations asked for ranks 0..n-1 exactly.
+  bool RanksRequested(wire::Role role) const REQUIRES(mu_);
   Message TableMessage(const std::vector<NodeEntry>& entries);
   int CountPending(wire::Role role) const REQUIRES(mu_);
   std::string Progress() const REQUIRES(mu_);
