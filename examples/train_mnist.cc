@@ -209,5 +209,6 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines reach launchers at once
   return kvtrain::Main();
 }

@@ -23,6 +23,7 @@ DEFINE_int32(rounds, 2, "sums: push/pull rounds");
 DEFINE_int32(pause_ms, 0, "sums: pause before each round");
 DEFINE_int32(handler_threads, 2, "server handler threads");
 DEFINE_int32(traffic_seconds, 300, "traffic: give up after this long");
+DEFINE_string(marker_for_tests, "", "ignored: lets tests find the job's processes");
 
 namespace kvtrain {
 namespace {
