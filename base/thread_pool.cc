@@ -1,4 +1,5 @@
-// ThreadPool: per-worker mailboxes, spin-then-sleep waiting.
+// ThreadPool: doorbell per worker, chunks claimed by compare-and-swap,
+// spin-then-sleep waiting.
 #include "base/thread_pool.h"
 
 #include <algorithm>
@@ -18,6 +19,8 @@ namespace {
 // bridge the gap between two operators of one step, short enough not to burn
 // a core while the process waits on something else.
 constexpr auto kSpin = std::chrono::microseconds(200);
+
+constexpr uint64_t kChunkMask = 0xffffffffull;
 
 }  // namespace
 
@@ -40,10 +43,25 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+void ThreadPool::RunChunks(uint64_t generation) {
+  uint64_t c = claim_.load(std::memory_order_acquire);
+  while ((c >> 32) == (generation & kChunkMask)) {
+    const int64_t chunk = static_cast<int64_t>(c & kChunkMask);
+    const int64_t chunks = chunks_;
+    if (chunk >= chunks) return;
+    if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel)) {
+      continue;  // c holds the fresh value
+    }
+    (*fn_)(chunk * n_ / chunks, (chunk + 1) * n_ / chunks);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+    c = claim_.load(std::memory_order_acquire);
+  }
+}
+
 void ThreadPool::WorkerLoop(Slot* slot) {
   uint64_t seen = 0;
   while (true) {
-    auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    const auto spin_until = std::chrono::steady_clock::now() + kSpin;
     int polls = 0;
     while (slot->epoch.load() == seen) {
       KV_CPU_RELAX();
@@ -59,16 +77,16 @@ void ThreadPool::WorkerLoop(Slot* slot) {
     }
     seen = slot->epoch.load();
     if (slot->stop.load()) return;
-    (*slot->fn)(slot->begin, slot->end);
-    slot->done.store(true, std::memory_order_release);
+    RunChunks(seen);
   }
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
                              const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  grain = grain < 1 ? 1 : grain;
-  int64_t chunks = std::min<int64_t>(num_threads(), (n + grain - 1) / grain);
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t chunks =
+      std::min<int64_t>(num_threads(), (n + grain - 1) / grain);
   bool expected = false;
   if (chunks <= 1 ||
       !busy_.compare_exchange_strong(expected, true,
@@ -76,26 +94,25 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     fn(0, n);
     return;
   }
-  for (int64_t c = 1; c < chunks; ++c) {
-    Slot* slot = slots_[c - 1].get();
-    slot->fn = &fn;
-    slot->begin = c * n / chunks;
-    slot->end = (c + 1) * n / chunks;
-    slot->done.store(false, std::memory_order_relaxed);
-    slot->epoch.fetch_add(1);
+  const uint64_t generation = ++generation_;
+  fn_ = &fn;
+  n_ = n;
+  chunks_ = chunks;
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store((generation & kChunkMask) << 32, std::memory_order_release);
+  for (int64_t w = 0; w < chunks - 1; ++w) {
+    Slot* slot = slots_[w].get();
+    slot->epoch.store(generation);
     if (slot->sleeping.load()) {
       std::lock_guard<std::mutex> lock(slot->mu);
       slot->cv.notify_one();
     }
   }
-  fn(0, n / chunks);
-  for (int64_t c = 1; c < chunks; ++c) {
-    Slot* slot = slots_[c - 1].get();
-    int polls = 0;
-    while (!slot->done.load(std::memory_order_acquire)) {
-      KV_CPU_RELAX();
-      if (++polls > 4096) std::this_thread::yield();
-    }
+  RunChunks(generation);
+  int polls = 0;
+  while (done_.load(std::memory_order_acquire) < chunks) {
+    KV_CPU_RELAX();
+    if (++polls > 4096) std::this_thread::yield();
   }
   busy_.store(false, std::memory_order_release);
 }

@@ -1,6 +1,8 @@
 // ThreadPool: a fixed set of worker threads for data-parallel loops inside
-// operators (ParallelFor). Workers spin briefly before sleeping, so the many
-// short loops of one training step do not each pay a thread wake-up.
+// operators (ParallelFor). Chunks are claimed dynamically: the caller works
+// too, and takes over chunks a sleeping worker has not woken up for, so a
+// slow wake-up never stalls a loop. Workers spin briefly before sleeping, so
+// the many short loops of one training step find them awake.
 #ifndef KVTRAIN_BASE_THREAD_POOL_H_
 #define KVTRAIN_BASE_THREAD_POOL_H_
 
@@ -29,7 +31,7 @@ class ThreadPool {
 
   // Splits [0, n) into at most num_threads() contiguous chunks of at least
   // `grain` elements (fewer chunks when n is small) and runs fn(begin, end)
-  // on each, the caller taking the first. Returns when every chunk is done.
+  // on each, on the caller and the workers. Returns when every chunk is done.
   void ParallelFor(int64_t n, int64_t grain,
                    const std::function<void(int64_t, int64_t)>& fn);
 
@@ -37,25 +39,34 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
  private:
-  // One worker's mailbox. The caller writes fn/begin/end, then bumps `epoch`;
-  // the worker runs the chunk and sets `done`.
+  // One worker's doorbell: the caller bumps `epoch` to the job's
+  // generation; the worker then claims chunks of that generation.
   struct Slot {
     std::atomic<uint64_t> epoch{0};
-    std::atomic<bool> done{true};
     std::atomic<bool> sleeping{false};
-    const std::function<void(int64_t, int64_t)>* fn = nullptr;
-    int64_t begin = 0;
-    int64_t end = 0;
     std::atomic<bool> stop{false};
     std::mutex mu;  // only for sleeping on cv
     std::condition_variable cv;
   };
 
   void WorkerLoop(Slot* slot);
+  // Claims and runs chunks of job `generation` until none is left.
+  void RunChunks(uint64_t generation);
 
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<std::thread> workers_;
   std::atomic<bool> busy_{false};
+
+  // The current job. `claim_` packs (generation << 32 | next chunk); a chunk
+  // is claimed by a compare-and-swap, so a worker that wakes after its job
+  // finished claims nothing. The fields are written before claim_ publishes
+  // the generation and stay valid until every claimed chunk is done.
+  std::atomic<uint64_t> claim_{0};
+  uint64_t generation_ = 0;
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  int64_t chunks_ = 0;
+  std::atomic<int64_t> done_{0};
 };
 
 }  // namespace kvtrain

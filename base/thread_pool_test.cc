@@ -45,14 +45,30 @@ TEST(ThreadPoolTest, UsesMoreThanOneThread) {
   ThreadPool pool(2);
   std::mutex mu;
   std::set<std::thread::id> ids;
-  // Repeat: a sleeping worker still takes its chunk, so two ids show up.
-  for (int rep = 0; rep < 5; ++rep) {
+  // Chunks long enough for the worker to wake up and claim the second one
+  // while the caller still works on the first.
+  for (int rep = 0; rep < 5 && ids.size() < 2; ++rep) {
     pool.ParallelFor(2, 1, [&](int64_t, int64_t) {
-      std::lock_guard<std::mutex> lock(mu);
-      ids.insert(std::this_thread::get_id());
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ids.insert(std::this_thread::get_id());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     });
   }
   EXPECT_EQ(ids.size(), 2u);
+}
+
+TEST(ThreadPoolTest, CallerTakesChunksOfASleepingWorker) {
+  ThreadPool pool(2);
+  // Let the worker fall asleep, then run a loop of tiny chunks: it finishes
+  // even if the worker never gets to them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::atomic<int64_t> sum{0};
+  for (int rep = 0; rep < 100; ++rep) {
+    pool.ParallelFor(2, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+  }
+  EXPECT_EQ(sum.load(), 200);
 }
 
 TEST(ThreadPoolTest, NestedAndConcurrentCallsRunInline) {

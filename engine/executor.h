@@ -138,6 +138,8 @@ class Executor {
                   const std::vector<OpReq>& reqs, const Step& step,
                   const char* pass, const char* role) const;
   Completion Barrier(const std::vector<Engine::Var*>& vars, const char* what);
+  // Drops finished passes from pending_, keeping the first error for Wait.
+  void PrunePending();
 
   std::unique_ptr<Engine> own_engine_;
   Engine* engine_ = nullptr;
@@ -164,6 +166,7 @@ class Executor {
 
   std::vector<Engine::Var*> forward_writes_, backward_writes_;
   std::vector<Completion> pending_;
+  Status deferred_error_;
   bool trained_forward_ = false;
 };
 

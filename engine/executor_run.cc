@@ -64,7 +64,21 @@ Engine::Queue QueueOf(const Operator& op) {
 
 }  // namespace
 
+void Executor::PrunePending() {
+  size_t kept = 0;
+  for (const Completion& c : pending_) {
+    if (!c.done()) {
+      pending_[kept++] = c;
+      continue;
+    }
+    const Status st = c.Wait(std::chrono::milliseconds(0));
+    if (!st.ok() && deferred_error_.ok()) deferred_error_ = st;
+  }
+  pending_.resize(kept);
+}
+
 StatusOr<Completion> Executor::StartForward(bool is_train) {
+  PrunePending();
   for (auto& sp : steps_) {
     Step* s = sp.get();
     engine_->Push([this, s, is_train] { return RunForward(s, is_train); },
@@ -83,6 +97,7 @@ StatusOr<Completion> Executor::StartBackward(
     return Status::FailedPrecondition(
         "Backward needs a Forward(is_train=true) before it");
   }
+  PrunePending();
   std::vector<Engine::Var*> writes = backward_writes_;
   for (size_t k = 0; k < heads_.size(); ++k) {
     const Entry& e = entries_[heads_[k]];
@@ -122,7 +137,8 @@ StatusOr<Completion> Executor::StartBackward(
 }
 
 Status Executor::Wait() {
-  Status first;
+  Status first = deferred_error_;
+  deferred_error_ = Status::OK();
   for (const Completion& c : pending_) {
     const Status st = c.Wait(timeout_);
     if (first.ok() && !st.ok()) first = st;

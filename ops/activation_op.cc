@@ -32,30 +32,33 @@ void ApplyCpu(ActType act, const float* x, float* y, int64_t n) {
   }
 }
 
-// dx (op)= dy * f'(x), from y = f(x).
+// d[i] = dy[i] * f'(x[i]) from y = f(x), written to dx (or added when
+// `add`). Separate write and add loops: a written dx may hold garbage
+// (even NaN) that must not be read.
+template <typename Slope>
+void ApplySlope(const float* y, const float* dy, float* dx, int64_t n,
+                bool add, Slope slope) {
+  if (add) {
+    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * slope(y[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * slope(y[i]);
+  }
+}
+
 void SlopeCpu(ActType act, const float* y, const float* dy, float* dx,
               int64_t n, bool add) {
-  const float keep = add ? 1.0f : 0.0f;
   switch (act) {
     case ActType::kRelu:
-      for (int64_t i = 0; i < n; ++i) {
-        dx[i] = keep * dx[i] + (y[i] > 0.0f ? dy[i] : 0.0f);
-      }
+      ApplySlope(y, dy, dx, n, add, [](float v) { return v > 0.0f ? 1.0f : 0.0f; });
       break;
     case ActType::kSigmoid:
-      for (int64_t i = 0; i < n; ++i) {
-        dx[i] = keep * dx[i] + dy[i] * y[i] * (1.0f - y[i]);
-      }
+      ApplySlope(y, dy, dx, n, add, [](float v) { return v * (1.0f - v); });
       break;
     case ActType::kTanh:
-      for (int64_t i = 0; i < n; ++i) {
-        dx[i] = keep * dx[i] + dy[i] * (1.0f - y[i] * y[i]);
-      }
+      ApplySlope(y, dy, dx, n, add, [](float v) { return 1.0f - v * v; });
       break;
     case ActType::kSoftrelu:
-      for (int64_t i = 0; i < n; ++i) {
-        dx[i] = keep * dx[i] - dy[i] * std::expm1(-y[i]);
-      }
+      ApplySlope(y, dy, dx, n, add, [](float v) { return -std::expm1(-v); });
       break;
   }
 }

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstring>
 
+#include "ops/cpu_math.h"
 #include "ops/op_util.h"
 #include "ops/tensor/blas.h"
 
@@ -24,8 +25,8 @@ constexpr int64_t kCpuColFloats = 1 << 18;
 constexpr int64_t kGpuColFloats = 1 << 24;
 
 // Writes one image's column block (K rows of P, row stride `ld`).
-void Im2ColCpu(const ConvGeometry& g, const float* data, float* col,
-               int64_t ld) {
+KV_MULTI_ISA void Im2ColCpu(const ConvGeometry& g, const float* data,
+                           float* col, int64_t ld) {
   for (int c = 0; c < g.c; ++c) {
     for (int ki = 0; ki < g.kh; ++ki) {
       for (int kj = 0; kj < g.kw; ++kj) {
@@ -45,7 +46,8 @@ void Im2ColCpu(const ConvGeometry& g, const float* data, float* col,
           const float* src = data + (static_cast<int64_t>(c) * g.h + iy) * g.w;
           for (int ox = 0; ox < lo; ++ox) dst[ox] = 0.0f;
           if (g.sw == 1) {
-            std::memcpy(dst + lo, src + x0 + lo, (hi - lo) * sizeof(float));
+            // Rows are short (ow floats): a plain loop beats memcpy calls.
+            for (int ox = lo; ox < hi; ++ox) dst[ox] = src[x0 + ox];
           } else {
             for (int ox = lo; ox < hi; ++ox) dst[ox] = src[x0 + ox * g.sw];
           }
@@ -57,8 +59,8 @@ void Im2ColCpu(const ConvGeometry& g, const float* data, float* col,
 }
 
 // Adds one image's column block back onto the image (patches overlap).
-void Col2ImCpu(const ConvGeometry& g, const float* col, int64_t ld,
-               float* data) {
+KV_MULTI_ISA void Col2ImCpu(const ConvGeometry& g, const float* col,
+                           int64_t ld, float* data) {
   for (int c = 0; c < g.c; ++c) {
     for (int ki = 0; ki < g.kh; ++ki) {
       for (int kj = 0; kj < g.kw; ++kj) {
@@ -176,10 +178,10 @@ ConvolutionOp::Plan ConvolutionOp::MakePlan(const Shape& data,
   p.group = static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>(share, target / (g.K() * g.P()))));
   const int64_t cols = p.group * g.P();
-  // Column matrix, GEMM result, and (CPU) the slot's weight/bias gradient
-  // partial sums or (GPU) a ones vector for the bias GEMMs.
-  p.slot_floats = g.K() * cols + p.filters * cols +
-                  (device.is_cpu() ? p.filters * g.K() + p.filters : cols);
+  // Column matrix, GEMM result, (CPU) the slot's weight/bias gradient
+  // partial sums, and a ones vector for the bias GEMMs.
+  p.slot_floats = g.K() * cols + p.filters * cols + cols +
+                  (device.is_cpu() ? p.filters * g.K() + p.filters : 0);
   return p;
 }
 
@@ -257,7 +259,9 @@ void ConvolutionOp::BackwardSlotCpu(const Plan& p, const BackwardArgs& args,
   float* tmp = col + K * p.group * P;
   float* dw = tmp + p.filters * p.group * P;
   float* db = dw + p.filters * K;
+  float* ones = db + p.filters;
   std::memset(dw, 0, (p.filters * K + p.filters) * sizeof(float));
+  for (int64_t i = 0; i < p.group * P; ++i) ones[i] = 1.0f;
   const float* data = Ptr(args.in[0]);
   const float* weight = Ptr(args.in[1]);
   const float* dout = Ptr(args.out_grad[0]);
@@ -269,19 +273,17 @@ void ConvolutionOp::BackwardSlotCpu(const Plan& p, const BackwardArgs& args,
   for (int n0 = begin; n0 < end; n0 += p.group) {
     const int gg = std::min(p.group, end - n0);
     const int64_t ld = gg * P;
-    // Gather dout into the column layout (F x gg*P); sum the bias gradient.
+    // Gather dout into the column layout (F x gg*P).
     for (int j = 0; j < gg; ++j) {
       for (int f = 0; f < p.filters; ++f) {
         const float* src = dout + ((n0 + j) * static_cast<int64_t>(p.filters) + f) * P;
         float* dst = tmp + f * ld + j * P;
-        float sum = 0.0f;
-        for (int64_t i = 0; i < P; ++i) {
-          dst[i] = src[i];
-          sum += src[i];
-        }
-        db[f] += sum;
+        for (int64_t i = 0; i < P; ++i) dst[i] = src[i];
       }
     }
+    // Bias gradient: row sums of that matrix, as a GEMV against ones.
+    blas::Gemm(ctx.device, false, false, p.filters, 1, static_cast<int>(ld),
+               1.0f, tmp, static_cast<int>(ld), ones, 1, 1.0f, db, 1);
     if (want_dw) {
       for (int j = 0; j < gg; ++j) {
         Im2ColCpu(g, data + (n0 + j) * g.image_size(), col + j * P, ld);

@@ -9,13 +9,6 @@ namespace kvtrain {
 namespace cpu_math {
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define KV_MULTI_ISA \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define KV_MULTI_ISA
-#endif
-
 // exp(v): v = k ln2 + r with |r| <= ln2/2, exp(r) by its Taylor series to
 // r^7 (relative error below 2e-8 on that range), scaled by 2^k through the
 // exponent bits.

@@ -6,6 +6,15 @@
 
 #include <cstdint>
 
+// Builds a function for AVX-512, AVX2 and the baseline ISA, picked when the
+// program loads (GCC on x86-64; elsewhere a plain function).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KV_MULTI_ISA \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define KV_MULTI_ISA
+#endif
+
 namespace kvtrain {
 namespace cpu_math {
 

@@ -9,19 +9,29 @@ namespace {
 
 using op_util::Ptr;
 
+template <typename F>
+void BinaryLoop(const float* a, const float* b, float* out, int64_t s,
+                int64_t e, bool add, F f) {
+  // Separate loops: a written output may hold garbage that must not be read.
+  if (add) {
+    for (int64_t i = s; i < e; ++i) out[i] += f(a[i], b[i]);
+  } else {
+    for (int64_t i = s; i < e; ++i) out[i] = f(a[i], b[i]);
+  }
+}
+
 void BinaryCpu(BinaryKind kind, const float* a, const float* b, float* out,
                int64_t n, bool add) {
-  const float keep = add ? 1.0f : 0.0f;
   blas::ParallelFor(n, op_util::kElementwiseGrain, [&](int64_t s, int64_t e) {
     switch (kind) {
       case BinaryKind::kAdd:
-        for (int64_t i = s; i < e; ++i) out[i] = keep * out[i] + (a[i] + b[i]);
+        BinaryLoop(a, b, out, s, e, add, [](float x, float y) { return x + y; });
         break;
       case BinaryKind::kSub:
-        for (int64_t i = s; i < e; ++i) out[i] = keep * out[i] + (a[i] - b[i]);
+        BinaryLoop(a, b, out, s, e, add, [](float x, float y) { return x - y; });
         break;
       case BinaryKind::kMul:
-        for (int64_t i = s; i < e; ++i) out[i] = keep * out[i] + a[i] * b[i];
+        BinaryLoop(a, b, out, s, e, add, [](float x, float y) { return x * y; });
         break;
     }
   });

@@ -3,6 +3,7 @@
 #include "ops/op_test_util.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -75,7 +76,11 @@ Status OpRunner::Forward(bool is_train, OpReq req) {
   ctx.device = dctx;
   ctx.workspace = workspace_.raw_data();
   ctx.workspace_bytes = workspace_.nbytes();
-  for (OpReq& r : args_.req) r = req;
+  for (size_t k = 0; k < args_.out.size(); ++k) {
+    args_.req[k] = req;
+    // A written output may hold anything: NaN catches ops that read it.
+    if (req == OpReq::kWrite) KV_RETURN_IF_ERROR(args_.out[k].Fill(NAN));
+  }
   KV_RETURN_IF_ERROR(op_->Forward(ctx, &args_));
   return dctx->Synchronize();
 }
@@ -101,6 +106,8 @@ Status OpRunner::Backward(const std::vector<Values>& out_grads,
   b.req = reqs;
   for (size_t i = 0; i < args_.in.size(); ++i) {
     b.in_grad.push_back(OnDevice((*grads)[i], in_shapes_[i], device_));
+    // A written gradient may hold anything: NaN catches ops that read it.
+    if (reqs[i] == OpReq::kWrite) KV_RETURN_IF_ERROR(b.in_grad[i].Fill(NAN));
   }
   KV_RETURN_IF_ERROR(op_->Backward(ctx, &b));
   KV_RETURN_IF_ERROR(dctx->Synchronize());

@@ -14,49 +14,50 @@ namespace {
 // Elements per chunk when an update is split across CPU threads.
 constexpr int64_t kUpdateGrain = 1 << 15;
 
-// rescale and clip, as every rule starts.
-inline float Clipped(const UpdateParams& p, float grad) {
-  float g = p.rescale_grad * grad;
-  if (p.clip_gradient > 0.0f) {
-    g = std::min(std::max(g, -p.clip_gradient), p.clip_gradient);
-  }
-  return g;
-}
-
+// The rule's loop over [b, e). Scalars are copied into locals and the
+// arrays marked __restrict so the compiler vectorises (the params struct
+// could otherwise alias the arrays).
 void UpdateRange(UpdateRule rule, const UpdateParams& p, int64_t b, int64_t e,
-                 float* w, const float* grad, float* s0, float* s1) {
+                 float* __restrict w, const float* __restrict grad,
+                 float* __restrict s0, float* __restrict s1) {
+  const float lr = p.lr, wd = p.wd, rescale = p.rescale_grad;
+  const float mu = p.momentum, b1 = p.beta1, b2 = p.beta2, eps = p.epsilon;
+  const bool clip = p.clip_gradient > 0.0f;
+  const float c = clip ? p.clip_gradient : 0.0f;
+  auto g_at = [&](int64_t i) {
+    const float g = rescale * grad[i];
+    return clip ? std::min(std::max(g, -c), c) : g;
+  };
   switch (rule) {
     case UpdateRule::kSgd:
-      for (int64_t i = b; i < e; ++i) {
-        w[i] -= p.lr * (Clipped(p, grad[i]) + p.wd * w[i]);
-      }
+      for (int64_t i = b; i < e; ++i) w[i] -= lr * (g_at(i) + wd * w[i]);
       break;
     case UpdateRule::kSgdMom:
       for (int64_t i = b; i < e; ++i) {
-        s0[i] = p.momentum * s0[i] - p.lr * (Clipped(p, grad[i]) + p.wd * w[i]);
+        s0[i] = mu * s0[i] - lr * (g_at(i) + wd * w[i]);
         w[i] += s0[i];
       }
       break;
     case UpdateRule::kNag:
       for (int64_t i = b; i < e; ++i) {
-        const float gw = Clipped(p, grad[i]) + p.wd * w[i];
-        s0[i] = p.momentum * s0[i] + gw;
-        w[i] -= p.lr * (gw + p.momentum * s0[i]);
+        const float gw = g_at(i) + wd * w[i];
+        s0[i] = mu * s0[i] + gw;
+        w[i] -= lr * (gw + mu * s0[i]);
       }
       break;
     case UpdateRule::kAdam:
       for (int64_t i = b; i < e; ++i) {
-        const float gw = Clipped(p, grad[i]) + p.wd * w[i];
-        s0[i] = p.beta1 * s0[i] + (1.0f - p.beta1) * gw;
-        s1[i] = p.beta2 * s1[i] + (1.0f - p.beta2) * gw * gw;
-        w[i] -= p.lr * s0[i] / (std::sqrt(s1[i]) + p.epsilon);
+        const float gw = g_at(i) + wd * w[i];
+        s0[i] = b1 * s0[i] + (1.0f - b1) * gw;
+        s1[i] = b2 * s1[i] + (1.0f - b2) * gw * gw;
+        w[i] -= lr * s0[i] / (std::sqrt(s1[i]) + eps);
       }
       break;
     case UpdateRule::kAdaGrad:
       for (int64_t i = b; i < e; ++i) {
-        const float g = Clipped(p, grad[i]);
+        const float g = g_at(i);
         s0[i] += g * g;
-        w[i] -= p.lr * (g / std::sqrt(s0[i] + p.epsilon) + p.wd * w[i]);
+        w[i] -= lr * (g / std::sqrt(s0[i] + eps) + wd * w[i]);
       }
       break;
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "ops/cpu_math.h"
 #include "ops/op_util.h"
 #include "ops/tensor/blas.h"
 
@@ -70,6 +71,79 @@ void BackwardPlane(PoolType type, const PoolGeometry& g, const float* in,
             break;
           }
         }
+      }
+    }
+  }
+}
+
+// The common 2x2, stride 2, no-padding max pooling, branch-free so it
+// vectorises; same results as ForwardPlane/BackwardPlane.
+bool IsMax2x2(PoolType type, const PoolGeometry& g) {
+  return type == PoolType::kMax && g.kh == 2 && g.kw == 2 && g.sh == 2 &&
+         g.sw == 2 && g.ph == 0 && g.pw == 0;
+}
+
+KV_MULTI_ISA void ForwardPlaneMax2x2(const PoolGeometry& g, const float* in,
+                                     float* out, bool add) {
+  for (int oy = 0; oy < g.oh; ++oy) {
+    const float* r0 = in + 2 * oy * g.w;
+    const float* r1 = r0 + g.w;
+    float* o = out + oy * g.ow;
+    for (int ox = 0; ox < g.ow; ++ox) {
+      const float v = std::max(std::max(r0[2 * ox], r0[2 * ox + 1]),
+                               std::max(r1[2 * ox], r1[2 * ox + 1]));
+      o[ox] = add ? o[ox] + v : v;
+    }
+  }
+}
+
+// The gradient of one 2x2 window: `grad` to its first element equal to the
+// maximum `m` (row-major), zero to the others; no branches.
+inline void SelectFirstMax(const float* r0, const float* r1, float m,
+                           float grad, float* ga, float* gb, float* gc,
+                           float* ge) {
+  const int a = r0[0] == m;
+  const int b = (1 - a) & (r0[1] == m);
+  const int c = (1 - a) & (1 - b) & (r1[0] == m);
+  const int e = (1 - a) & (1 - b) & (1 - c) & (r1[1] == m);
+  *ga = a ? grad : 0.0f;
+  *gb = b ? grad : 0.0f;
+  *gc = c ? grad : 0.0f;
+  *ge = e ? grad : 0.0f;
+}
+
+// Writes (or adds) the whole plane's gradient: each input is in at most one
+// window, and gets the window's gradient if it is the first maximum.
+KV_MULTI_ISA void BackwardPlaneMax2x2(const PoolGeometry& g, const float* in,
+                                      const float* out, const float* dout,
+                                      float* din, bool add) {
+  if (!add && (g.h % 2 || g.w % 2)) {
+    std::memset(din, 0, g.h * g.w * sizeof(float));  // uncovered edges
+  }
+  for (int oy = 0; oy < g.oh; ++oy) {
+    const float* r0 = in + 2 * oy * g.w;
+    const float* r1 = r0 + g.w;
+    float* d0 = din + 2 * oy * g.w;
+    float* d1 = d0 + g.w;
+    const float* o = out + oy * g.ow;
+    const float* d = dout + oy * g.ow;
+    if (add) {
+      for (int ox = 0; ox < g.ow; ++ox) {
+        float ga, gb, gc, ge;
+        SelectFirstMax(r0 + 2 * ox, r1 + 2 * ox, o[ox], d[ox], &ga, &gb, &gc, &ge);
+        d0[2 * ox] += ga;
+        d0[2 * ox + 1] += gb;
+        d1[2 * ox] += gc;
+        d1[2 * ox + 1] += ge;
+      }
+    } else {
+      for (int ox = 0; ox < g.ow; ++ox) {
+        float ga, gb, gc, ge;
+        SelectFirstMax(r0 + 2 * ox, r1 + 2 * ox, o[ox], d[ox], &ga, &gb, &gc, &ge);
+        d0[2 * ox] = ga;
+        d0[2 * ox + 1] = gb;
+        d1[2 * ox] = gc;
+        d1[2 * ox + 1] = ge;
       }
     }
   }
@@ -161,10 +235,16 @@ Status PoolingOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
   const int64_t planes = args->in[0].dim(0) * args->in[0].dim(1);
   const float* in = Ptr(args->in[0]);
   float* out = Ptr(args->out[0]);
+  const bool fast = IsMax2x2(type_, g);
   blas::ParallelFor(planes, PlaneGrain(g), [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
-      ForwardPlane(type_, g, in + p * g.h * g.w, out + p * g.oh * g.ow,
-                   req == OpReq::kAdd);
+      const float* src = in + p * g.h * g.w;
+      float* dst = out + p * g.oh * g.ow;
+      if (fast) {
+        ForwardPlaneMax2x2(g, src, dst, req == OpReq::kAdd);
+      } else {
+        ForwardPlane(type_, g, src, dst, req == OpReq::kAdd);
+      }
     }
   });
   return Status::OK();
@@ -179,12 +259,18 @@ Status PoolingOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
   const float* out = Ptr(args->out[0]);
   const float* dout = Ptr(args->out_grad[0]);
   float* din = Ptr(args->in_grad[0]);
+  const bool fast = IsMax2x2(type_, g);
   blas::ParallelFor(planes, PlaneGrain(g), [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       float* d = din + p * g.h * g.w;
+      const float* x = in + p * g.h * g.w;
+      const int64_t o = p * g.oh * g.ow;
+      if (fast) {
+        BackwardPlaneMax2x2(g, x, out + o, dout + o, d, req == OpReq::kAdd);
+        continue;
+      }
       if (req != OpReq::kAdd) std::memset(d, 0, g.h * g.w * sizeof(float));
-      BackwardPlane(type_, g, in + p * g.h * g.w, out + p * g.oh * g.ow,
-                    dout + p * g.oh * g.ow, d);
+      BackwardPlane(type_, g, x, out + o, dout + o, d);
     }
   });
   return Status::OK();

@@ -116,7 +116,6 @@ Status SoftmaxOutputOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
   const float scale = Scale(rows, valid);
   const float* p = Ptr(args->out[0]);
   float* dx = Ptr(args->in_grad[0]);
-  const float keep = req == OpReq::kAdd ? 1.0f : 0.0f;
   for (int64_t r = 0; r < rows; ++r) {
     const bool ignored = use_ignore_ && label[r] == ignore_label_;
     const int64_t y = static_cast<int64_t>(label[r]);
@@ -124,7 +123,7 @@ Status SoftmaxOutputOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
       const int64_t i = r * classes + c;
       const float g =
           ignored ? 0.0f : scale * (p[i] - (c == y ? 1.0f : 0.0f));
-      dx[i] = keep * dx[i] + g;
+      dx[i] = req == OpReq::kAdd ? dx[i] + g : g;
     }
   }
   return Status::OK();
