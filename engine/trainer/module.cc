@@ -95,6 +95,17 @@ Status Module::Bind(const Shape& data_shape, const Shape& label_shape) {
   return Status::OK();
 }
 
+namespace {
+
+// The array named `name` in `arrays`, or null.
+const Tensor* Find(const std::map<std::string, Tensor>* arrays, const std::string& name) {
+  if (arrays == nullptr) return nullptr;
+  auto it = arrays->find(name);
+  return it == arrays->end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
 Status Module::InitParams(const InitializerOptions& init, const ModelArrays* from) {
   if (execs_.empty()) return Status::FailedPrecondition("InitParams before Bind");
   KV_ASSIGN_OR_RETURN(Initializer initializer, Initializer::Create(init));
@@ -102,9 +113,8 @@ Status Module::InitParams(const InitializerOptions& init, const ModelArrays* fro
   for (size_t p = 0; p < param_names_.size(); ++p) {
     Tensor t = first->arg_arrays()[param_args_[p]];
     const std::string& name = param_names_[p];
-    auto it = from ? from->args.find(name) : ModelArrays().args.end();
-    if (from && it != from->args.end()) {
-      KV_RETURN_IF_ERROR(t.CopyFrom(it->second).Annotate("loading parameter " + name));
+    if (const Tensor* saved = Find(from ? &from->args : nullptr, name)) {
+      KV_RETURN_IF_ERROR(t.CopyFrom(*saved).Annotate("loading parameter " + name));
     } else {
       KV_RETURN_IF_ERROR(initializer.Init(name, &t));
     }
@@ -112,9 +122,8 @@ Status Module::InitParams(const InitializerOptions& init, const ModelArrays* fro
   for (size_t a = 0; a < first->aux_names().size(); ++a) {
     Tensor t = first->aux_arrays()[a];
     const std::string& name = first->aux_names()[a];
-    auto it = from ? from->aux.find(name) : ModelArrays().aux.end();
-    if (from && it != from->aux.end()) {
-      KV_RETURN_IF_ERROR(t.CopyFrom(it->second).Annotate("loading state " + name));
+    if (const Tensor* saved = Find(from ? &from->aux : nullptr, name)) {
+      KV_RETURN_IF_ERROR(t.CopyFrom(*saved).Annotate("loading state " + name));
     } else {
       KV_RETURN_IF_ERROR(initializer.Init(name, &t));
     }
