@@ -21,11 +21,11 @@ DEFINE_int32(cpus, 1, "CPU contexts to split each batch across (data parallelism
 DEFINE_string(work_load_list, "", "relative batch share per device, e.g. 1,3");
 DEFINE_int32(batch_size, 100, "examples per batch (per worker)");
 DEFINE_string(optimizer, "sgd", "sgd, nag, adam or adagrad");
-DEFINE_double(lr, 0.1, "learning rate");
+DEFINE_double(lr, 0.05, "learning rate");
 DEFINE_double(momentum, 0.9, "momentum (sgd, nag)");
 DEFINE_double(wd, 0.0001, "weight decay");
-DEFINE_double(lr_factor, 1.0, "multiply the learning rate by this ...");
-DEFINE_string(lr_step_epochs, "", "... after these epochs, e.g. 5,8");
+DEFINE_double(lr_factor, 0.2, "multiply the learning rate by this ...");
+DEFINE_string(lr_step_epochs, "6,8", "... after these epochs (empty: never)");
 DEFINE_int32(num_epochs, 10, "epochs to train");
 DEFINE_string(model_prefix, "", "checkpoint prefix (P-symbol.txt, P-NNNN.params)");
 DEFINE_int32(load_epoch, 0, "resume from the checkpoint of this epoch");

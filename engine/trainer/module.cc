@@ -128,8 +128,9 @@ Status Module::InitParams(const InitializerOptions& init, const ModelArrays* fro
       KV_RETURN_IF_ERROR(initializer.Init(name, &t));
     }
   }
+  // Every device starts from the same parameters (inputs differ in rows).
   for (size_t d = 1; d < execs_.size(); ++d) {
-    for (size_t i = 0; i < first->arg_arrays().size(); ++i) {
+    for (int i : param_args_) {
       Tensor t = execs_[d]->arg_arrays()[i];
       KV_RETURN_IF_ERROR(t.CopyFrom(first->arg_arrays()[i]));
     }

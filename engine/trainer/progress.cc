@@ -38,7 +38,7 @@ StatusOr<Progress> Progress::Create(int disp_batches, const std::string& metrics
   p.rank_ = rank;
   p.tty_ = isatty(STDOUT_FILENO) != 0;
   if (!metrics_file.empty()) {
-    p.log_ = std::fopen(metrics_file.c_str(), "a");
+    p.log_.reset(std::fopen(metrics_file.c_str(), "a"));
     if (p.log_ == nullptr) {
       return Status::Unavailable("cannot open --metrics-file " + metrics_file + ": " +
                                  std::strerror(errno));
@@ -47,15 +47,11 @@ StatusOr<Progress> Progress::Create(int disp_batches, const std::string& metrics
   return p;
 }
 
-Progress::~Progress() {
-  if (log_ != nullptr) std::fclose(log_);
-}
-
 void Progress::Log(const std::string& json) {
   if (log_ == nullptr) return;
-  std::fprintf(log_, "{%s%s}\n", rank_ >= 0 ? ("\"rank\":" + std::to_string(rank_) + ",").c_str() : "",
+  std::fprintf(log_.get(), "{%s%s}\n", rank_ >= 0 ? ("\"rank\":" + std::to_string(rank_) + ",").c_str() : "",
                json.c_str());
-  std::fflush(log_);
+  std::fflush(log_.get());
 }
 
 void Progress::StartEpoch(int epoch, int64_t batches) {

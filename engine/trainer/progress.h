@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,7 +27,6 @@ class Progress {
   static StatusOr<Progress> Create(int disp_batches, const std::string& metrics_file,
                                    int rank);
   Progress(Progress&&) = default;
-  ~Progress();
 
   void StartEpoch(int epoch, int64_t batches);
   // After each batch of `samples` examples, with the running train metrics.
@@ -41,7 +41,10 @@ class Progress {
   int disp_ = 0;
   int rank_ = -1;
   bool tty_ = false;
-  std::FILE* log_ = nullptr;
+  struct Closer {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, Closer> log_;
   int epoch_ = 0;
   int64_t batches_ = 0;
   int64_t window_samples_ = 0;

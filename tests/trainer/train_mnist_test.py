@@ -1,0 +1,155 @@
+"""examples/train_mnist end to end on the bundled Fashion-MNIST: accuracy of
+the MLP and LeNet, dist_sync == local with the combined batch, dist_async,
+exact resume from a checkpoint (local and dist_sync), uneven multi-device
+data parallelism, and one-line errors for bad input."""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from tracker.launch_testlib import launch
+from tools import pyunit
+
+TRAIN = os.path.abspath("examples/train_mnist")
+CKPT = os.path.abspath("tools/kvtrain_checkpoint")
+PLOT = os.path.abspath("tools/plot_metrics")
+DATA = "/usr/share/datasets/fashion-mnist"
+# Loaded CI machines must not look like dead peers.
+JOB_ENV = ["--env", "PS_HEARTBEAT_TIMEOUT=60", "--env", "KVTRAIN_STARTUP_TIMEOUT=120"]
+
+
+def train(*args, timeout=900):
+    r = subprocess.run([TRAIN, "--disp-batches=0"] + list(args), capture_output=True,
+                       text=True, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def parsed_accuracy(out):
+    m = re.findall(r"Test accuracy=([0-9.]+)", out)
+    return float(m[-1]) if m else -1.0
+
+
+def same_weights(a, b, rtol, atol):
+    r = subprocess.run([CKPT, "diff", a, b, "--rtol=%g" % rtol, "--atol=%g" % atol],
+                       capture_output=True, text=True)
+    return r.returncode == 0, r.stdout + r.stderr
+
+
+@unittest.skipUnless(os.path.isdir(DATA), "Fashion-MNIST is not installed (tools/setup.sh)")
+class TrainMnistTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="kvtrain-train-")
+
+    def test_mlp_local_reaches_87_percent(self):
+        code, out, err = train("--network=mlp", "--kv-store=local", "--num-epochs=10",
+                               "--metrics-file=%s/m.jsonl" % self.tmp)
+        self.assertEqual(code, 0, err)
+        acc = parsed_accuracy(out)
+        print("MLP local, 10 epochs: test accuracy %.4f" % acc)
+        self.assertGreaterEqual(acc, 0.87, out)
+        # The metrics log plots.
+        r = subprocess.run(["/usr/bin/python3", PLOT, "-o", self.tmp + "/m.png",
+                            self.tmp + "/m.jsonl"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertGreater(os.path.getsize(self.tmp + "/m.png"), 10000)
+
+    def test_lenet_local_reaches_90_percent(self):
+        code, out, err = train("--network=lenet", "--kv-store=local", "--num-epochs=10",
+                               timeout=1500)
+        self.assertEqual(code, 0, err)
+        acc = parsed_accuracy(out)
+        print("LeNet local, 10 epochs: test accuracy %.4f" % acc)
+        self.assertGreaterEqual(acc, 0.90, out)
+
+    def test_dist_sync_equals_local_with_the_combined_batch(self):
+        common = ["--network=mlp", "--num-epochs=2", "--num-examples=12000", "--seed=3"]
+        code, out, err = train(*common, "--kv-store=local", "--batch-size=100",
+                               "--model-prefix=%s/local" % self.tmp)
+        self.assertEqual(code, 0, err)
+        code, out = launch(["-n", "2", "-s", "2"] + JOB_ENV + [
+            TRAIN, "--disp-batches=0", "--kv-store=dist_sync", "--batch-size=50",
+            "--model-prefix=%s/dist" % self.tmp] + common, timeout=900)
+        self.assertEqual(code, 0, out)
+        ok, report = same_weights(self.tmp + "/local-0002.params",
+                                  self.tmp + "/dist-0002.params", 1e-3, 1e-4)
+        print(report)
+        self.assertTrue(ok, report)
+
+    def test_dist_async_mlp_reaches_85_percent(self):
+        code, out = launch(["-n", "2", "-s", "2"] + JOB_ENV + [
+            TRAIN, "--disp-batches=0", "--kv-store=dist_async", "--num-epochs=10"],
+            timeout=1500)
+        self.assertEqual(code, 0, out)
+        accs = [float(a) for a in re.findall(r"\[worker \d\] Test accuracy=([0-9.]+)", out)]
+        print("MLP dist_async, 2 workers, 10 epochs: test accuracy %s" % accs)
+        self.assertEqual(len(accs), 2, out)
+        self.assertGreaterEqual(min(accs), 0.85, out)
+
+    def check_resume(self, run):
+        """`run(prefix, extra)` trains; 5 epochs straight vs 3 + resume to 5."""
+        run(self.tmp + "/straight", ["--num-epochs=5"])
+        run(self.tmp + "/split", ["--num-epochs=3"])
+        run(self.tmp + "/split", ["--num-epochs=5", "--load-epoch=3"])
+        ok, report = same_weights(self.tmp + "/straight-0005.params",
+                                  self.tmp + "/split-0005.params", 1e-4, 1e-5)
+        print(report)
+        self.assertTrue(ok, report)
+
+    def test_resume_local(self):
+        def run(prefix, extra):
+            code, out, err = train("--kv-store=local", "--num-examples=10000",
+                                   "--lr-step-epochs=2,4", "--model-prefix=" + prefix, *extra)
+            self.assertEqual(code, 0, err)
+        self.check_resume(run)
+
+    def test_resume_dist_sync(self):
+        def run(prefix, extra):
+            code, out = launch(["-n", "2", "-s", "2"] + JOB_ENV + [
+                TRAIN, "--disp-batches=0", "--kv-store=dist_sync", "--num-examples=10000",
+                "--batch-size=50", "--lr-step-epochs=2,4", "--model-prefix=" + prefix]
+                + extra, timeout=900)
+            self.assertEqual(code, 0, out)
+        self.check_resume(run)
+
+    def test_uneven_cpu_contexts_equal_one_device(self):
+        common = ["--num-epochs=1", "--num-examples=6000", "--lr-step-epochs="]
+        code, _, err = train(*common, "--model-prefix=%s/one" % self.tmp)
+        self.assertEqual(code, 0, err)
+        code, _, err = train(*common, "--cpus=2", "--work-load-list=1,3",
+                             "--model-prefix=%s/two" % self.tmp)
+        self.assertEqual(code, 0, err)
+        ok, report = same_weights(self.tmp + "/one-0001.params", self.tmp + "/two-0001.params",
+                                  1e-3, 1e-4)
+        print(report)
+        self.assertTrue(ok, report)
+
+
+class BadInputTest(unittest.TestCase):
+    def check(self, args, message):
+        code, out, err = train(*args, timeout=60)
+        self.assertEqual(code, 2, out + err)
+        lines = [l for l in err.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn("train_mnist: error: ", lines[0])
+        self.assertIn(message, lines[0])
+        self.assertNotIn("Check failure", err)
+
+    def test_missing_data_dir(self):
+        self.check(["--data-dir=/nonexistent/mnist"],
+                   "data directory /nonexistent/mnist does not exist")
+
+    def test_unknown_network(self):
+        self.check(["--network=resnet"], "--network=resnet: expected mlp or lenet")
+
+    def test_unknown_kv_store(self):
+        self.check(["--kv-store=dist_sink"], "unknown KVStore type \"dist_sink\"; valid types:")
+
+    def test_zero_batch_size(self):
+        self.check(["--batch-size=0"], "--batch-size=0: expected a positive number of examples")
+
+
+if __name__ == "__main__":
+    pyunit.main()
