@@ -28,6 +28,9 @@ struct Engine::Op {
   Queue queue = Queue::kCompute;
   int wait = 0;  // vars not yet granted
   std::shared_ptr<Completion::State> done;
+  // Links in the engine's list of pending ops (no allocation per op).
+  Op* prev = nullptr;
+  Op* next = nullptr;
 };
 
 struct Engine::Worker {
@@ -154,7 +157,9 @@ Completion Engine::Push(Fn fn, const std::vector<Var*>& reads,
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++pending_;
-    pending_names_[op] = op->done->name;
+    op->next = pending_list_;
+    if (pending_list_ != nullptr) pending_list_->prev = op;
+    pending_list_ = op;
     for (Var* v : op->reads) {
       if (v->queue.empty() && !v->running_write) {
         ++v->running_reads;
@@ -279,7 +284,9 @@ void Engine::Finish(Op* op, Status status) {
         }
       }
     }
-    pending_names_.erase(op);
+    if (op->prev != nullptr) op->prev->next = op->next;
+    if (op->next != nullptr) op->next->prev = op->prev;
+    if (pending_list_ == op) pending_list_ = op->next;
     if (--pending_ == 0) idle_cv_.notify_all();
   }
   {
@@ -302,7 +309,7 @@ Status Engine::WaitForAll(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!idle_cv_.wait_for(lock, timeout, [this] { return pending_ == 0; })) {
     const std::string one =
-        pending_names_.empty() ? "?" : pending_names_.begin()->second;
+        pending_list_ == nullptr ? "?" : pending_list_->done->name;
     return Status::DeadlineExceeded(
         "engine: " + std::to_string(pending_) + " op(s) still pending after " +
         std::to_string(timeout.count()) + " ms, e.g. \"" + one + "\"");

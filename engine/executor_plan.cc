@@ -195,6 +195,8 @@ void Executor::PrepareSteps() {
   for (auto& sp : steps_) {
     Step& s = *sp;
     s.ctx.device = *DeviceContext::Get(s.device);  // checked in BuildGraph
+    s.fwd_name = s.op->name() + " forward";
+    s.bwd_name = s.op->name() + " backward";
     const Tensor& ws = workspaces_[s.device];
     s.ctx.workspace = ws.raw_data();
     s.ctx.workspace_bytes = ws.nbytes();
