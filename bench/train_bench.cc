@@ -8,14 +8,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
-#include <tuple>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gflags/gflags.h>
@@ -59,108 +59,128 @@ std::string CpuModel() {
   return "unknown CPU";
 }
 
-// Samples per second of kvtrain training `net` on `device`.
-StatusOr<double> MeasureKvtrain(const std::string& net, const Device& device,
-                                int batch, double seconds, int repeats) {
-  const bool mlp = net == "mlp";
-  const Symbol symbol = mlp ? sym::Mlp({128, 64}) : sym::LeNet();
-  const Shape data_shape = mlp ? Shape{batch, 784} : Shape{batch, 1, 28, 28};
-  ExecutorOptions options;
-  options.device = device;
-  KV_ASSIGN_OR_RETURN(
-      std::unique_ptr<Executor> ex,
-      Executor::SimpleBind(symbol, options,
-                           {{"data", data_shape}, {"softmax_label", {batch}}}));
-  InitializerOptions io;
-  io.type = InitializerOptions::Type::kXavier;
-  KV_ASSIGN_OR_RETURN(Initializer init, Initializer::Create(io));
-  for (size_t i = 0; i < ex->arg_names().size(); ++i) {
-    if (!ex->grad_arrays()[i].defined()) continue;
-    Tensor w = ex->arg_arrays()[i];
-    KV_RETURN_IF_ERROR(init.Init(ex->arg_names()[i], &w));
+// One network bound for training on one device, with its optimizer and ten
+// batches of data in memory.
+class KvtrainRun {
+ public:
+  Status Setup(const std::string& net, const Device& device, int batch) {
+    device_ = device;
+    batch_ = batch;
+    const bool mlp = net == "mlp";
+    const Shape data_shape = mlp ? Shape{batch, 784} : Shape{batch, 1, 28, 28};
+    ExecutorOptions options;
+    options.device = device;
+    KV_ASSIGN_OR_RETURN(
+        ex_, Executor::SimpleBind(mlp ? sym::Mlp({128, 64}) : sym::LeNet(),
+                                  options, {{"data", data_shape},
+                                            {"softmax_label", {batch}}}));
+    InitializerOptions io;
+    io.type = InitializerOptions::Type::kXavier;
+    KV_ASSIGN_OR_RETURN(Initializer init, Initializer::Create(io));
+    for (size_t i = 0; i < ex_->arg_names().size(); ++i) {
+      const std::string& name = ex_->arg_names()[i];
+      if (name == "data") data_index_ = static_cast<int>(i);
+      if (name == "softmax_label") label_index_ = static_cast<int>(i);
+      if (!ex_->grad_arrays()[i].defined()) continue;
+      Tensor w = ex_->arg_arrays()[i];
+      KV_RETURN_IF_ERROR(init.Init(name, &w));
+    }
+    proto::OptimizerSpec spec;
+    spec.set_type(proto::OptimizerSpec::SGD);
+    spec.set_learning_rate(0.01f);
+    spec.set_momentum(0.9f);
+    spec.set_rescale_grad(1.0f / batch);  // the loss is the batch mean
+    KV_ASSIGN_OR_RETURN(opt_, Optimizer::Create(spec));
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(0, 1);
+    for (int b = 0; b < 10; ++b) {
+      std::vector<float> x(data_shape.NumElements()), y(batch);
+      for (float& v : x) v = u(rng);
+      for (float& v : y) v = static_cast<float>(rng() % 10);
+      KV_ASSIGN_OR_RETURN(Tensor xd, Tensor::FromVector(x, data_shape).CopyTo(device));
+      KV_ASSIGN_OR_RETURN(Tensor yd, Tensor::FromVector(y, {batch}).CopyTo(device));
+      data_.push_back(xd);
+      labels_.push_back(yd);
+    }
+    return Status::OK();
   }
-  proto::OptimizerSpec spec;
-  spec.set_type(proto::OptimizerSpec::SGD);
-  spec.set_learning_rate(0.01f);
-  spec.set_momentum(0.9f);
-  spec.set_rescale_grad(1.0f / batch);  // the loss is the batch mean
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, Optimizer::Create(spec));
-  // Ten batches in memory, on the training device.
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(0, 1);
-  std::vector<Tensor> data, labels;
-  for (int b = 0; b < 10; ++b) {
-    std::vector<float> x(data_shape.NumElements()), y(batch);
-    for (float& v : x) v = u(rng);
-    for (float& v : y) v = static_cast<float>(rng() % 10);
-    KV_ASSIGN_OR_RETURN(Tensor xd, Tensor::FromVector(x, data_shape).CopyTo(device));
-    KV_ASSIGN_OR_RETURN(Tensor yd, Tensor::FromVector(y, {batch}).CopyTo(device));
-    data.push_back(xd);
-    labels.push_back(yd);
-  }
-  KV_ASSIGN_OR_RETURN(Tensor data_arg, ex->Arg("data"));
-  KV_ASSIGN_OR_RETURN(Tensor label_arg, ex->Arg("softmax_label"));
+
   // One step as the trainer would run it: everything pushed on the engine
   // (copy-in, forward, backward, one update per gradient as soon as that
   // gradient is ready), at most two steps in flight.
-  Engine* engine = ex->engine();
-  int data_index = 0, label_index = 0;
-  for (size_t i = 0; i < ex->arg_names().size(); ++i) {
-    if (ex->arg_names()[i] == "data") data_index = static_cast<int>(i);
-    if (ex->arg_names()[i] == "softmax_label") label_index = static_cast<int>(i);
-  }
-  const auto kCompute = Engine::Queue::kCompute;
-  const auto timeout = std::chrono::minutes(5);
-  std::deque<Completion> inflight;
-  auto step = [&](int i) -> Status {
-    for (const auto& [src, dst, index] :
-         {std::make_tuple(data[i % 10], data_arg, data_index),
-          std::make_tuple(labels[i % 10], label_arg, label_index)}) {
-      engine->Push([src = src, dst = dst]() mutable { return dst.CopyFrom(src); },
-                   {}, {ex->arg_var(index)}, device, kCompute, "copy batch in");
+  Status Step(int i) {
+    Engine* engine = ex_->engine();
+    const auto kCompute = Engine::Queue::kCompute;
+    for (const auto& [src, index] : {std::make_pair(data_[i % 10], data_index_),
+                                     std::make_pair(labels_[i % 10], label_index_)}) {
+      Tensor dst = ex_->arg_arrays()[index];
+      engine->Push([src = src, dst]() mutable { return dst.CopyFrom(src); }, {},
+                   {ex_->arg_var(index)}, device_, kCompute, "copy batch in");
     }
-    KV_RETURN_IF_ERROR(ex->StartForward(true).status());
-    KV_RETURN_IF_ERROR(ex->StartBackward().status());
+    KV_RETURN_IF_ERROR(ex_->StartForward(true).status());
+    KV_RETURN_IF_ERROR(ex_->StartBackward().status());
     Completion last;
-    for (size_t k = 0; k < ex->grad_arrays().size(); ++k) {
-      if (!ex->grad_arrays()[k].defined()) continue;
-      const Tensor w = ex->arg_arrays()[k], g = ex->grad_arrays()[k];
-      Optimizer* o = opt.get();
-      last = engine->Push(
-          [o, k, w, g] { return o->Update(static_cast<int64_t>(k), w, g); },
-          {ex->grad_var(static_cast<int>(k))}, {ex->arg_var(static_cast<int>(k))},
-          device, kCompute, "sgd update");
+    for (size_t k = 0; k < ex_->grad_arrays().size(); ++k) {
+      if (!ex_->grad_arrays()[k].defined()) continue;
+      const Tensor w = ex_->arg_arrays()[k], g = ex_->grad_arrays()[k];
+      Optimizer* o = opt_.get();
+      const int key = static_cast<int>(k);
+      last = engine->Push([o, key, w, g] { return o->Update(key, w, g); },
+                          {ex_->grad_var(key)}, {ex_->arg_var(key)}, device_,
+                          kCompute, "sgd update");
     }
-    inflight.push_back(last);
-    while (inflight.size() > 2) {
-      KV_RETURN_IF_ERROR(inflight.front().Wait(timeout));
-      inflight.pop_front();
+    inflight_.push_back(last);
+    while (inflight_.size() > 2) {
+      KV_RETURN_IF_ERROR(inflight_.front().Wait(kTimeout));
+      inflight_.pop_front();
     }
     return Status::OK();
-  };
-  auto drain = [&]() -> Status {
-    KV_RETURN_IF_ERROR(engine->WaitForAll(timeout));
-    inflight.clear();
-    return ex->Wait();
-  };
-  for (int i = 0; i < 10; ++i) KV_RETURN_IF_ERROR(step(i));
-  KV_RETURN_IF_ERROR(drain());
-  double best = 0;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    int steps = 0;
-    double elapsed = 0;
-    do {
-      KV_RETURN_IF_ERROR(step(steps++));
-      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                              start).count();
-    } while (elapsed < seconds);
-    KV_RETURN_IF_ERROR(drain());
-    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                            start).count();
-    best = std::max(best, steps * static_cast<double>(batch) / elapsed);
   }
-  return best;
+
+  Status Drain() {
+    KV_RETURN_IF_ERROR(ex_->engine()->WaitForAll(kTimeout));
+    inflight_.clear();
+    return ex_->Wait();
+  }
+
+  // Samples per second over about `seconds`, the best of `repeats`.
+  StatusOr<double> Measure(double seconds, int repeats) {
+    for (int i = 0; i < 10; ++i) KV_RETURN_IF_ERROR(Step(i));
+    KV_RETURN_IF_ERROR(Drain());
+    double best = 0;
+    for (int r = 0; r < repeats; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      auto elapsed = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                             start).count();
+      };
+      int steps = 0;
+      do {
+        KV_RETURN_IF_ERROR(Step(steps++));
+      } while (elapsed() < seconds);
+      KV_RETURN_IF_ERROR(Drain());
+      best = std::max(best, steps * static_cast<double>(batch_) / elapsed());
+    }
+    return best;
+  }
+
+ private:
+  static constexpr std::chrono::minutes kTimeout{5};
+  Device device_;
+  int batch_ = 0;
+  std::unique_ptr<Executor> ex_;
+  std::unique_ptr<Optimizer> opt_;
+  std::vector<Tensor> data_, labels_;
+  int data_index_ = 0, label_index_ = 0;
+  std::deque<Completion> inflight_;
+};
+
+// Samples per second of kvtrain training `net` on `device`.
+StatusOr<double> MeasureKvtrain(const std::string& net, const Device& device,
+                                int batch) {
+  KvtrainRun run;
+  KV_RETURN_IF_ERROR(run.Setup(net, device, batch));
+  return run.Measure(FLAGS_seconds, FLAGS_repeats);
 }
 
 std::string TorchScript(const char* argv0) {
@@ -211,7 +231,22 @@ std::map<std::string, double> MeasureTorch(const std::string& script,
   return rates;
 }
 
-int Main(const char* argv0) {
+void PrintRow(const std::string& net, const std::string& device,
+              const std::string& threads, int batch, double rate,
+              const std::map<std::string, double>& torch) {
+  auto it = torch.find(net);
+  if (it == torch.end()) {
+    std::printf("%-6s %-7s %7s %6d %14.0f %14s %8s\n", net.c_str(),
+                device.c_str(), threads.c_str(), batch, rate, "-", "-");
+  } else {
+    std::printf("%-6s %-7s %7s %6d %14.0f %14.0f %8.2f\n", net.c_str(),
+                device.c_str(), threads.c_str(), batch, rate, it->second,
+                rate / it->second);
+  }
+  std::fflush(stdout);
+}
+
+void PrintHeader() {
   cpu_set_t set;
   const int cores =
       sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
@@ -224,16 +259,16 @@ int Main(const char* argv0) {
               "threads, OPENBLAS_NUM_THREADS=1, fixed malloc thresholds; best "
               "of %d x %.1f s each\n",
               FLAGS_python.c_str(), FLAGS_repeats, FLAGS_seconds);
-  const std::vector<std::string> nets = [] {
-    std::vector<std::string> v;
-    std::stringstream ss(FLAGS_nets);
-    std::string s;
-    while (std::getline(ss, s, ',')) v.push_back(s);
-    return v;
-  }();
+  std::printf("\n%-6s %-7s %7s %6s %14s %14s %8s\n", "net", "device",
+              "threads", "batch", "kvtrain", "PyTorch", "ratio");
+}
+
+int Main(const char* argv0) {
+  PrintHeader();
+  std::vector<std::string> nets;
+  std::stringstream ss(FLAGS_nets);
+  for (std::string s; std::getline(ss, s, ',');) nets.push_back(s);
   const std::string script = TorchScript(argv0);
-  std::printf("\n%-6s %-7s %7s %6s %14s %14s %8s\n", "net", "device", "threads",
-              "batch", "kvtrain", "PyTorch", "ratio");
   bool failed = false;
   std::string torch_note;
   for (int threads : ParseList(FLAGS_threads)) {
@@ -243,42 +278,27 @@ int Main(const char* argv0) {
     if (FLAGS_torch) torch = MeasureTorch(script, threads, &why);
     if (FLAGS_torch && torch.empty()) torch_note = "PyTorch skipped: " + why;
     for (const std::string& net : nets) {
-      StatusOr<double> rate =
-          MeasureKvtrain(net, Device::CPU(), FLAGS_batch, FLAGS_seconds,
-                         FLAGS_repeats);
+      StatusOr<double> rate = MeasureKvtrain(net, Device::CPU(), FLAGS_batch);
       if (!rate.ok()) {
         std::printf("%s: %s\n", net.c_str(), rate.status().ToString().c_str());
         failed = true;
         continue;
       }
-      auto it = torch.find(net);
-      if (it == torch.end()) {
-        std::printf("%-6s %-7s %7d %6d %14.0f %14s %8s\n", net.c_str(), "cpu",
-                    threads, FLAGS_batch, *rate, "-", "-");
-      } else {
-        std::printf("%-6s %-7s %7d %6d %14.0f %14.0f %8.2f\n", net.c_str(),
-                    "cpu", threads, FLAGS_batch, *rate, it->second,
-                    *rate / it->second);
-      }
-      std::fflush(stdout);
+      PrintRow(net, "cpu", std::to_string(threads), FLAGS_batch, *rate, torch);
     }
   }
   if (NumGpus() == 0) {
     std::printf("\nGPU rows: none (%s)\n", NoGpuReason().c_str());
-  } else {
-    for (int batch : ParseList(FLAGS_gpu_batches)) {
-      for (const std::string& net : nets) {
-        StatusOr<double> rate =
-            MeasureKvtrain(net, Device::GPU(0), batch, FLAGS_seconds,
-                           FLAGS_repeats);
-        if (!rate.ok()) {
-          std::printf("%s: %s\n", net.c_str(), rate.status().ToString().c_str());
-          failed = true;
-          continue;
-        }
-        std::printf("%-6s %-7s %7s %6d %14.0f %14s %8s\n", net.c_str(),
-                    "gpu(0)", "-", batch, *rate, "-", "-");
+  }
+  for (int batch : NumGpus() > 0 ? ParseList(FLAGS_gpu_batches) : std::vector<int>{}) {
+    for (const std::string& net : nets) {
+      StatusOr<double> rate = MeasureKvtrain(net, Device::GPU(0), batch);
+      if (!rate.ok()) {
+        std::printf("%s: %s\n", net.c_str(), rate.status().ToString().c_str());
+        failed = true;
+        continue;
       }
+      PrintRow(net, "gpu(0)", "-", batch, *rate, {});
     }
   }
   if (!torch_note.empty()) std::printf("\n%s\n", torch_note.c_str());

@@ -118,6 +118,10 @@ class Executor {
 
   Executor();
   Status BuildGraph(const Symbol& symbol, const ExecutorOptions& options);
+  // Adds the step of op node `node` (and copies for its inputs).
+  Status AddStep(const graph::Node& node, const ExecutorOptions& options,
+                 std::map<const graph::Node*, int>* first_entry,
+                 int* next_aux);
   StatusOr<Device> NodeDevice(const graph::Node& node,
                               const ExecutorOptions& options) const;
   int CopyTo(int entry, const Device& device);
