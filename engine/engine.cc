@@ -26,6 +26,8 @@ struct Engine::Op {
   std::vector<Var*> inputs;
   Device device;
   Queue queue = Queue::kCompute;
+  // A GPU compute op: done only when its device's stream is drained.
+  bool sync_gpu = false;
   int wait = 0;  // vars not yet granted
   std::shared_ptr<Completion::State> done;
   // Links in the engine's list of pending ops (no allocation per op).
@@ -135,6 +137,7 @@ Completion Engine::Push(Fn fn, const std::vector<Var*>& reads,
   Op* op = new Op;
   op->fn = std::move(fn);
   op->device = device;
+  op->sync_gpu = queue == Queue::kCompute && device.is_gpu();
   op->queue = mode_ == Mode::kNaive ? Queue::kInline : queue;
   op->writes = writes;
   std::sort(op->writes.begin(), op->writes.end());
@@ -258,7 +261,7 @@ void Engine::Execute(Op* op) {
   }
   if (status.ok()) {
     status = op->fn();
-    if (status.ok() && op->queue == Queue::kCompute && op->device.is_gpu()) {
+    if (status.ok() && op->sync_gpu) {
       StatusOr<DeviceContext*> ctx = DeviceContext::Get(op->device);
       status = ctx.ok() ? (*ctx)->Synchronize() : ctx.status();
     }
