@@ -166,7 +166,6 @@ class Executor {
   std::vector<Engine::Var*> block_vars_;
   std::map<Device, Tensor> workspaces_;
   int64_t planned_bytes_ = 0;
-  MemoryPlan plan_;
 
   std::vector<Engine::Var*> forward_writes_, backward_writes_;
   std::vector<Completion> pending_;
