@@ -47,7 +47,7 @@ TEST(ThreadPoolTest, UsesMoreThanOneThread) {
   std::set<std::thread::id> ids;
   // Chunks long enough for the worker to wake up and claim the second one
   // while the caller still works on the first.
-  for (int rep = 0; rep < 5 && ids.size() < 2; ++rep) {
+  for (int rep = 0; rep < 40 && ids.size() < 2; ++rep) {
     pool.ParallelFor(2, 1, [&](int64_t, int64_t) {
       {
         std::lock_guard<std::mutex> lock(mu);

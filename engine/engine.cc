@@ -26,8 +26,13 @@ struct Engine::Op {
   std::vector<Var*> inputs;
   Device device;
   Queue queue = Queue::kCompute;
+  // A GPU compute op: done only when its device's stream is drained.
+  bool sync_gpu = false;
   int wait = 0;  // vars not yet granted
   std::shared_ptr<Completion::State> done;
+  // Links in the engine's list of pending ops (no allocation per op).
+  Op* prev = nullptr;
+  Op* next = nullptr;
 };
 
 struct Engine::Worker {
@@ -132,6 +137,7 @@ Completion Engine::Push(Fn fn, const std::vector<Var*>& reads,
   Op* op = new Op;
   op->fn = std::move(fn);
   op->device = device;
+  op->sync_gpu = queue == Queue::kCompute && device.is_gpu();
   op->queue = mode_ == Mode::kNaive ? Queue::kInline : queue;
   op->writes = writes;
   std::sort(op->writes.begin(), op->writes.end());
@@ -154,7 +160,9 @@ Completion Engine::Push(Fn fn, const std::vector<Var*>& reads,
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++pending_;
-    pending_names_[op] = op->done->name;
+    op->next = pending_list_;
+    if (pending_list_ != nullptr) pending_list_->prev = op;
+    pending_list_ = op;
     for (Var* v : op->reads) {
       if (v->queue.empty() && !v->running_write) {
         ++v->running_reads;
@@ -253,7 +261,7 @@ void Engine::Execute(Op* op) {
   }
   if (status.ok()) {
     status = op->fn();
-    if (status.ok() && op->queue == Queue::kCompute && op->device.is_gpu()) {
+    if (status.ok() && op->sync_gpu) {
       StatusOr<DeviceContext*> ctx = DeviceContext::Get(op->device);
       status = ctx.ok() ? (*ctx)->Synchronize() : ctx.status();
     }
@@ -279,7 +287,9 @@ void Engine::Finish(Op* op, Status status) {
         }
       }
     }
-    pending_names_.erase(op);
+    if (op->prev != nullptr) op->prev->next = op->next;
+    if (op->next != nullptr) op->next->prev = op->prev;
+    if (pending_list_ == op) pending_list_ = op->next;
     if (--pending_ == 0) idle_cv_.notify_all();
   }
   {
@@ -302,7 +312,7 @@ Status Engine::WaitForAll(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!idle_cv_.wait_for(lock, timeout, [this] { return pending_ == 0; })) {
     const std::string one =
-        pending_names_.empty() ? "?" : pending_names_.begin()->second;
+        pending_list_ == nullptr ? "?" : pending_list_->done->name;
     return Status::DeadlineExceeded(
         "engine: " + std::to_string(pending_) + " op(s) still pending after " +
         std::to_string(timeout.count()) + " ms, e.g. \"" + one + "\"");

@@ -128,8 +128,8 @@ class Engine {
   std::mutex mu_;
   std::condition_variable idle_cv_;
   int64_t pending_ GUARDED_BY(mu_) = 0;
-  // A pending op, for the DeadlineExceeded message of WaitForAll.
-  std::map<Op*, std::string> pending_names_ GUARDED_BY(mu_);
+  // Every pending op (names one in WaitForAll's DeadlineExceeded).
+  Op* pending_list_ GUARDED_BY(mu_) = nullptr;
 
   std::mutex workers_mu_;
   std::map<std::pair<int, int>, std::unique_ptr<Worker>> workers_

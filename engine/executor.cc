@@ -31,6 +31,55 @@ Status CheckArray(const Tensor& t, const std::string& what) {
   return Status::OK();
 }
 
+// Counts, presence, dtypes and gradient shapes of Bind's arrays; fills in
+// "no gradients" when both gradient lists are empty.
+Status CheckBindArrays(const std::vector<std::string>& arg_names,
+                       const std::vector<std::string>& aux_names,
+                       const std::vector<Tensor>& args,
+                       std::vector<Tensor>* grads,
+                       std::vector<GradReq>* grad_reqs,
+                       const std::vector<Tensor>& aux) {
+  const size_t n = arg_names.size();
+  if (args.size() != n) {
+    return Status::InvalidArgument(
+        "Bind: " + std::to_string(args.size()) + " argument arrays for " +
+        std::to_string(n) + " arguments (" + Join(arg_names) + ")");
+  }
+  if (grads->empty() && grad_reqs->empty()) {
+    grads->resize(n);
+    grad_reqs->assign(n, GradReq::kNull);
+  }
+  if (grads->size() != n || grad_reqs->size() != n) {
+    return Status::InvalidArgument(
+        "Bind: " + std::to_string(grads->size()) + " gradient arrays and " +
+        std::to_string(grad_reqs->size()) + " requests for " +
+        std::to_string(n) + " arguments");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    KV_RETURN_IF_ERROR(CheckArray(args[i], "argument " + arg_names[i]));
+    if ((*grad_reqs)[i] == GradReq::kNull) continue;
+    const std::string what = "gradient of " + arg_names[i];
+    const Tensor& g = (*grads)[i];
+    KV_RETURN_IF_ERROR(CheckArray(g, what));
+    if (g.shape() != args[i].shape() || g.device() != args[i].device()) {
+      return Status::InvalidArgument(
+          "Bind: " + what + " is " + g.shape().ToString() + " on " +
+          g.device().ToString() + " but the argument is " +
+          args[i].shape().ToString() + " on " + args[i].device().ToString());
+    }
+  }
+  if (aux.size() != aux_names.size()) {
+    return Status::InvalidArgument(
+        "Bind: " + std::to_string(aux.size()) + " auxiliary arrays for " +
+        std::to_string(aux_names.size()) + " states (" + Join(aux_names) +
+        ")");
+  }
+  for (size_t i = 0; i < aux.size(); ++i) {
+    KV_RETURN_IF_ERROR(CheckArray(aux[i], "auxiliary state " + aux_names[i]));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Executor>> Executor::Bind(
@@ -42,44 +91,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::Bind(
   ex->arg_names_ = symbol.ListArguments();
   ex->aux_names_ = symbol.ListAuxiliaryStates();
   ex->output_names_ = symbol.ListOutputs();
-  const size_t n = ex->arg_names_.size();
-  if (args.size() != n) {
-    return Status::InvalidArgument(
-        "Bind: " + std::to_string(args.size()) + " argument arrays for " +
-        std::to_string(n) + " arguments (" + Join(ex->arg_names_) + ")");
-  }
-  if (grads.empty() && grad_reqs.empty()) {
-    grads.resize(n);
-    grad_reqs.assign(n, GradReq::kNull);
-  }
-  if (grads.size() != n || grad_reqs.size() != n) {
-    return Status::InvalidArgument(
-        "Bind: " + std::to_string(grads.size()) + " gradient arrays and " +
-        std::to_string(grad_reqs.size()) + " requests for " +
-        std::to_string(n) + " arguments");
-  }
-  for (size_t i = 0; i < n; ++i) {
-    KV_RETURN_IF_ERROR(CheckArray(args[i], "argument " + ex->arg_names_[i]));
-    if (grad_reqs[i] == GradReq::kNull) continue;
-    const std::string what = "gradient of " + ex->arg_names_[i];
-    KV_RETURN_IF_ERROR(CheckArray(grads[i], what));
-    if (grads[i].shape() != args[i].shape() ||
-        grads[i].device() != args[i].device()) {
-      return Status::InvalidArgument(
-          "Bind: " + what + " is " + grads[i].shape().ToString() + " on " +
-          grads[i].device().ToString() + " but the argument is " +
-          args[i].shape().ToString() + " on " + args[i].device().ToString());
-    }
-  }
-  if (aux.size() != ex->aux_names_.size()) {
-    return Status::InvalidArgument(
-        "Bind: " + std::to_string(aux.size()) + " auxiliary arrays for " +
-        std::to_string(ex->aux_names_.size()) + " states (" +
-        Join(ex->aux_names_) + ")");
-  }
-  for (size_t i = 0; i < aux.size(); ++i) {
-    KV_RETURN_IF_ERROR(CheckArray(aux[i], "auxiliary state " + ex->aux_names_[i]));
-  }
+  KV_RETURN_IF_ERROR(CheckBindArrays(ex->arg_names_, ex->aux_names_, args,
+                                     &grads, &grad_reqs, aux));
   ex->args_ = std::move(args);
   ex->grads_ = std::move(grads);
   ex->grad_reqs_ = std::move(grad_reqs);
@@ -127,58 +140,66 @@ Status Executor::BuildGraph(const Symbol& symbol,
   std::map<const graph::Node*, int> first_entry;
   int next_arg = 0, next_aux = 0;
   for (const graph::Node* node : order) {
-    if (node->is_variable()) {
-      first_entry[node] = static_cast<int>(entries_.size());
-      Entry e;
-      e.name = node->name;
-      e.arg = next_arg++;
-      e.shape = args_[e.arg].shape();
-      e.device = args_[e.arg].device();
-      entries_.push_back(e);
+    if (!node->is_variable()) {
+      KV_RETURN_IF_ERROR(AddStep(*node, options, &first_entry, &next_aux));
       continue;
     }
-    auto step = std::make_unique<Step>();
-    KV_ASSIGN_OR_RETURN(step->device, NodeDevice(*node, options));
-    KV_ASSIGN_OR_RETURN(step->op,
-                        CreateOperator(node->op_type, node->name, node->attrs));
-    std::vector<std::string> input_names;
-    for (const graph::NodeEntry& in : node->inputs) {
-      input_names.push_back(in.node->OutputName(in.index));
-    }
-    step->op->set_input_names(input_names);
-    // Copies for inputs on other devices become steps before this one.
-    for (const graph::NodeEntry& in : node->inputs) {
-      int id = first_entry[in.node.get()] + in.index;
-      if (entries_[id].device != step->device) id = CopyTo(id, step->device);
-      step->inputs.push_back(id);
-    }
-    const int step_index = static_cast<int>(steps_.size());
-    for (int pos = 0; pos < static_cast<int>(step->inputs.size()); ++pos) {
-      entries_[step->inputs[pos]].consumers.emplace_back(step_index, pos);
-    }
-    // After the copies, which add entries of their own.
     first_entry[node] = static_cast<int>(entries_.size());
-    const std::vector<std::string> outs = step->op->ListOutputs();
-    for (size_t k = 0; k < outs.size(); ++k) {
-      Entry e;
-      e.name = node->name + "_" + outs[k];
-      e.device = step->device;
-      e.producer = step_index;
-      e.output_index = static_cast<int>(k);
-      step->outputs.push_back(static_cast<int>(entries_.size()));
-      entries_.push_back(e);
-    }
-    for (size_t k = 0; k < step->op->ListAuxiliaryStates().size(); ++k) {
-      step->aux.push_back(next_aux++);
-    }
-    step->needs = step->op->DeclareBackwardNeeds();
-    steps_.push_back(std::move(step));
+    Entry e;
+    e.name = node->name;
+    e.arg = next_arg++;
+    e.shape = args_[e.arg].shape();
+    e.device = args_[e.arg].device();
+    entries_.push_back(e);
   }
   for (const graph::NodeEntry& h : symbol.heads()) {
     const int id = first_entry[h.node.get()] + h.index;
     entries_[id].head = true;
     heads_.push_back(id);
   }
+  return Status::OK();
+}
+
+Status Executor::AddStep(const graph::Node& node,
+                         const ExecutorOptions& options,
+                         std::map<const graph::Node*, int>* first_entry,
+                         int* next_aux) {
+  auto step = std::make_unique<Step>();
+  KV_ASSIGN_OR_RETURN(step->device, NodeDevice(node, options));
+  KV_ASSIGN_OR_RETURN(step->op,
+                      CreateOperator(node.op_type, node.name, node.attrs));
+  std::vector<std::string> input_names;
+  for (const graph::NodeEntry& in : node.inputs) {
+    input_names.push_back(in.node->OutputName(in.index));
+  }
+  step->op->set_input_names(input_names);
+  // Copies for inputs on other devices become steps before this one.
+  for (const graph::NodeEntry& in : node.inputs) {
+    int id = (*first_entry)[in.node.get()] + in.index;
+    if (entries_[id].device != step->device) id = CopyTo(id, step->device);
+    step->inputs.push_back(id);
+  }
+  const int step_index = static_cast<int>(steps_.size());
+  for (int pos = 0; pos < static_cast<int>(step->inputs.size()); ++pos) {
+    entries_[step->inputs[pos]].consumers.emplace_back(step_index, pos);
+  }
+  // After the copies, which add entries of their own.
+  (*first_entry)[&node] = static_cast<int>(entries_.size());
+  const std::vector<std::string> outs = step->op->ListOutputs();
+  for (size_t k = 0; k < outs.size(); ++k) {
+    Entry e;
+    e.name = node.name + "_" + outs[k];
+    e.device = step->device;
+    e.producer = step_index;
+    e.output_index = static_cast<int>(k);
+    step->outputs.push_back(static_cast<int>(entries_.size()));
+    entries_.push_back(e);
+  }
+  for (size_t k = 0; k < step->op->ListAuxiliaryStates().size(); ++k) {
+    step->aux.push_back((*next_aux)++);
+  }
+  step->needs = step->op->DeclareBackwardNeeds();
+  steps_.push_back(std::move(step));
   return Status::OK();
 }
 

@@ -118,6 +118,10 @@ class Executor {
 
   Executor();
   Status BuildGraph(const Symbol& symbol, const ExecutorOptions& options);
+  // Adds the step of op node `node` (and copies for its inputs).
+  Status AddStep(const graph::Node& node, const ExecutorOptions& options,
+                 std::map<const graph::Node*, int>* first_entry,
+                 int* next_aux);
   StatusOr<Device> NodeDevice(const graph::Node& node,
                               const ExecutorOptions& options) const;
   int CopyTo(int entry, const Device& device);
@@ -162,7 +166,6 @@ class Executor {
   std::vector<Engine::Var*> block_vars_;
   std::map<Device, Tensor> workspaces_;
   int64_t planned_bytes_ = 0;
-  MemoryPlan plan_;
 
   std::vector<Engine::Var*> forward_writes_, backward_writes_;
   std::vector<Completion> pending_;

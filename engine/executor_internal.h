@@ -45,6 +45,7 @@ struct Executor::Step {
   ForwardArgs fwd;
   BackwardArgs bwd;
   std::vector<Engine::Var*> fwd_reads, fwd_writes, bwd_reads, bwd_writes;
+  std::string fwd_name, bwd_name;  // the engine ops' names
 };
 
 }  // namespace kvtrain

@@ -144,11 +144,11 @@ Status Executor::Allocate(const ExecutorOptions& options) {
   std::vector<int> data_req, grad_req;
   std::vector<BufferRequest> requests = BufferRequests(&data_req, &grad_req);
   if (options.plan_memory) AddInplace(&requests, data_req, grad_req);
-  plan_ = PlanMemory(requests, options.plan_memory);
-  for (size_t b = 0; b < plan_.block_bytes.size(); ++b) {
+  const MemoryPlan plan = PlanMemory(requests, options.plan_memory);
+  for (size_t b = 0; b < plan.block_bytes.size(); ++b) {
     KV_ASSIGN_OR_RETURN(
-        Tensor t, Tensor::CreateZeros({plan_.block_bytes[b] / 4},
-                                      DType::kFloat32, plan_.block_device[b]));
+        Tensor t, Tensor::CreateZeros({plan.block_bytes[b] / 4},
+                                      DType::kFloat32, plan.block_device[b]));
     blocks_.push_back(t);
     block_vars_.push_back(engine_->NewVar("buffer " + std::to_string(b)));
   }
@@ -163,11 +163,11 @@ Status Executor::Allocate(const ExecutorOptions& options) {
       }
       continue;
     }
-    const int block = plan_.block_of[data_req[id]];
+    const int block = plan.block_of[data_req[id]];
     e.value = View(blocks_[block], e.shape);
     e.var = block_vars_[block];
     if (grad_req[id] >= 0) {
-      const int gblock = plan_.block_of[grad_req[id]];
+      const int gblock = plan.block_of[grad_req[id]];
       e.grad = View(blocks_[gblock], e.shape);
       e.grad_var = block_vars_[gblock];
     }
@@ -179,7 +179,7 @@ Status Executor::Allocate(const ExecutorOptions& options) {
     ws[step->device] =
         std::max(ws[step->device], step->op->WorkspaceBytes(in, step->device));
   }
-  planned_bytes_ = plan_.TotalBytes();
+  planned_bytes_ = plan.TotalBytes();
   for (const auto& [device, bytes] : ws) {
     KV_ASSIGN_OR_RETURN(workspaces_[device],
                         Tensor::Create({static_cast<int64_t>(std::max<size_t>(bytes, 1))},
@@ -195,6 +195,8 @@ void Executor::PrepareSteps() {
   for (auto& sp : steps_) {
     Step& s = *sp;
     s.ctx.device = *DeviceContext::Get(s.device);  // checked in BuildGraph
+    s.fwd_name = s.op->name() + " forward";
+    s.bwd_name = s.op->name() + " backward";
     const Tensor& ws = workspaces_[s.device];
     s.ctx.workspace = ws.raw_data();
     s.ctx.workspace_bytes = ws.nbytes();

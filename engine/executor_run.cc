@@ -83,7 +83,7 @@ StatusOr<Completion> Executor::StartForward(bool is_train) {
     Step* s = sp.get();
     engine_->Push([this, s, is_train] { return RunForward(s, is_train); },
                   s->fwd_reads, s->fwd_writes, s->device, QueueOf(*s->op),
-                  s->op->name() + " forward");
+                  s->fwd_name);
   }
   trained_forward_ = is_train;
   Completion c = Barrier(forward_writes_, "forward pass");
@@ -128,8 +128,7 @@ StatusOr<Completion> Executor::StartBackward(
   for (int s_index : backward_order_) {
     Step* s = steps_[s_index].get();
     engine_->Push([this, s] { return RunBackward(s); }, s->bwd_reads,
-                  s->bwd_writes, s->device, QueueOf(*s->op),
-                  s->op->name() + " backward");
+                  s->bwd_writes, s->device, QueueOf(*s->op), s->bwd_name);
   }
   Completion c = Barrier(writes, "backward pass");
   pending_.push_back(c);

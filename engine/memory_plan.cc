@@ -27,6 +27,64 @@ int64_t MemoryPlan::TotalBytes() const {
   return std::accumulate(block_bytes.begin(), block_bytes.end(), int64_t{0});
 }
 
+namespace {
+
+// Merges in-place chains into groups with the union of their lifetimes;
+// group_of[i] is request i's group.
+std::vector<Group> MergeInplace(const std::vector<BufferRequest>& requests,
+                                std::vector<int>* group_of) {
+  const int n = static_cast<int>(requests.size());
+  std::vector<int> parent(n);
+  std::iota(parent.begin(), parent.end(), 0);
+  for (int i = 0; i < n; ++i) {
+    if (requests[i].inplace_of >= 0) {
+      parent[Root(&parent, i)] = Root(&parent, requests[i].inplace_of);
+    }
+  }
+  group_of->assign(n, -1);
+  std::vector<Group> groups;
+  for (int i = 0; i < n; ++i) {
+    const int r = Root(&parent, i);
+    if ((*group_of)[r] < 0) {
+      (*group_of)[r] = static_cast<int>(groups.size());
+      groups.push_back({0, requests[r].device, requests[r].first_step,
+                        requests[r].last_step, false});
+    }
+    Group& g = groups[(*group_of)[r]];
+    g.bytes = std::max(g.bytes, requests[i].bytes);
+    g.first = std::min(g.first, requests[i].first_step);
+    g.last = std::max(g.last, requests[i].last_step);
+    g.pinned = g.pinned || requests[i].pinned;
+    (*group_of)[i] = (*group_of)[r];
+  }
+  return groups;
+}
+
+// The free block of `device` that fits `bytes` most tightly, else the
+// largest one (to be grown), else -1.
+int BestFreeBlock(const MemoryPlan& plan, const std::vector<int>& free_blocks,
+                  const Device& device, int64_t bytes) {
+  int best = -1;
+  for (int b : free_blocks) {
+    if (plan.block_device[b] != device) continue;
+    if (best < 0) {
+      best = b;
+      continue;
+    }
+    const bool fits = plan.block_bytes[b] >= bytes;
+    const bool best_fits = plan.block_bytes[best] >= bytes;
+    if (fits && (!best_fits || plan.block_bytes[b] < plan.block_bytes[best])) {
+      best = b;
+    } else if (!fits && !best_fits &&
+               plan.block_bytes[b] > plan.block_bytes[best]) {
+      best = b;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 MemoryPlan PlanMemory(const std::vector<BufferRequest>& requests, bool share) {
   const int n = static_cast<int>(requests.size());
   MemoryPlan plan;
@@ -39,30 +97,8 @@ MemoryPlan PlanMemory(const std::vector<BufferRequest>& requests, bool share) {
     }
     return plan;
   }
-  // Union in-place chains into groups with the union of their lifetimes.
-  std::vector<int> parent(n);
-  std::iota(parent.begin(), parent.end(), 0);
-  for (int i = 0; i < n; ++i) {
-    if (requests[i].inplace_of >= 0) {
-      parent[Root(&parent, i)] = Root(&parent, requests[i].inplace_of);
-    }
-  }
-  std::vector<int> group_of(n, -1);
-  std::vector<Group> groups;
-  for (int i = 0; i < n; ++i) {
-    const int r = Root(&parent, i);
-    if (group_of[r] < 0) {
-      group_of[r] = static_cast<int>(groups.size());
-      groups.push_back({0, requests[r].device, requests[r].first_step,
-                        requests[r].last_step, false});
-    }
-    Group& g = groups[group_of[r]];
-    g.bytes = std::max(g.bytes, requests[i].bytes);
-    g.first = std::min(g.first, requests[i].first_step);
-    g.last = std::max(g.last, requests[i].last_step);
-    g.pinned = g.pinned || requests[i].pinned;
-    group_of[i] = group_of[r];
-  }
+  std::vector<int> group_of;
+  const std::vector<Group> groups = MergeInplace(requests, &group_of);
   std::vector<int> order(groups.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
@@ -84,25 +120,7 @@ MemoryPlan PlanMemory(const std::vector<BufferRequest>& requests, bool share) {
         ++k;
       }
     }
-    int best = -1;
-    if (!g.pinned) {
-      // Smallest free block that fits; else the largest one, grown.
-      for (int b : free_blocks) {
-        if (plan.block_device[b] != g.device) continue;
-        const bool fits = plan.block_bytes[b] >= g.bytes;
-        if (best < 0) {
-          best = b;
-          continue;
-        }
-        const bool best_fits = plan.block_bytes[best] >= g.bytes;
-        if (fits && (!best_fits || plan.block_bytes[b] < plan.block_bytes[best])) {
-          best = b;
-        } else if (!fits && !best_fits &&
-                   plan.block_bytes[b] > plan.block_bytes[best]) {
-          best = b;
-        }
-      }
-    }
+    int best = g.pinned ? -1 : BestFreeBlock(plan, free_blocks, g.device, g.bytes);
     if (best >= 0) {
       free_blocks.erase(std::find(free_blocks.begin(), free_blocks.end(), best));
       plan.block_bytes[best] = std::max(plan.block_bytes[best], g.bytes);

@@ -43,7 +43,6 @@ class Symbol {
   // The first composition error, or ok.
   const Status& status() const { return status_; }
   bool ok() const { return status_.ok(); }
-  bool empty() const { return heads_.empty() && status_.ok(); }
 
   // Variables the graph reads, in depth-first order (data, fc1_weight, ...).
   std::vector<std::string> ListArguments() const;

@@ -16,6 +16,7 @@ void ApplyCpu(ActType act, const float* x, float* y, int64_t n) {
   switch (act) {
     case ActType::kRelu:
       // NaN stays NaN (x < 0 is false), so bad values remain visible.
+#pragma GCC ivdep
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
       break;
     case ActType::kSigmoid:
@@ -33,14 +34,16 @@ void ApplyCpu(ActType act, const float* x, float* y, int64_t n) {
 }
 
 // d[i] = dy[i] * f'(x[i]) from y = f(x), written to dx (or added when
-// `add`). Separate write and add loops: a written dx may hold garbage
-// (even NaN) that must not be read.
+// `add`); dx may be dy (in place), hence ivdep. Separate write and add
+// loops: a written dx may hold garbage (even NaN) that must not be read.
 template <typename Slope>
 void ApplySlope(const float* y, const float* dy, float* dx, int64_t n,
                 bool add, Slope slope) {
   if (add) {
+#pragma GCC ivdep
     for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * slope(y[i]);
   } else {
+#pragma GCC ivdep
     for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * slope(y[i]);
   }
 }

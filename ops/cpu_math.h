@@ -24,7 +24,7 @@ void Exp(const float* x, float* y, int64_t n);
 void Tanh(const float* x, float* y, int64_t n);
 // y[i] = 1 / (1 + exp(-x[i])).
 void Sigmoid(const float* x, float* y, int64_t n);
-// y may alias x in all three.
+// y may be x (in place) in all three; no other overlap.
 
 }  // namespace cpu_math
 }  // namespace kvtrain

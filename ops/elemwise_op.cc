@@ -14,8 +14,10 @@ void BinaryLoop(const float* a, const float* b, float* out, int64_t s,
                 int64_t e, bool add, F f) {
   // Separate loops: a written output may hold garbage that must not be read.
   if (add) {
+#pragma GCC ivdep
     for (int64_t i = s; i < e; ++i) out[i] += f(a[i], b[i]);
   } else {
+#pragma GCC ivdep
     for (int64_t i = s; i < e; ++i) out[i] = f(a[i], b[i]);
   }
 }

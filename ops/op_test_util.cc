@@ -133,6 +133,29 @@ std::vector<Values> Inputs(OpRunner* r) {
   return ins;
 }
 
+// kAdd adds the same gradient onto what is there.
+void ExpectAddAccumulates(OpRunner* r, const GradCheckOptions& o,
+                          const std::vector<Values>& weights,
+                          const std::vector<Values>& analytic) {
+  const size_t n_in = r->in_shapes().size();
+  ASSERT_TRUE(r->Forward(o.is_train).ok());
+  std::vector<Values> added(n_in);
+  std::vector<OpReq> add_reqs(n_in, OpReq::kNull);
+  for (size_t i = 0; i < n_in; ++i) {
+    added[i].assign(r->in_shapes()[i].NumElements(), 0.5f);
+  }
+  for (int i : o.inputs) add_reqs[i] = OpReq::kAdd;
+  const Status st = r->Backward(weights, add_reqs, &added);
+  ASSERT_TRUE(st.ok()) << st;
+  for (int i : o.inputs) {
+    for (size_t j = 0; j < added[i].size(); ++j) {
+      ASSERT_NEAR(added[i][j], analytic[i][j] + 0.5f,
+                  1e-5 + 1e-4 * std::fabs(analytic[i][j]))
+          << r->op()->Describe() << ": kAdd of input " << i << "[" << j << "]";
+    }
+  }
+}
+
 }  // namespace
 
 void CheckGradient(OpRunner* r, const GradCheckOptions& o) {
@@ -184,23 +207,7 @@ void CheckGradient(OpRunner* r, const GradCheckOptions& o) {
     }
   }
 
-  // kAdd adds the same gradient onto what is there.
-  ASSERT_TRUE(r->Forward(o.is_train).ok());
-  std::vector<Values> added(n_in);
-  std::vector<OpReq> add_reqs(n_in, OpReq::kNull);
-  for (size_t i = 0; i < n_in; ++i) {
-    added[i].assign(r->in_shapes()[i].NumElements(), 0.5f);
-  }
-  for (int i : o.inputs) add_reqs[i] = OpReq::kAdd;
-  st = r->Backward(weights, add_reqs, &added);
-  ASSERT_TRUE(st.ok()) << st;
-  for (int i : o.inputs) {
-    for (size_t j = 0; j < added[i].size(); ++j) {
-      ASSERT_NEAR(added[i][j], analytic[i][j] + 0.5f,
-                  1e-5 + 1e-4 * std::fabs(analytic[i][j]))
-          << r->op()->Describe() << ": kAdd of input " << i << "[" << j << "]";
-    }
-  }
+  ExpectAddAccumulates(r, o, weights, analytic);
 }
 
 void ExpectSameOnDevice(const std::string& type, const OpAttrs& attrs,

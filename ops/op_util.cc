@@ -61,19 +61,10 @@ void ZeroReq(const OpContext& ctx, OpReq req, float* dst, int64_t n) {
 
 void Axpy(const OpContext& ctx, float alpha, const float* src, float* dst,
           int64_t n) {
-  if (ctx.device->device().is_cpu()) {
-    // Vectorised by the compiler; cheaper than a BLAS call for short rows.
-    for (int64_t i = 0; i < n; ++i) dst[i] += alpha * src[i];
-    return;
-  }
   blas::Axpy(ctx.device, n, alpha, src, dst);
 }
 
 void Scale(const OpContext& ctx, float alpha, float* x, int64_t n) {
-  if (ctx.device->device().is_cpu()) {
-    for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
-    return;
-  }
   blas::Scal(ctx.device, n, alpha, x);
 }
 

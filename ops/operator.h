@@ -131,9 +131,10 @@ class Operator {
                                 const Device& device) const {
     return 0;
   }
+  // Ops that may block (sends and receives between processes) say
+  // kBlockingIo. Every node of a bound graph runs in every pass (none is
+  // pruned), so ops with side effects need nothing more.
   virtual ExecKind exec_kind() const { return ExecKind::kCompute; }
-  // True for ops that must run even when no output is used (Send/Recv).
-  virtual bool has_side_effects() const { return false; }
   // True when inputs and outputs may live on different devices (copies).
   virtual bool crosses_devices() const { return false; }
   // False for ops without a gradient (update kernels); Backward then fails.

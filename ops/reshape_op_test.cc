@@ -51,5 +51,14 @@ TEST_F(ReshapeTest, Errors) {
             "r (Reshape): cannot reshape (3, 4) (12 elements) to (7, 2)");
 }
 
+#ifdef KV_TEST_ON_GPU
+TEST_F(ReshapeTest, GpuMatchesCpu) {
+  op_test::ExpectSameOnDevice("Reshape", {{"shape", "(-1, 6)"}}, {{4, 3, 2}},
+                              {op_test::Random(24, 1)}, TestDevice());
+  op_test::ExpectSameOnDevice("Flatten", {}, {{4, 3, 2}},
+                              {op_test::Random(24, 2)}, TestDevice());
+}
+#endif
+
 }  // namespace
 }  // namespace kvtrain

@@ -23,6 +23,8 @@ extern "C" {
 // OpenBLAS extensions (declared here: the multiarch cblas.h may not be
 // OpenBLAS's own).
 void openblas_set_num_threads(int num_threads);
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
 }
 
 namespace kvtrain {
@@ -315,6 +317,11 @@ void SetCpuThreads(int n) {
 }
 
 int CpuThreads() { return CpuPool()->num_threads(); }
+
+std::string CpuBlasDescription() {
+  return std::string(openblas_get_config()) + " (" + openblas_get_corename() +
+         " kernels)";
+}
 
 void ParallelFor(int64_t n, int64_t grain,
                  const std::function<void(int64_t, int64_t)>& fn) {

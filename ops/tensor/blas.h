@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "base/env.h"
 #include "base/status.h"
@@ -56,6 +57,11 @@ StatusOr<float> Dot(const Tensor& x, const Tensor& y);
 // called, the count comes from CpuThreadsFromEnv(ProcessEnv()).
 void SetCpuThreads(int n);
 int CpuThreads();
+
+// "OpenBLAS 0.3.21 ... (Haswell kernels)": the BLAS library and the kernel
+// set it picked for this CPU (OPENBLAS_CORETYPE, read by OpenBLAS when it
+// loads, overrides the pick).
+std::string CpuBlasDescription();
 
 // Runs fn(begin, end) over [0, n) split into chunks of at least `grain` on
 // the CPU pool (see ThreadPool::ParallelFor); returns when all are done.

@@ -109,6 +109,7 @@ TEST(BlasThreadsTest, SplitGemmMatchesReference) {
     }
   }
   EXPECT_EQ(blas::CpuThreads(), 3);
+  EXPECT_NE(blas::CpuBlasDescription().find("kernels)"), std::string::npos);
   std::vector<int> hits(1000, 0);
   blas::ParallelFor(1000, 10, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) ++hits[i];
