@@ -156,7 +156,8 @@ class Launcher:
             return launchers.local_procs(self.spec, [(r, k) for r, k, _ in self.placement])
         if a.launcher == "ssh":
             return launchers.ssh_procs(self.spec, self.placement, a.ssh_arg, self.workdir)
-        return launchers.mpi_procs(self.spec, self._mpi_hostfile(), a.mpirun_arg)
+        return launchers.mpi_procs(self.spec, self._mpi_hostfile(), a.mpirun_arg,
+                                   self.port_dir)
 
     def _mpi_hostfile(self):
         if not self.hosts:

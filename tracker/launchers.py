@@ -213,7 +213,7 @@ class MpiProc(Proc):
         return "%s group (mpirun)" % self.role
 
 
-def mpi_procs(spec, hostfile_path, mpirun_args):
+def mpi_procs(spec, hostfile_path, mpirun_args, tmp_dir):
     mpirun = shutil.which("mpirun")
     if not mpirun:
         raise LaunchError("--launcher mpi needs mpirun (Debian package openmpi-bin)")
@@ -225,8 +225,12 @@ def mpi_procs(spec, hostfile_path, mpirun_args):
         role_env = spec.role_env(role, 0)
         role_env.pop("DMLC_RANK")
         env.update(role_env)
+        # Each mpirun gets its own session directory: two started at once in
+        # the default one race to create it and one fails.
+        session = os.path.join(tmp_dir, "ompi-" + role)
+        os.makedirs(session, exist_ok=True)
         argv = [mpirun, "--allow-run-as-root", "--oversubscribe", "--tag-output",
-                "-n", str(count)] + list(mpirun_args)
+                "--mca", "orte_tmpdir_base", session, "-n", str(count)] + list(mpirun_args)
         if hostfile_path:
             argv += ["--hostfile", hostfile_path]
         for k in sorted(role_env):
