@@ -59,7 +59,12 @@ def _write_xml(result, path):
 
 
 def main(module="__main__"):
-    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[module])
+    """Runs every case of `module`, or those named on the command line
+    (`Class.test_name`; `bazel test --test_arg=...`)."""
+    mod = sys.modules[module]
+    names = [a for a in sys.argv[1:] if not a.startswith("-")]
+    loader = unittest.defaultTestLoader
+    suite = loader.loadTestsFromNames(names, mod) if names else loader.loadTestsFromModule(mod)
     runner = unittest.TextTestRunner(verbosity=2, resultclass=_Result, stream=sys.stdout)
     result = runner.run(suite)
     xml_path = os.environ.get("XML_OUTPUT_FILE")

@@ -26,14 +26,20 @@ class MpiLaunchTest(unittest.TestCase):
         return [sys.executable, FAKE_JOB, "--marker", self.marker] + list(extra)
 
     def test_two_by_two_job(self):
-        code, out = launch(["-n", "2", "-s", "2", "--launcher", "mpi"] + self.job(
-            "--print-env", "DMLC_RANK", "--print-env", "DMLC_ROLE"))
+        code, out = launch(["-n", "2", "-s", "2", "--launcher", "mpi", "--env", "KVT_A=everyone",
+                            "--env-worker", "KVT_B=workers"] + self.job(
+            "--print-env", "DMLC_RANK", "--print-env", "DMLC_ROLE", "--print-env", "KVT_A",
+            "--print-env", "KVT_B"))
         self.assertEqual(code, 0, out)
         for role in ("server", "worker"):
             for rank in (0, 1):
                 self.assertIn("[%s %d] DMLC_RANK=%d" % (role, rank, rank), out)
                 self.assertIn("[%s %d] DMLC_ROLE=%s" % (role, rank, role), out)
                 self.assertIn("[%s %d] %s %d done" % (role, rank, role, rank), out)
+                self.assertIn("[%s %d] KVT_A=everyone" % (role, rank), out)
+                self.assertIn("[%s %d] KVT_B=%s" % (role, rank,
+                                                   "workers" if role == "worker" else "<unset>"),
+                              out)
         self.assertIn("[scheduler 0] scheduler: all 4 nodes checked in", out)
         self.assertEqual(wait_no_processes(self.marker), [])
 

@@ -88,6 +88,36 @@ class TrainMnistTest(unittest.TestCase):
         self.assertEqual(len(accs), 2, out)
         self.assertGreaterEqual(min(accs), 0.85, out)
 
+    def test_dist_sync_with_uneven_parts_does_not_hang(self):
+        # 1030 examples in chunks of 50: worker 0's part has 11 batches,
+        # worker 1's 10; both run 11 steps per epoch (apache/mxnet#7888).
+        code, out = launch(["-n", "2", "-s", "1"] + JOB_ENV + [
+            TRAIN, "--disp-batches=0", "--kv-store=dist_sync", "--batch-size=50",
+            "--num-examples=1030", "--num-epochs=2"], timeout=300)
+        self.assertEqual(code, 0, out)
+        self.assertEqual(len(re.findall(r"\[worker \d\] Test accuracy=", out)), 2, out)
+
+    def test_progress_bar_on_a_terminal(self):
+        import pty
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execv(TRAIN, [TRAIN, "--num-examples=2000", "--num-epochs=1",
+                             "--disp-batches=0"])
+        chunks = []
+        while True:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        _, status = os.waitpid(pid, 0)
+        out = b"".join(chunks).decode(errors="replace")
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0, out)
+        self.assertIn("\r[==============================] 100% batch 20/20", out)
+        self.assertIn("Epoch[0] Train-accuracy=", out)
+
     def check_resume(self, run):
         """`run(prefix, extra)` trains; 5 epochs straight vs 3 + resume to 5."""
         run(self.tmp + "/straight", ["--num-epochs=5"])
