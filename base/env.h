@@ -46,6 +46,7 @@ inline constexpr char kBigArrayBound[] = "KVTRAIN_BIGARRAY_BOUND";
 inline constexpr char kMxnetBigArrayBound[] = "MXNET_KVSTORE_BIGARRAY_BOUND";
 inline constexpr char kServerThreads[] = "KVTRAIN_SERVER_THREADS";
 inline constexpr char kKVStoreTimeout[] = "KVTRAIN_KVSTORE_TIMEOUT";
+inline constexpr char kKeepFreedMemory[] = "KVTRAIN_KEEP_FREED_MEMORY";
 
 }  // namespace env
 

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "base/malloc_tuning.h"
 #include "base/node_config.h"
 #include "bench/raw_echo.h"
 #include "kvstore/ps/ps.h"
@@ -422,9 +423,7 @@ int main(int argc, char** argv) {
   if (FLAGS_keep_freed_memory) {
     // Same setting on both sides of the comparison (the echo server and the
     // job's nodes are this binary too).
-    mallopt(M_ARENA_MAX, 1);
-    mallopt(M_MMAP_THRESHOLD, 256 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    kvtrain::KeepFreedMemory();
   }
   if (FLAGS_raw_echo_port != 0) {
     kvtrain::Status s = kvtrain::bench::RunEchoServer(FLAGS_raw_echo_port);

@@ -127,6 +127,8 @@ StatusOr<StoreSettings> StoreSettings::FromEnv(const EnvLookup& env) {
   KV_ASSIGN_OR_RETURN(double timeout,
                       GetSecondsVar(env, env::kKVStoreTimeout, 600, 0.01, 86400 * 30));
   s.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+  KV_ASSIGN_OR_RETURN(s.keep_freed_memory,
+                      GetBoolVar(env, env::kKeepFreedMemory, s.keep_freed_memory));
   return s;
 }
 

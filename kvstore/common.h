@@ -68,6 +68,8 @@ struct StoreSettings {
   int server_threads = 2;
   // Longest wait for one push/pull/command.
   std::chrono::milliseconds timeout = std::chrono::seconds(600);
+  // Tune glibc malloc for large messages (base/malloc_tuning.h).
+  bool keep_freed_memory = true;
 
   static StatusOr<StoreSettings> FromEnv(const EnvLookup& env);
 };

@@ -3,6 +3,8 @@
 
 #include <glog/logging.h>
 
+#include "base/malloc_tuning.h"
+
 #include "kvstore/server.h"
 #include "ops/optimizer.h"
 
@@ -33,6 +35,9 @@ ps::Blob TensorBlob(const Tensor& t) {
 StatusOr<std::unique_ptr<KVStore>> DistKVStore::Create(
     const std::string& type, const KVStoreOptions& options) {
   KV_ASSIGN_OR_RETURN(StoreSettings settings, StoreSettings::FromEnv(options.env));
+  if (settings.keep_freed_memory && !KeepFreedMemory()) {
+    LOG(WARNING) << "glibc refused a malloc setting (KVTRAIN_KEEP_FREED_MEMORY)";
+  }
   std::unique_ptr<ps::Postoffice> owned;
   ps::Postoffice* po = options.postoffice;
   if (po == nullptr) {
