@@ -2,6 +2,7 @@
 #include "kvstore/server.h"
 
 #include <cstring>
+#include <utility>
 
 #include <glog/logging.h>
 
@@ -166,7 +167,15 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
 }
 
 void ServerHandler::CompleteStep(KeyState* st, uint64_t key, ps::KVServer* server) {
-  const Status s = Apply(st, key, st->merge, /*accumulate=*/false);
+  Status s;
+  if (optimizer() == nullptr) {
+    // The sum is the new value: swap buffers instead of copying. The old
+    // value becomes next step's sum buffer unless a response still sends it.
+    std::swap(st->value, st->merge);
+    if (st->merge.storage().use_count() > 1) st->merge = Tensor();
+  } else {
+    s = Apply(st, key, st->merge, /*accumulate=*/false);
+  }
   if (!s.ok()) LOG(ERROR) << "server update failed: " << s;
   ++st->step;
   st->pushed.assign(num_workers_, false);
