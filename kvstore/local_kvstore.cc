@@ -46,18 +46,23 @@ Status LocalKVStore::Init(const std::vector<Key>& keys,
   return Status::OK();
 }
 
+StatusOr<LocalKVStore::Entry*> LocalKVStore::Find(const KeyGroup& g) {
+  auto it = store_.find(g.id);
+  if (it == store_.end()) {
+    return KeyError(Status::Code::kNotFound, g.name,
+                    "was never initialised (call Init first)");
+  }
+  return &it->second;
+}
+
 Status LocalKVStore::DoPush(const std::vector<Key>& keys,
                             const std::vector<Tensor>& values) {
   KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> groups,
                       GroupByKey(keys, values, "push", &keys_));
   std::lock_guard<std::mutex> lock(mu_);
   for (const KeyGroup& g : groups) {
-    auto it = store_.find(g.id);
-    if (it == store_.end()) {
-      return KeyError(Status::Code::kNotFound, g.name,
-                      "was never initialised (call Init first)");
-    }
-    Entry& e = it->second;
+    KV_ASSIGN_OR_RETURN(Entry * found, Find(g));
+    Entry& e = *found;
     if (e.value.shape() != g.tensors[0].shape()) {
       return KeyError(Status::Code::kInvalidArgument, g.name,
                       "pushed shape " + g.tensors[0].shape().ToString() +
@@ -81,12 +86,8 @@ Status LocalKVStore::DoPull(const std::vector<Key>& keys,
                       GroupByKey(keys, outs, "pull", &keys_));
   std::lock_guard<std::mutex> lock(mu_);
   for (const KeyGroup& g : groups) {
-    auto it = store_.find(g.id);
-    if (it == store_.end()) {
-      return KeyError(Status::Code::kNotFound, g.name,
-                      "was never initialised (call Init first)");
-    }
-    const Tensor& v = it->second.value;
+    KV_ASSIGN_OR_RETURN(Entry * found, Find(g));
+    const Tensor& v = found->value;
     if (v.shape() != g.tensors[0].shape()) {
       return KeyError(Status::Code::kInvalidArgument, g.name,
                       "pull into shape " + g.tensors[0].shape().ToString() +

@@ -53,6 +53,8 @@ class LocalKVStore : public KVStore {
   Status DoPull(const std::vector<Key>& keys, const std::vector<Tensor>& outs)
       EXCLUDES(mu_);
   KVHandle Finish(Status status) EXCLUDES(handles_mu_);
+  // The entry of g's key, or a not-found error naming it.
+  StatusOr<Entry*> Find(const KeyGroup& g) REQUIRES(mu_);
 
   const bool on_gpu_;
   KeyTable keys_;

@@ -68,6 +68,17 @@ ServerHandler::KeyState* ServerHandler::Find(uint64_t key) {
   return it == keys_.end() ? nullptr : it->second.get();
 }
 
+ServerHandler::KeyState* ServerHandler::FindOrRespond(
+    uint64_t key, const std::string& name, const ps::RequestMeta& meta,
+    ps::KVServer* server) {
+  KeyState* st = Find(key);
+  if (st == nullptr) {
+    server->RespondError(meta, NamedError(name, "was never initialised (call Init first)",
+                                          Status::Code::kNotFound));
+  }
+  return st;
+}
+
 std::shared_ptr<Optimizer> ServerHandler::optimizer() {
   std::lock_guard<std::mutex> lock(mu_);
   return optimizer_;
@@ -95,13 +106,8 @@ void ServerHandler::Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
 void ServerHandler::Push(const ps::RequestMeta& meta, const ps::KVPairs& data,
                          const proto::RequestInfo& info, ps::KVServer* server) {
   const uint64_t key = data.key(0);
-  KeyState* st = Find(key);
-  if (st == nullptr) {
-    server->RespondError(meta, NamedError(info.key_name(),
-                                          "was never initialised (call Init first)",
-                                          Status::Code::kNotFound));
-    return;
-  }
+  KeyState* st = FindOrRespond(key, info.key_name(), meta, server);
+  if (st == nullptr) return;
   std::lock_guard<std::mutex> lock(st->mu);
   if (data.vals.size() != st->value.nbytes()) {
     server->RespondError(meta, NamedError(
@@ -219,13 +225,8 @@ void ServerHandler::RespondValue(KeyState* st, uint64_t key,
 void ServerHandler::Pull(const ps::RequestMeta& meta, const ps::KVPairs& data,
                          const proto::RequestInfo& info, ps::KVServer* server) {
   const uint64_t key = data.key(0);
-  KeyState* st = Find(key);
-  if (st == nullptr) {
-    server->RespondError(meta, NamedError(info.key_name(),
-                                          "was never initialised (call Init first)",
-                                          Status::Code::kNotFound));
-    return;
-  }
+  KeyState* st = FindOrRespond(key, info.key_name(), meta, server);
+  if (st == nullptr) return;
   std::lock_guard<std::mutex> lock(st->mu);
   if (info.mode() == proto::KV_ASYNC || info.step() <= st->step) {
     RespondValue(st, key, meta, server);
