@@ -324,7 +324,9 @@ std::string PeerAddress(uint32_t fd) {
 // Why a bound socket's handshake failed, said of the peer.
 std::string ServerReason(uint16_t event, uint32_t value, bool secure) {
   if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
-    return "it closed the connection during the handshake";
+    return secure ? "it closed the connection during the handshake (as a peer "
+                    "without CURVE or without this job's key does)"
+                  : "it closed the connection during the handshake";
   }
   if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
     return secure ? "it does not use CURVE (it has no job key, or runs with " +
