@@ -118,6 +118,10 @@ StatusOr<std::unique_ptr<Postoffice>> Postoffice::Create(
   } else {
     KV_ASSIGN_OR_RETURN(vo.key, JobKey::FromEnv(ProcessEnv()));
   }
+  LOG_IF(INFO, config.verbose >= 1)
+      << RoleName(config.role) << ": "
+      << (vo.key.secure() ? "CURVE security on, job key " + vo.key.Fingerprint()
+                          : std::string("CURVE security off"));
   KV_ASSIGN_OR_RETURN(std::unique_ptr<ZmqVan> van,
                       ZmqVan::Create(NewToken(config.role), vo));
   return CreateWithVan(config, std::move(van), options);
