@@ -72,6 +72,21 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "Dist KVStore processes: 1 keeps freed memory in glibc's one arena so "
        "large receive buffers are reused instead of page-faulted in per "
        "message; 0 leaves malloc alone."},
+      {env::kJobKey, "(none)",
+       "The job's CURVE secret key (40 characters of Z85 text); every "
+       "ZeroMQ socket is encrypted and admits only holders of this key. "
+       "tracker/launch.py generates one per job."},
+      {env::kJobKeyFile, "(none)",
+       "Used when KVTRAIN_JOB_KEY is unset: a file holding the key, mode "
+       "0600 or stricter. With neither (and no KVTRAIN_INSECURE=1) a "
+       "distributed node refuses to start."},
+      {env::kInsecure, "0",
+       "1: no CURVE (plain ZeroMQ; anyone who reaches the ports can join); "
+       "logs a warning. tracker/launch.py --insecure sets it."},
+      {env::kJobId, "(none)",
+       "The launcher's name for the job (tracker/launch.py sets a random "
+       "one); the scheduler refuses a node whose job id differs from its "
+       "own."},
   };
   return kDocs;
 }

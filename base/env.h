@@ -47,6 +47,12 @@ inline constexpr char kMxnetBigArrayBound[] = "MXNET_KVSTORE_BIGARRAY_BOUND";
 inline constexpr char kServerThreads[] = "KVTRAIN_SERVER_THREADS";
 inline constexpr char kKVStoreTimeout[] = "KVTRAIN_KVSTORE_TIMEOUT";
 inline constexpr char kKeepFreedMemory[] = "KVTRAIN_KEEP_FREED_MEMORY";
+// Security (kvstore/ps/curve.h): the job's CURVE secret key, in the
+// environment or in a 0600 file; turning CURVE off; the launcher's job id.
+inline constexpr char kJobKey[] = "KVTRAIN_JOB_KEY";
+inline constexpr char kJobKeyFile[] = "KVTRAIN_JOB_KEY_FILE";
+inline constexpr char kInsecure[] = "KVTRAIN_INSECURE";
+inline constexpr char kJobId[] = "KVTRAIN_JOB_ID";
 
 }  // namespace env
 

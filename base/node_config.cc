@@ -76,6 +76,7 @@ StatusOr<NodeConfig> NodeConfig::FromEnv(const EnvLookup& env) {
   KV_ASSIGN_OR_RETURN(int64_t rank, GetIntVar(env, env::kRank, -1, 0, 65535));
   c.requested_rank = static_cast<int>(rank);
   c.scheduler_port_file = env(env::kSchedulerPortFile).value_or("");
+  c.job_id = env(env::kJobId).value_or("");
   KV_ASSIGN_OR_RETURN(int64_t verbose, GetIntVar(env, env::kVerbose, 0, 0, 2));
   c.verbose = static_cast<int>(verbose);
 

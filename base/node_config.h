@@ -45,6 +45,9 @@ struct NodeConfig {
   double heartbeat_interval_s = 1.0;
   // Seconds of silence before a peer is declared dead (PS_HEARTBEAT_TIMEOUT).
   double heartbeat_timeout_s = 10.0;
+  // The launcher's name for the job (KVTRAIN_JOB_ID); the scheduler refuses
+  // a node whose job id differs. "" = unset.
+  std::string job_id;
   // Seconds the scheduler waits for all nodes (KVTRAIN_STARTUP_TIMEOUT).
   double startup_timeout_s = 60.0;
 

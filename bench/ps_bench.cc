@@ -3,7 +3,9 @@
 // with 1 worker/1 server and 2 workers/2 servers, one or several requests in
 // flight, next to its baseline measured in the same run: a zero-copy ZeroMQ
 // DEALER/ROUTER echo of the same size between two processes on loopback.
-// Every row prints ours/raw; the last line is a one-line summary.
+// Every row prints ours/raw; the last line is a one-line summary. With
+// --curve (default), each job also runs with CURVE security on (the default
+// of real jobs) and a second table prints its cost next to the plain run.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <malloc.h>
@@ -39,6 +41,9 @@ DEFINE_bool(keep_freed_memory, true,
             "in every process of the run (raw and ours alike): one malloc "
             "arena that keeps freed memory mapped, so that receive buffers "
             "are reused instead of page-faulted in for every message");
+DEFINE_bool(curve, true,
+            "also run every job with CURVE security (KVTRAIN_JOB_KEY) and "
+            "print its cost; the main table is without (like the raw echo)");
 DEFINE_int32(raw_echo_port, 0, "internal: run the echo server on this port");
 DEFINE_int32(echo_client_port, 0, "internal: the echo server a job uses");
 DEFINE_string(results_dir, "", "internal: where job workers write results");
@@ -288,9 +293,11 @@ struct Row {
 };
 using Rows = std::map<std::pair<size_t, int>, Row>;
 
-StatusOr<Rows> MeasureJob(int workers, int servers, int echo_port) {
+StatusOr<Rows> MeasureJob(int workers, int servers, int echo_port,
+                          bool secure) {
   testutil::LocalJobOptions o;
   o.binary = SelfPath();
+  o.secure = secure;
   o.num_workers = workers;
   o.num_servers = servers;
   o.log_dir = testutil::NewTempDir("ps_bench-");
@@ -337,6 +344,21 @@ void PrintRows(const std::string& name, const Rows& rows,
                 SizeName(key.first).c_str(), key.second,
                 TimeName(row.raw_us).c_str(), TimeName(row.us).c_str(),
                 row.us / row.raw_us, row.gbps);
+  }
+}
+
+// Plain vs CURVE, row by row.
+void PrintCurveRows(const std::string& name, const Rows& plain,
+                    const Rows& curve, const std::vector<size_t>& sizes) {
+  for (const auto& [key, row] : plain) {
+    if (!std::count(sizes.begin(), sizes.end(), key.first)) continue;
+    auto it = curve.find(key);
+    if (it == curve.end()) continue;
+    const Row& c = it->second;
+    std::printf("%-6s %7s %9d %12s %12s %11.2f %10.2f %10.2f\n", name.c_str(),
+                SizeName(key.first).c_str(), key.second,
+                TimeName(row.us).c_str(), TimeName(c.us).c_str(),
+                c.us / row.us, row.gbps, c.gbps);
   }
 }
 
@@ -389,6 +411,7 @@ int RunDriver() {
   std::printf("%-6s %7s %9s %12s %12s %9s %12s\n", "job", "size", "in flight",
               "raw echo", "push+pull", "ours/raw", "GB/s (ours)");
   std::vector<std::pair<std::string, Rows>> jobs;
+  std::vector<Rows> curve_jobs;
   std::stringstream js(FLAGS_jobs);
   std::string spec;
   while (std::getline(js, spec, ',')) {
@@ -397,11 +420,28 @@ int RunDriver() {
       return Fail(Status::InvalidArgument("--jobs: bad entry \"" + spec +
                                           "\" (want <workers>x<servers>)"));
     }
-    StatusOr<Rows> rows = MeasureJob(w, s, *port);
+    StatusOr<Rows> rows = MeasureJob(w, s, *port, /*secure=*/false);
     if (!rows.ok()) return Fail(rows.status());
     jobs.emplace_back(std::to_string(w) + "w" + std::to_string(s) + "s",
                       std::move(*rows));
     PrintRows(jobs.back().first, jobs.back().second, sizes);
+    std::fflush(stdout);
+    if (FLAGS_curve) {
+      StatusOr<Rows> secure = MeasureJob(w, s, *port, /*secure=*/true);
+      if (!secure.ok()) return Fail(secure.status());
+      curve_jobs.push_back(std::move(*secure));
+    }
+  }
+  if (FLAGS_curve) {
+    std::printf(
+        "\nCURVE (KVTRAIN_JOB_KEY: every message encrypted and authenticated) "
+        "vs plain, the same jobs in this run:\n");
+    std::printf("%-6s %7s %9s %12s %12s %11s %10s %10s\n", "job", "size",
+                "in flight", "plain", "CURVE", "CURVE/plain", "GB/s plain",
+                "GB/s CURVE");
+    for (size_t i = 0; i < curve_jobs.size(); ++i) {
+      PrintCurveRows(jobs[i].first, jobs[i].second, curve_jobs[i], sizes);
+    }
   }
   if (StatusOr<EchoClient*> c = EchoClient::Connect(*port); c.ok()) {
     (*c)->Stop();  // an empty message ends the echo server

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ps_bench with tiny sizes and short rows: it runs both jobs, prints a row
-# with a ratio for every size, and ends with the one-line summary.
+# with a ratio for every size, the CURVE vs plain table, and ends with the
+# one-line summary.
 set -euo pipefail
 out=$(bench/ps_bench --sizes=4,1024,65536 --min_time=0.02 --reps=1 --in_flight=2 2>&1) || {
   echo "ps_bench failed:"; echo "$out"; exit 1; }
@@ -12,6 +13,12 @@ for job in 1w1s 2w2s; do
       echo "$out" | grep -Eq "^$job +$size +$k +[0-9.]+ (us|ms) +[0-9.]+ (us|ms) +[0-9.]+ +[0-9.]+$" ||
         fail "no $job $size x$k row"
     done
+  done
+done
+for job in 1w1s 2w2s; do
+  for size in 4B 1KB 64KB; do
+    echo "$out" | grep -Eq "^$job +$size +1 +[0-9.]+ (us|ms) +[0-9.]+ (us|ms) +[0-9.]+ +[0-9.]+ +[0-9.]+$" ||
+      fail "no CURVE row for $job $size"
   done
 done
 echo "$out" | grep -q "1w1s 1KB push+pull .* x raw 64B round trip" || fail "no 1KB line"

@@ -47,7 +47,9 @@ StatusOr<std::unique_ptr<KVStore>> DistKVStore::Create(
           "(start the program with tracker/launch.py)");
     }
     KV_ASSIGN_OR_RETURN(NodeConfig config, NodeConfig::FromEnv(options.env));
-    KV_ASSIGN_OR_RETURN(owned, ps::Postoffice::Create(config));
+    ps::PostofficeOptions po_options;
+    KV_ASSIGN_OR_RETURN(po_options.job_key, ps::JobKey::FromEnv(options.env));
+    KV_ASSIGN_OR_RETURN(owned, ps::Postoffice::Create(config, po_options));
     KV_RETURN_IF_ERROR(owned->Start());
     po = owned.get();
   }

@@ -39,6 +39,13 @@ TEST(KVStoreFactoryTest, DistTypesNeedAJob) {
   opts.env = MapEnv({{"DMLC_ROLE", "worker"}, {"DMLC_NUM_WORKER", "two"}});
   EXPECT_NE(KVStore::Create("dist_async", opts).status().message().find("DMLC_PS_ROOT_URI"),
             std::string::npos);
+  // A distributed store without the job's key (or KVTRAIN_INSECURE=1).
+  opts.env = MapEnv({{"DMLC_ROLE", "worker"}, {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+                     {"DMLC_PS_ROOT_PORT", "9"}, {"DMLC_NUM_WORKER", "1"},
+                     {"DMLC_NUM_SERVER", "1"}});
+  EXPECT_NE(KVStore::Create("dist_sync", opts).status().message().find(
+                "no job key: set KVTRAIN_JOB_KEY"),
+            std::string::npos);
 }
 
 class LocalKVStoreTest : public ::testing::TestWithParam<std::string> {};

@@ -7,6 +7,7 @@
 #include <glog/logging.h>
 
 #include "base/node_config.h"
+#include "kvstore/ps/curve.h"
 #include "ops/tensor/blas.h"
 #include "ops/tensor/device.h"
 #include "ops/tensor/tensor.h"
@@ -58,6 +59,15 @@ int Main() {
       return 2;
     }
     std::printf("distributed job: %s\n", config->DebugString().c_str());
+    StatusOr<ps::JobKey> key = ps::JobKey::FromEnv(ProcessEnv());
+    if (!key.ok()) {
+      std::printf("security: error: %s\n", key.status().message().c_str());
+    } else {
+      std::printf("security: %s\n",
+                  key->secure() ? ("CURVE on, job key " + key->Fingerprint())
+                                      .c_str()
+                                : "off (KVTRAIN_INSECURE=1)");
+    }
   } else {
     std::printf("distributed job: no (DMLC_ROLE unset: single process)\n");
   }

@@ -14,6 +14,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import hostfile  # noqa: E402
+import jobkey  # noqa: E402
 import launchers  # noqa: E402
 import netaddr  # noqa: E402
 from supervisor import Proc, Supervisor  # noqa: E402
@@ -67,6 +68,9 @@ def parse_args(argv):
                     help="extra argument for ssh, e.g. --ssh-arg=-i --ssh-arg=key")
     ap.add_argument("--mpirun-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for mpirun")
+    ap.add_argument("--insecure", action="store_true",
+                    help="no CURVE security (plain ZeroMQ): anyone who can reach "
+                    "the job's ports can join it; also KVTRAIN_INSECURE=1")
     ap.add_argument("command", nargs=argparse.REMAINDER,
                     help="the program and its arguments")
     args = ap.parse_args(argv)
@@ -120,15 +124,43 @@ class Launcher:
         remote = [h.name for h in self.hosts] if a.launcher != "local" else []
         self.spec.root_uri = netaddr.scheduler_address(a.host_ip, interface, remote)
         launchers.check_local_command(a.command)
+        self.prepare_security()
         self.workdir = a.sync_dst_dir or os.getcwd()
         if a.launcher == "ssh":
             if a.sync_dst_dir:
                 launchers.sync_dir(self.hosts, a.ssh_arg, a.sync_dst_dir, self.log)
             launchers.check_ssh_hosts(self.hosts, a.ssh_arg, self.workdir, a.command)
 
+    def prepare_security(self):
+        """The job's key: the user's (KVTRAIN_JOB_KEY or KVTRAIN_JOB_KEY_FILE
+        in launch.py's environment) or a new one. Local processes read it
+        from a 0600 file in a 0700 directory removed at exit; ssh sends it in
+        the script on ssh's stdin, mpirun in its environment (-x NAME).
+        Never on a command line."""
+        a = self.args
+        environ = self.spec.environ
+        sec = {jobkey.JOB_ID_VAR: jobkey.new_job_id()}
+        if a.insecure or jobkey.insecure_requested(environ):
+            print("launch.py: warning: %s: CURVE security is off; anyone who can "
+                  "reach the job's ports can join it, push, pull and stop it"
+                  % ("--insecure" if a.insecure else jobkey.INSECURE_VAR + "=1"),
+                  file=sys.stderr, flush=True)
+            sec[jobkey.INSECURE_VAR] = "1"
+        else:
+            try:
+                key = jobkey.key_from_environ(environ) or jobkey.new_secret_key()
+            except jobkey.KeyError_ as e:
+                raise launchers.LaunchError(str(e))
+            if a.launcher == "local":
+                sec[jobkey.KEY_FILE_VAR] = jobkey.write_key_file(self.port_dir, key)
+            else:
+                sec[jobkey.KEY_VAR] = key
+        self.spec.security_env = sec
+
     def start_scheduler(self):
         port_file = os.path.join(self.port_dir, "port")
-        env = dict(self.spec.environ)
+        env = {k: v for k, v in self.spec.environ.items()
+               if k not in launchers.SECURITY_VARS}
         env.update(self.spec.role_env("scheduler", 0))
         env["DMLC_PS_ROOT_PORT"] = "0"
         env[PORT_FILE_VAR] = port_file

@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 
+import jobkey
 from supervisor import Proc
 
 # Variables of the launcher's environment that reach every process (remote
@@ -17,6 +18,10 @@ FORWARD_NAMES = ("LD_LIBRARY_PATH", "OMP_NUM_THREADS")
 # Set by the launcher for each process; --env may not override them.
 JOB_VARS = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
             "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_RANK")
+# Security: set by the launcher (JobSpec.security_env), never by --env: a
+# key given there would sit on launch.py's command line for all to read.
+SECURITY_VARS = (jobkey.KEY_VAR, jobkey.KEY_FILE_VAR, jobkey.INSECURE_VAR,
+                 jobkey.JOB_ID_VAR)
 
 
 class LaunchError(RuntimeError):
@@ -38,12 +43,15 @@ class JobSpec:
         self.environ = dict(os.environ if environ is None else environ)
         self.root_uri = None
         self.root_port = None
+        # The job key (or KVTRAIN_INSECURE) and job id, as each process
+        # gets them (Launcher.prepare).
+        self.security_env = {}
 
     def forwarded(self):
         """The launcher's variables that reach every process, with --env."""
         env = {k: v for k, v in self.environ.items()
                if k.startswith(FORWARD_PREFIXES) or k in FORWARD_NAMES}
-        for k in JOB_VARS:
+        for k in JOB_VARS + SECURITY_VARS:
             env.pop(k, None)
         env.update(self.env_all)
         return env
@@ -54,6 +62,7 @@ class JobSpec:
         env = self.forwarded()
         env.update(self.env_server if role == "server" else
                    self.env_worker if role == "worker" else {})
+        env.update(self.security_env)
         env.update({
             "DMLC_ROLE": role,
             "DMLC_PS_ROOT_URI": self.root_uri,
@@ -75,6 +84,11 @@ def parse_env_args(pairs, flag):
         if key in JOB_VARS:
             raise LaunchError("%s %s: %s is set by launch.py for each process"
                               % (flag, pair, key))
+        if key in SECURITY_VARS:
+            raise LaunchError(
+                "%s %s=...: %s is set by launch.py (a value here would be on its "
+                "command line); set %s or %s in launch.py's environment, or use "
+                "--insecure" % (flag, key, key, jobkey.KEY_VAR, jobkey.KEY_FILE_VAR))
         env[key] = value
     return env
 
@@ -91,7 +105,8 @@ def local_procs(spec, placement):
     """Every server and worker as a child process of the launcher."""
     procs = []
     for role, rank in placement:
-        env = dict(spec.environ)
+        env = {k: v for k, v in spec.environ.items()
+               if k not in SECURITY_VARS}
         env.update(spec.role_env(role, rank))
         procs.append(Proc(role, rank, list(spec.command), env))
     return procs
@@ -221,7 +236,8 @@ def mpi_procs(spec, hostfile_path, mpirun_args, tmp_dir):
     for role, count in (("server", spec.num_servers), ("worker", spec.num_workers)):
         if count == 0:
             continue
-        env = dict(spec.environ)
+        env = {k: v for k, v in spec.environ.items()
+               if k not in SECURITY_VARS}
         role_env = spec.role_env(role, 0)
         role_env.pop("DMLC_RANK")
         env.update(role_env)

@@ -89,6 +89,41 @@ class SshLaunchTest(unittest.TestCase):
         p.communicate(timeout=60)
         self.assertEqual(wait_no_processes(self.marker), [])
 
+    def test_job_key_travels_on_stdin_not_argv(self):
+        # The key launch.py makes for the job reaches every remote process in
+        # its environment (through the script on ssh's stdin) and is on no
+        # command line; all processes, the local scheduler too, get the same.
+        p = start_launch(self.base(1, 1) + self.job("--report-key", "--hang", "*"))
+        out = read_until(p, "[worker 0] key:")
+        if "[server 0] key:" not in out:
+            out += read_until(p, "[server 0] key:")
+        digests = set(l.split("sha=")[1] for l in out.splitlines() if "] key: env" in l)
+        self.assertEqual(len(digests), 1, out)
+        keys = set()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            for e in env:
+                if e.startswith(b"KVTRAIN_JOB_KEY=") and self.marker.encode() in cmd:
+                    keys.add(e.split(b"=", 1)[1])
+        self.assertEqual(len(keys), 1, keys)
+        key = keys.pop()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            self.assertNotIn(key, cmd, "pid %s: %r" % (pid, cmd))
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
     def test_sync_dst_dir_with_fewer_hosts_than_processes(self):
         src = os.path.join(self.tmp, "src")
         dst = os.path.join(self.tmp, "dst")

@@ -113,6 +113,15 @@ StatusOr<std::unique_ptr<Postoffice>> Postoffice::Create(
   ZmqVanOptions vo;
   vo.send_window_bytes = options.send_window_bytes;
   vo.poll_interval = options.poll_interval;
+  if (options.job_key) {
+    vo.key = *options.job_key;
+  } else {
+    KV_ASSIGN_OR_RETURN(vo.key, JobKey::FromEnv(ProcessEnv()));
+  }
+  LOG_IF(INFO, config.verbose >= 1)
+      << RoleName(config.role) << ": "
+      << (vo.key.secure() ? "CURVE security on, job key " + vo.key.Fingerprint()
+                          : std::string("CURVE security off"));
   KV_ASSIGN_OR_RETURN(std::unique_ptr<ZmqVan> van,
                       ZmqVan::Create(NewToken(config.role), vo));
   return CreateWithVan(config, std::move(van), options);
@@ -184,6 +193,12 @@ Status PostofficeImpl::Init() {
                                    std::to_string(want));
   }
   port_ = *bound;
+  van_->SetLogName(name());
+  van_->SetHandshakeFailureHandler(
+      [this](int conn, const std::string& endpoint, const std::string& why,
+             int in_a_row, bool final) {
+        OnHandshakeFailure(conn, endpoint, why, final ? INT_MAX : in_a_row);
+      });
   if (sched) scheduler_ = std::make_unique<SchedulerCore>(this);
   if (sched && !config_.scheduler_port_file.empty()) {
     // The launcher waits for this file: the port is ours before anyone
@@ -271,6 +286,7 @@ Status PostofficeImpl::Start() {
     me->set_num_servers(config_.num_servers);
     me->set_pid(getpid());
     me->set_token(token());
+    me->set_launch_job_id(config_.job_id);
     LOG_IF(INFO, verbose() >= 1)
         << name() << ": registering with the scheduler at " << config_.root_uri
         << ":" << config_.root_port;
@@ -439,6 +455,21 @@ Status PostofficeImpl::SendData(int to, Message* msg) {
 }
 
 // ---- Failure ----
+
+void PostofficeImpl::OnHandshakeFailure(int conn, const std::string& endpoint,
+                                        const std::string& why, int in_a_row) {
+  // Connections of a non-scheduler are named by the peer's node id.
+  const std::string peer =
+      scheduler_ ? "the node at " + endpoint : PeerName(conn) + " at " + endpoint;
+  if (in_a_row < options_.handshake_failures_fatal) {
+    KV_LOG_LIMITED(WARNING, bad_input_log_)
+        << name() << ": the handshake with " << peer << " failed: " << why;
+    return;
+  }
+  Fail(Status::Unavailable(name() + ": " + peer +
+                           " refused the connection: " + why),
+       /*broadcast=*/true);
+}
 
 void PostofficeImpl::Abort(const std::string& reason) {
   Fail(Status::Aborted(name() + ": " + reason), /*broadcast=*/true);

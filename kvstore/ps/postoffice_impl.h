@@ -129,6 +129,9 @@ class PostofficeImpl {
   // scheduler tells every other node (except `skip_id`); then the failure
   // handler runs.
   void Fail(const Status& reason, bool broadcast, int skip_id = 0);
+  // The Van's report of a refused handshake on connection `conn`.
+  void OnHandshakeFailure(int conn, const std::string& endpoint,
+                          const std::string& why, int in_a_row);
   Van* van() { return van_.get(); }
 
  private:

@@ -10,11 +10,13 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/node_config.h"
 #include "base/status.h"
+#include "kvstore/ps/curve.h"
 
 namespace kvtrain {
 namespace ps {
@@ -125,6 +127,14 @@ struct PostofficeOptions {
   // scheduler's start-up deadline, so that the scheduler's own report of
   // who is missing arrives first.
   Duration startup_grace = std::chrono::seconds(5);
+  // The job's CURVE key (kvstore/ps/curve.h); unset: JobKey::FromEnv of the
+  // process's environment, so a node without a key (and without
+  // KVTRAIN_INSECURE=1) fails to start. Only Create (ZeroMQ) uses it.
+  std::optional<JobKey> job_key;
+  // A handshake refused this many times in a row on one outgoing connection
+  // (a peer holding another key, or none) fails the job, naming the peer;
+  // at once when ZeroMQ gives the connection up (a protocol error).
+  int handshake_failures_fatal = 3;
 };
 
 class Van;

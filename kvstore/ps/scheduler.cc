@@ -114,6 +114,15 @@ void SchedulerCore::OnRegister(const std::string& token, const Message& msg) {
       return Reject(info, "another node already registered as " + Addr(info));
     }
   }
+  if (info.launch_job_id() != cfg.job_id) {
+    auto shown = [](const std::string& id) {
+      return id.empty() ? std::string("(unset)") : "\"" + id + "\"";
+    };
+    return Reject(info, "it belongs to job " + shown(info.launch_job_id()) +
+                            " (" + env::kJobId + ") but this scheduler runs "
+                            "job " + shown(cfg.job_id) +
+                            "; is it pointed at another job's scheduler?");
+  }
   if (info.num_workers() != cfg.num_workers ||
       info.num_servers() != cfg.num_servers) {
     return Reject(

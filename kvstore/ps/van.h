@@ -5,6 +5,7 @@
 #ifndef KVTRAIN_KVSTORE_PS_VAN_H_
 #define KVTRAIN_KVSTORE_PS_VAN_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,17 @@ class Van {
   virtual void Flush(Duration timeout) = 0;
   // Closes all connections; queued messages get up to `linger` to go out.
   virtual void Close(Duration linger) = 0;
+
+  // Security hooks (ZmqVan; no-ops elsewhere). The handler hears of every
+  // refused handshake on an outgoing connection: its conn, the address,
+  // why, how many times in a row, and whether the connection is given up
+  // (HandshakeMonitor::RefusedFn). It runs on a Van thread.
+  using HandshakeFailureHandler =
+      std::function<void(int conn, const std::string& endpoint,
+                         const std::string& why, int in_a_row, bool final)>;
+  virtual void SetHandshakeFailureHandler(HandshakeFailureHandler handler) {}
+  // Prefix of the Van's own log lines (refused connections).
+  virtual void SetLogName(const std::string& name) {}
 };
 
 }  // namespace ps

@@ -101,12 +101,46 @@ StatusOr<std::unique_ptr<ZmqVan>> ZmqVan::Create(std::string token,
   void* ctx = zmq_ctx_new();
   if (ctx == nullptr) return Status::Internal("zmq_ctx_new: " + ZmqError());
   zmq_ctx_set(ctx, ZMQ_IO_THREADS, 1);
-  return std::unique_ptr<ZmqVan>(new ZmqVan(std::move(token), options, ctx));
+  std::unique_ptr<ZapHandler> zap;
+  if (options.key.secure()) {
+    StatusOr<std::unique_ptr<ZapHandler>> z =
+        ZapHandler::Start(ctx, options.key, "ZeroMQ van");
+    if (!z.ok()) {
+      zmq_ctx_term(ctx);
+      return z.status();
+    }
+    zap = std::move(*z);
+  }
+  std::unique_ptr<ZmqVan> van(new ZmqVan(std::move(token), options, ctx));
+  van->zap_ = std::move(zap);
+  ZmqVan* self = van.get();
+  van->monitor_ = HandshakeMonitor::Start(
+      ctx, options.key.secure(), "ZeroMQ van",
+      [self](int conn, const std::string& endpoint, const std::string& why,
+             int in_a_row, bool final) {
+        HandshakeFailureHandler h;
+        {
+          std::lock_guard<std::mutex> l(self->handler_mu_);
+          h = self->on_handshake_failure_;
+        }
+        if (h) h(conn, endpoint, why, in_a_row, final);
+      });
+  return van;
 }
 
 ZmqVan::ZmqVan(std::string token, const ZmqVanOptions& options, void* ctx)
     : token_(std::move(token)), options_(options), ctx_(ctx) {
   sender_ = std::thread([this] { SenderLoop(); });
+}
+
+void ZmqVan::SetHandshakeFailureHandler(HandshakeFailureHandler handler) {
+  std::lock_guard<std::mutex> l(handler_mu_);
+  on_handshake_failure_ = std::move(handler);
+}
+
+void ZmqVan::SetLogName(const std::string& name) {
+  if (zap_) zap_->SetLogName(name);
+  if (monitor_) monitor_->SetLogName(name);
 }
 
 ZmqVan::~ZmqVan() { Close(std::chrono::milliseconds(0)); }
@@ -123,6 +157,13 @@ StatusOr<int> ZmqVan::Bind(int port) {
   zmq_setsockopt(router_, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
   zmq_setsockopt(router_, ZMQ_RCVHWM, &zero, sizeof(zero));
   zmq_setsockopt(router_, ZMQ_LINGER, &zero, sizeof(zero));
+  Status secured = SecureSocket(router_, options_.key, /*is_server=*/true);
+  if (secured.ok()) secured = monitor_->Watch(router_, /*is_server=*/true, -1);
+  if (!secured.ok()) {
+    zmq_close(router_);
+    router_ = nullptr;
+    return secured;
+  }
   const std::string endpoint =
       port == 0 ? "tcp://*:*" : "tcp://*:" + std::to_string(port);
   if (zmq_bind(router_, endpoint.c_str()) != 0) {
@@ -156,6 +197,12 @@ Status ZmqVan::Connect(int conn, const std::string& host, int port) {
   zmq_setsockopt(s, ZMQ_ROUTING_ID, token_.data(), token_.size());
   zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero));
   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+  Status secured = SecureSocket(s, options_.key, /*is_server=*/false);
+  if (secured.ok()) secured = monitor_->Watch(s, /*is_server=*/false, conn);
+  if (!secured.ok()) {
+    zmq_close(s);
+    return secured;
+  }
   if (zmq_connect(s, c->endpoint.c_str()) != 0) {
     const std::string err = ZmqError();
     zmq_close(s);
@@ -339,6 +386,9 @@ void ZmqVan::Close(Duration linger) {
   for (Conn* c : all) CloseConn(c, left_ms);
   if (router_ != nullptr) zmq_close(router_);
   router_ = nullptr;
+  // Their sockets must close before the context ends.
+  monitor_.reset();
+  zap_.reset();
   // Ends the io thread; frames still held are released (callbacks run)
   // before it returns, while every Conn is still alive.
   zmq_ctx_term(ctx_);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
+#include "kvstore/ps/curve.h"
 #include "kvstore/ps/outbox.h"
 #include "kvstore/ps/van.h"
 
@@ -25,6 +26,9 @@ struct ZmqVanOptions {
   // See PostofficeOptions.
   int64_t send_window_bytes = 4 << 20;
   Duration poll_interval = std::chrono::milliseconds(50);
+  // The job's key: secure (CURVE on every socket, a ZAP handler admitting
+  // only the job's key) unless insecure. See kvstore/ps/curve.h.
+  JobKey key;
 };
 
 // Thread-safety as Van. Messages a caller sends go out on the caller's
@@ -44,6 +48,9 @@ class ZmqVan : public Van {
   StatusOr<bool> Recv(RawMessage* msg) override;
   void Flush(Duration timeout) override;
   void Close(Duration linger) override;
+  void SetHandshakeFailureHandler(HandshakeFailureHandler handler) override
+      EXCLUDES(handler_mu_);
+  void SetLogName(const std::string& name) override;
 
   struct Conn;  // one outgoing connection (zmq_van.cc)
 
@@ -58,6 +65,10 @@ class ZmqVan : public Van {
   const ZmqVanOptions options_;
   void* ctx_ = nullptr;
   void* router_ = nullptr;  // used by Bind/Recv/Close only
+  std::unique_ptr<ZapHandler> zap_;  // when secure
+  std::unique_ptr<HandshakeMonitor> monitor_;
+  std::mutex handler_mu_;
+  HandshakeFailureHandler on_handshake_failure_ GUARDED_BY(handler_mu_);
 
   std::mutex conns_mu_;
   std::map<int, Conn*> conns_ GUARDED_BY(conns_mu_);

@@ -2,8 +2,9 @@
 // scheduler, a server and a worker while a job runs: random bytes, a
 // truncated header, a wrong frame count, frame sizes disagreeing with the
 // header, an unknown command, a message from an unregistered peer, bogus
-// registrations. Every node logs and drops them, keeps serving, and the
-// job's sums stay exact.
+// registrations. The raw client holds the job's key (it is a job member gone
+// bad; strangers are tests/ps/ps_security_test.cc's). Every node logs and
+// drops them, keeps serving, and the job's sums stay exact.
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "kvstore/ps/curve.h"
 #include "proto/wire.pb.h"
 #include "tests/ps/ps_job.h"
 
@@ -114,8 +116,12 @@ TEST(PsMalformedTest, BadInputIsDroppedAndTheSumsStayExact) {
                          (*job)->worker(0).node_port};
   void* ctx = zmq_ctx_new();
   std::vector<void*> sockets;
+  StatusOr<ps::JobKey> key =
+      ps::JobKey::FromSecretZ85((*job)->job_key(), "the job's key");
+  ASSERT_TRUE(key.ok()) << key.status();
   for (int port : targets) {
     void* s = zmq_socket(ctx, ZMQ_DEALER);
+    ASSERT_TRUE(ps::SecureSocket(s, *key, /*is_server=*/false).ok());
     const std::string id = "w-rogue";
     zmq_setsockopt(s, ZMQ_ROUTING_ID, id.data(), id.size());
     const std::string ep = "tcp://127.0.0.1:" + std::to_string(port);
@@ -131,8 +137,8 @@ TEST(PsMalformedTest, BadInputIsDroppedAndTheSumsStayExact) {
   for (Process* p : attacked) {
     EXPECT_TRUE(WaitForLog(p, "but 299 follow")) << p->ReadLog();
   }
-  // More while the job goes on: raw TCP bytes (ZeroMQ takes them for an
-  // old-protocol peer and passes garbage up), repeats, bogus registrations.
+  // More while the job goes on: raw TCP bytes (a failed handshake), repeats,
+  // bogus registrations.
   for (int burst = 0; burst < 3; ++burst) {
     for (size_t i = 0; i < sockets.size(); ++i) {
       SendRawTcp(targets[i]);

@@ -70,7 +70,8 @@ TEST(PsStartupTest, UnknownInterfaceListsTheInterfaces) {
   o.argv = {TestNodeBinary()};
   o.env = {{"DMLC_ROLE", "worker"},    {"DMLC_PS_ROOT_URI", "127.0.0.1"},
            {"DMLC_PS_ROOT_PORT", "1"}, {"DMLC_NUM_WORKER", "1"},
-           {"DMLC_NUM_SERVER", "1"},   {"DMLC_INTERFACE", "nosuch0"}};
+           {"DMLC_NUM_SERVER", "1"},   {"DMLC_INTERFACE", "nosuch0"},
+           {"KVTRAIN_INSECURE", "1"}};
   o.log_path = NewTempDir("iface-") + "/worker.log";
   auto p = Process::Spawn(o);
   ASSERT_TRUE(p.ok()) << p.status();

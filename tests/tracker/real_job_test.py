@@ -4,6 +4,7 @@ with DMLC_INTERFACE naming their veth device, and through Open MPI's mpirun;
 a remote worker SIGKILLed mid-traffic ends the job, with nothing left."""
 
 import os
+import re
 import shutil
 import signal
 import sys
@@ -37,6 +38,17 @@ class LocalRealJobTest(unittest.TestCase):
             self.assertIn("[worker %d] ps_test_node: one big key round 2" % r, out)
         self.assertEqual(wait_no_processes(marker), [])
 
+    def test_insecure_job_runs_and_warns(self):
+        marker = new_marker()
+        code, out = launch(["-n", "1", "-s", "1", "--insecure"] + JOB_ENV
+                           + node(marker, "--rounds=1"))
+        self.assertEqual(code, 0, out)
+        self.assertIn("launch.py: warning: --insecure: CURVE security is off", out)
+        for name in ("scheduler 0", "server 0", "worker 0"):
+            self.assertIn("KVTRAIN_INSECURE=1: CURVE security is off", "\n".join(
+                l for l in out.splitlines() if l.startswith("[%s]" % name)))
+        self.assertIn("[worker 0] ps_test_node: one big key round 1", out)
+
 
 class SshRealJobTest(unittest.TestCase):
     @classmethod
@@ -60,9 +72,15 @@ class SshRealJobTest(unittest.TestCase):
 
     def test_two_by_two_job(self):
         marker = new_marker()
-        code, out = launch(self.base() + node(marker, "--rounds=2"))
+        code, out = launch(self.base() + ["--env", "PS_VERBOSE=1"]
+                           + node(marker, "--rounds=2"))
         self.assertEqual(code, 0, out)
         self.assertIn("[worker 1] ps_test_node: many small keys round 2", out)
+        # Secure by default: all five processes hold the same job key, which
+        # reached the remote ones through ssh's stdin.
+        keys = set(re.findall(r"CURVE security on, job key (\S+)", out))
+        self.assertEqual(len(keys), 1, out)
+        self.assertEqual(out.count("CURVE security on, job key"), 5, out)
         self.assertEqual(wait_no_processes(marker), [])
 
     def test_sigkilled_remote_worker_ends_the_job(self):

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "base/env.h"
+#include "kvstore/ps/curve.h"
 
 namespace kvtrain {
 namespace testutil {
@@ -23,6 +24,10 @@ StatusOr<std::unique_ptr<LocalJob>> LocalJob::Start(LocalJobOptions options) {
   if (options.binary.empty()) {
     return Status::InvalidArgument("LocalJob needs a binary");
   }
+  if (options.secure && options.job_key.empty()) {
+    options.job_key = ps::JobKey::Generate().secret_z85();
+  }
+  if (!options.secure) options.job_key.clear();
   std::unique_ptr<LocalJob> job(new LocalJob(std::move(options)));
   const LocalJobOptions& o = job->options_;
   job->log_dir_ = o.log_dir.empty() ? NewTempDir("job-") : o.log_dir;
@@ -91,6 +96,11 @@ StatusOr<std::unique_ptr<Process>> LocalJob::Launch(Role role, int index,
   po.argv.push_back(options_.binary);
   po.argv.insert(po.argv.end(), options_.args.begin(), options_.args.end());
   po.env = options_.env;
+  if (options_.secure) {
+    po.env[env::kJobKey] = options_.job_key;
+  } else {
+    po.env[env::kInsecure] = "1";
+  }
   po.env[env::kRole] = RoleName(role);
   po.env[env::kRootUri] = "127.0.0.1";
   po.env[env::kRootPort] = std::to_string(root_port_);

@@ -31,6 +31,10 @@ struct LocalJobOptions {
   // Give every server and worker its own DMLC_NODE_PORT, known in advance
   // (node_port()); otherwise they bind any free port.
   bool fixed_node_ports = false;
+  // Security: every node gets KVTRAIN_JOB_KEY = `job_key` ("" = a fresh
+  // key made by Start), or KVTRAIN_INSECURE=1 when !secure.
+  bool secure = true;
+  std::string job_key;
   // Environment for every node (e.g. PS_HEARTBEAT_TIMEOUT).
   std::map<std::string, std::string> env;
   // Last word on a node's environment: called with its role, launch index
@@ -62,6 +66,8 @@ class LocalJob {
   JobNode& worker(int index);
   std::vector<JobNode>& nodes() { return nodes_; }
   int root_port() const { return root_port_; }
+  // The job's CURVE secret key (Z85); "" when insecure.
+  const std::string& job_key() const { return options_.job_key; }
   const std::string& log_dir() const { return log_dir_; }
 
   // Waits up to `timeout` until every process exited; false if some still

@@ -5,6 +5,7 @@ waits for every server and worker to check in; they print what the test asks
 and exit as told by their flags."""
 
 import argparse
+import hashlib
 import os
 import socket
 import sys
@@ -30,11 +31,32 @@ def scheduler(expected):
     print("scheduler: all %d nodes checked in" % expected, flush=True)
 
 
+def report_key():
+    """How this process got the job key: from a file (its mode and its
+    directory's), the environment, or not at all; and a digest of it."""
+    path = os.environ.get("KVTRAIN_JOB_KEY_FILE")
+    if path:
+        with open(path) as f:
+            key = f.read().strip()
+        how = "file mode=%04o dir_mode=%04o" % (os.stat(path).st_mode & 0o7777,
+                                                os.stat(os.path.dirname(path)).st_mode & 0o7777)
+    elif os.environ.get("KVTRAIN_JOB_KEY"):
+        key = os.environ["KVTRAIN_JOB_KEY"]
+        how = "env"
+    else:
+        print("key: none", flush=True)
+        return
+    print("key: %s len=%d sha=%s" % (how, len(key), hashlib.sha256(key.encode()).hexdigest()[:16]),
+          flush=True)
+
+
 def node(args):
     role = os.environ["DMLC_ROLE"]
     rank = int(os.environ["DMLC_RANK"])
     for name in args.print_env:
         print("%s=%s" % (name, os.environ.get(name, "<unset>")), flush=True)
+    if args.report_key:
+        report_key()
     print("stderr line from %s %d" % (role, rank), file=sys.stderr, flush=True)
     c = socket.create_connection((os.environ["DMLC_PS_ROOT_URI"],
                                   int(os.environ["DMLC_PS_ROOT_PORT"])))
@@ -56,6 +78,8 @@ def main():
     ap.add_argument("--fail", action="append", default=[], help="role:rank")
     ap.add_argument("--fail-code", type=int, default=3)
     ap.add_argument("--hang", action="append", default=[], help="role:rank or *")
+    ap.add_argument("--report-key", action="store_true",
+                    help="print how the job key arrived and its digest")
     args = ap.parse_args()
     if os.environ["DMLC_ROLE"] == "scheduler":
         scheduler(int(os.environ["DMLC_NUM_WORKER"]) + int(os.environ["DMLC_NUM_SERVER"]))

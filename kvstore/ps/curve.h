@@ -1,0 +1,178 @@
+// CURVE security for kvtrain's ZeroMQ sockets: the job's key, how a socket is
+// secured with it, and the ZAP handler that admits only holders of the key.
+// Any owner of ZeroMQ sockets (the parameter-server Van, collective
+// communicators) secures them through this header.
+//
+// Scheme: one CURVE key pair per job. Every process holds the job's secret
+// key (KVTRAIN_JOB_KEY or KVTRAIN_JOB_KEY_FILE) and derives the public key.
+// Bound sockets are CURVE servers with the job's secret key; connecting
+// sockets are CURVE clients that expect the job's public key as the server's
+// and present the job's key pair as their own. A ZapHandler on each context
+// admits a client only when its public key is the job's. A peer without the
+// secret key cannot complete a handshake, so it can neither send nor
+// receive a single message.
+#ifndef KVTRAIN_KVSTORE_PS_CURVE_H_
+#define KVTRAIN_KVSTORE_PS_CURVE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/env.h"
+#include "base/logging.h"
+#include "base/status.h"
+#include "base/thread_annotations.h"
+
+namespace kvtrain {
+namespace ps {
+
+// The job's CURVE key pair, or "insecure" (KVTRAIN_INSECURE=1). Copyable.
+class JobKey {
+ public:
+  // Insecure: sockets stay plain ZeroMQ (NULL mechanism).
+  JobKey() = default;
+
+  // A key pair from the Z85 text (40 characters) of a CURVE secret key;
+  // `source` names where the text came from, for errors (never the text).
+  static StatusOr<JobKey> FromSecretZ85(const std::string& z85,
+                                        const std::string& source);
+  // A fresh random key pair (tests, benchmarks).
+  static JobKey Generate();
+  static JobKey Insecure() { return JobKey(); }
+
+  // The process's key, from its environment:
+  //  - KVTRAIN_INSECURE=1: insecure (a warning is logged once per process);
+  //  - else KVTRAIN_JOB_KEY (Z85 text);
+  //  - else KVTRAIN_JOB_KEY_FILE: a file holding the Z85 text (surrounding
+  //    whitespace ignored) whose mode must not give the group or others any
+  //    access (0600 or stricter), else an error naming the file and mode;
+  //  - neither: an error telling the user to set one or KVTRAIN_INSECURE=1.
+  // Also an error when this libzmq lacks CURVE (zmq_has("curve")).
+  static StatusOr<JobKey> FromEnv(const EnvLookup& env);
+
+  bool secure() const { return !secret_z85_.empty(); }
+  // Z85 text, 40 characters each; empty when insecure.
+  const std::string& secret_z85() const { return secret_z85_; }
+  const std::string& public_z85() const { return public_z85_; }
+  // A short name of the key that is safe to log: the first 8 characters of
+  // the public key ("insecure" when insecure).
+  std::string Fingerprint() const;
+
+ private:
+  std::string secret_z85_;
+  std::string public_z85_;
+};
+
+// Z85 (ZeroMQ RFC 32) of `bytes`, whose size must be a multiple of 4, and
+// back; Decode fails on bad text. Exposed for tests and tools.
+std::string Z85Encode(const std::string& bytes);
+StatusOr<std::string> Z85Decode(const std::string& text);
+
+// Secures one ZeroMQ socket with the job's key before it binds or connects.
+// `is_server`: true for a socket that binds (a CURVE server: ZMQ_CURVE_SERVER
+// and the job's secret key), false for one that connects (a CURVE client:
+// ZMQ_CURVE_SERVERKEY = the job's public key, and the job's key pair as its
+// own). An insecure key leaves the socket unchanged. A server socket's
+// context should have a ZapHandler so that only the job's key is admitted.
+Status SecureSocket(void* zmq_socket, const JobKey& key, bool is_server);
+
+// The ZAP handler of one ZeroMQ context (RFC 27, inproc://zeromq.zap.01):
+// a thread that admits a CURVE client only when its public key is the job's
+// and logs every refusal with the peer's address, rate-limited. Start it
+// before securing the context's first server socket; destroy it before
+// zmq_ctx_term. Thread-safe.
+class ZapHandler {
+ public:
+  // `log_name` prefixes the log lines (e.g. the node's name or port).
+  static StatusOr<std::unique_ptr<ZapHandler>> Start(void* zmq_context,
+                                                     const JobKey& key,
+                                                     std::string log_name);
+  ~ZapHandler();
+
+  // Prefix of later log lines (e.g. once the port is known).
+  void SetLogName(std::string name) EXCLUDES(mu_);
+  // Handshakes admitted and refused so far.
+  int64_t accepted() const { return accepted_.load(); }
+  int64_t refused() const { return refused_.load(); }
+
+ private:
+  ZapHandler(void* socket, const JobKey& key, std::string log_name);
+  void Loop();
+
+  void* socket_;  // REP bound to inproc://zeromq.zap.01, used by Loop only
+  std::string public_key_;  // 32 bytes
+  std::mutex mu_;
+  std::string log_name_ GUARDED_BY(mu_);
+  LogRateLimiter log_limiter_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> accepted_{0};
+  std::atomic<int64_t> refused_{0};
+  std::thread thread_;
+};
+
+// Watches the handshakes of a context's sockets (zmq_socket_monitor) on its
+// own thread. On a bound socket every failed handshake is logged with the
+// peer's address and the reason, rate-limited (a handshake refused by the
+// ZapHandler is logged there instead). On a connecting socket each failure
+// is reported to `on_refused` with the number of failures in a row (a
+// successful handshake resets the count) and whether ZeroMQ gives the
+// connection up: it reconnects after a peer closed the connection, but not
+// after a protocol error (a mechanism mismatch, a refused key). Destroy before zmq_ctx_term.
+// Thread-safe; `on_refused` runs on the monitor's thread.
+class HandshakeMonitor {
+ public:
+  // tag: the caller's name for the socket (Watch); endpoint: the address it
+  // connects to; why: a sentence for the user; in_a_row: >= 1; final: the
+  // connection is given up (no more messages will ever pass on it).
+  using RefusedFn =
+      std::function<void(int tag, const std::string& endpoint,
+                         const std::string& why, int in_a_row, bool final)>;
+
+  // `secure`: whether this process uses CURVE (words the reasons).
+  static std::unique_ptr<HandshakeMonitor> Start(void* zmq_context,
+                                                 bool secure,
+                                                 std::string log_name,
+                                                 RefusedFn on_refused);
+  ~HandshakeMonitor();
+
+  // Call before the socket binds or connects. `is_server`: a bound socket.
+  Status Watch(void* socket, bool is_server, int tag) EXCLUDES(mu_);
+  // Prefix of later log lines (e.g. once the port is known).
+  void SetLogName(std::string name) EXCLUDES(mu_);
+  // Failed handshakes on bound sockets so far (logged or not).
+  int64_t refused() const { return refused_.load(); }
+
+  struct Watched;  // one monitored socket (curve.cc)
+
+ private:
+  HandshakeMonitor(void* ctx, bool secure, std::string log_name,
+                   RefusedFn on_refused);
+  void Loop();
+  void OnEvent(Watched* w, uint16_t event, uint32_t value,
+               const std::string& endpoint);
+
+  void* ctx_;
+  const bool secure_;
+  const RefusedFn on_refused_;
+  std::mutex mu_;
+  std::string log_name_ GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Watched>> added_ GUARDED_BY(mu_);
+  int next_id_ GUARDED_BY(mu_) = 0;
+  // Owned by Loop's thread.
+  std::vector<std::unique_ptr<Watched>> watched_;
+  LogRateLimiter log_limiter_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> refused_{0};
+  std::thread thread_;
+};
+
+}  // namespace ps
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_PS_CURVE_H_

@@ -1,0 +1,268 @@
+// CURVE: Z85 (agreeing with tracker/launch.py's encoder), JobKey from the
+// environment and key files, and ZmqVans that admit only the job's key.
+#include "kvstore/ps/curve.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "kvstore/ps/zmq_van.h"
+
+namespace kvtrain {
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+// tracker/launch.py's z85_encode(bytes(range(32))); launch_test.py checks
+// the same pair.
+constexpr char kBytes0To31Z85[] = "009c61o!#m2NH?C3>iWS5d]J*6CRx17-skh9337x";
+
+TEST(Z85Test, RfcVectorAndLauncherAgreement) {
+  const std::string hello("\x86\x4F\xD2\x6F\xB5\x59\xF7\x5B", 8);
+  EXPECT_EQ(Z85Encode(hello), "HelloWorld");
+  EXPECT_EQ(*Z85Decode("HelloWorld"), hello);
+  std::string bytes;
+  for (int i = 0; i < 32; ++i) bytes.push_back(static_cast<char>(i));
+  EXPECT_EQ(Z85Encode(bytes), kBytes0To31Z85);
+  EXPECT_EQ(*Z85Decode(kBytes0To31Z85), bytes);
+  EXPECT_FALSE(Z85Decode("Hello").ok() && Z85Decode("Hell").ok());
+  EXPECT_FALSE(Z85Decode("HelloWorl~").ok());
+}
+
+TEST(JobKeyTest, FromZ85DerivesThePublicKey) {
+  const JobKey g = JobKey::Generate();
+  ASSERT_TRUE(g.secure());
+  StatusOr<JobKey> k = JobKey::FromSecretZ85(g.secret_z85(), "test");
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->public_z85(), g.public_z85());
+  EXPECT_EQ(k->Fingerprint(), g.public_z85().substr(0, 8));
+  StatusOr<JobKey> bad = JobKey::FromSecretZ85("short", "KVTRAIN_JOB_KEY");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("KVTRAIN_JOB_KEY"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("40 characters"));
+  EXPECT_THAT(bad.status().message(), ::testing::Not(HasSubstr("short")));
+}
+
+std::string WriteKeyFile(const std::string& text, mode_t mode) {
+  char path[] = "/tmp/kvtrain-key-XXXXXX";
+  const int fd = mkstemp(path);
+  CHECK_GE(fd, 0);
+  CHECK_EQ(write(fd, text.data(), text.size()),
+           static_cast<ssize_t>(text.size()));
+  close(fd);
+  chmod(path, mode);
+  return path;
+}
+
+TEST(JobKeyTest, FromEnv) {
+  const JobKey g = JobKey::Generate();
+  // The variable.
+  StatusOr<JobKey> k = JobKey::FromEnv(MapEnv({{"KVTRAIN_JOB_KEY", g.secret_z85()}}));
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->public_z85(), g.public_z85());
+  // A 0600 file (with a trailing newline) works, and the variable wins.
+  const std::string good = WriteKeyFile(g.secret_z85() + "\n", 0600);
+  k = JobKey::FromEnv(MapEnv({{"KVTRAIN_JOB_KEY_FILE", good}}));
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->public_z85(), g.public_z85());
+  k = JobKey::FromEnv(MapEnv({{"KVTRAIN_JOB_KEY", JobKey::Generate().secret_z85()},
+                              {"KVTRAIN_JOB_KEY_FILE", good}}));
+  ASSERT_TRUE(k.ok());
+  EXPECT_NE(k->public_z85(), g.public_z85());
+  // A file others may read is refused, naming the file and its mode.
+  const std::string open_file = WriteKeyFile(g.secret_z85(), 0644);
+  k = JobKey::FromEnv(MapEnv({{"KVTRAIN_JOB_KEY_FILE", open_file}}));
+  ASSERT_FALSE(k.ok());
+  EXPECT_THAT(k.status().message(), HasSubstr(open_file));
+  EXPECT_THAT(k.status().message(), HasSubstr("mode 0644"));
+  EXPECT_THAT(k.status().message(), HasSubstr("0600"));
+  const std::string group_file = WriteKeyFile(g.secret_z85(), 0640);
+  k = JobKey::FromEnv(MapEnv({{"KVTRAIN_JOB_KEY_FILE", group_file}}));
+  ASSERT_FALSE(k.ok());
+  EXPECT_THAT(k.status().message(), HasSubstr("mode 0640"));
+  // A missing file names itself.
+  k = JobKey::FromEnv(MapEnv({{"KVTRAIN_JOB_KEY_FILE", "/nonexistent/key"}}));
+  ASSERT_FALSE(k.ok());
+  EXPECT_THAT(k.status().message(), HasSubstr("/nonexistent/key"));
+  // Neither: an error saying what to set.
+  k = JobKey::FromEnv(MapEnv({}));
+  ASSERT_FALSE(k.ok());
+  EXPECT_THAT(k.status().message(), HasSubstr("KVTRAIN_JOB_KEY"));
+  EXPECT_THAT(k.status().message(), HasSubstr("KVTRAIN_JOB_KEY_FILE"));
+  EXPECT_THAT(k.status().message(), HasSubstr("KVTRAIN_INSECURE=1"));
+  // Insecure, even with a key; a bad value is an error.
+  k = JobKey::FromEnv(MapEnv({{"KVTRAIN_INSECURE", "1"}}));
+  ASSERT_TRUE(k.ok());
+  EXPECT_FALSE(k->secure());
+  k = JobKey::FromEnv(MapEnv({{"KVTRAIN_INSECURE", "maybe"}}));
+  EXPECT_FALSE(k.ok());
+  for (const std::string& p : {good, open_file, group_file}) unlink(p.c_str());
+}
+
+// A ZmqVan that listens, and what its connecting peers saw.
+struct Listener {
+  explicit Listener(const JobKey& key) {
+    ZmqVanOptions o;
+    o.key = key;
+    o.poll_interval = std::chrono::milliseconds(20);
+    van = ZmqVan::Create("listener", o).value();
+    port = *van->Bind(0);
+  }
+  // Receives for up to `timeout`; the first message's first frame, or "".
+  std::string RecvOne(Duration timeout) {
+    const auto deadline = Clock::now() + timeout;
+    RawMessage m;
+    while (Clock::now() < deadline) {
+      StatusOr<bool> got = van->Recv(&m);
+      if (got.ok() && *got && !m.frames.empty()) {
+        return std::string(m.frames[0].data(), m.frames[0].size());
+      }
+    }
+    return "";
+  }
+  std::unique_ptr<ZmqVan> van;
+  int port = 0;
+};
+
+// A connecting ZmqVan that records refused handshakes.
+struct Sender {
+  explicit Sender(const JobKey& key) {
+    ZmqVanOptions o;
+    o.key = key;
+    van = ZmqVan::Create("sender", o).value();
+    van->SetHandshakeFailureHandler(
+        [this](int, const std::string&, const std::string& w, int n,
+               bool final) {
+          std::lock_guard<std::mutex> l(mu);
+          why = w;
+          in_a_row = final ? 1000 : n;
+        });
+  }
+  Status SendTo(int port, const std::string& text) {
+    KV_RETURN_IF_ERROR(van->Connect(1, "127.0.0.1", port));
+    return van->Send(1, 0, {Blob::Copy(text.data(), text.size())});
+  }
+  bool WaitRefused(int times) {
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (Clock::now() < deadline) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (in_a_row >= times) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  std::unique_ptr<ZmqVan> van;
+  std::mutex mu;
+  std::string why;
+  int in_a_row = 0;
+};
+
+TEST(ZmqVanCurveTest, TheJobKeyIsAdmitted) {
+  const JobKey key = JobKey::Generate();
+  Listener l(key);
+  Sender s(key);
+  ASSERT_TRUE(s.SendTo(l.port, "hello").ok());
+  EXPECT_EQ(l.RecvOne(std::chrono::seconds(30)), "hello");
+}
+
+TEST(ZmqVanCurveTest, InsecureVansTalk) {
+  Listener l(JobKey::Insecure());
+  Sender s(JobKey::Insecure());
+  ASSERT_TRUE(s.SendTo(l.port, "plain").ok());
+  EXPECT_EQ(l.RecvOne(std::chrono::seconds(30)), "plain");
+}
+
+TEST(ZmqVanCurveTest, AnotherKeyIsRefused) {
+  Listener l(JobKey::Generate());
+  Sender s(JobKey::Generate());
+  ASSERT_TRUE(s.SendTo(l.port, "rogue").ok());
+  ASSERT_TRUE(s.WaitRefused(3));
+  EXPECT_EQ(l.RecvOne(std::chrono::milliseconds(300)), "");
+  std::lock_guard<std::mutex> lock(s.mu);
+  EXPECT_THAT(s.why, HasSubstr("does not accept this process's job key"));
+}
+
+TEST(ZmqVanCurveTest, PlainPeersAndSecurePeersDoNotMix) {
+  {
+    Listener l(JobKey::Generate());
+    Sender s(JobKey::Insecure());
+    ASSERT_TRUE(s.SendTo(l.port, "plain").ok());
+    ASSERT_TRUE(s.WaitRefused(2));
+    EXPECT_EQ(l.RecvOne(std::chrono::milliseconds(300)), "");
+    std::lock_guard<std::mutex> lock(s.mu);
+    EXPECT_THAT(s.why, HasSubstr("KVTRAIN_INSECURE=1"));
+  }
+  {
+    Listener l(JobKey::Insecure());
+    Sender s(JobKey::Generate());
+    ASSERT_TRUE(s.SendTo(l.port, "curve").ok());
+    ASSERT_TRUE(s.WaitRefused(2));
+    EXPECT_EQ(l.RecvOne(std::chrono::milliseconds(300)), "");
+  }
+}
+
+// A client that knows the job's public key (say it leaked) but not the
+// secret key presents its own key pair: the ZAP handler refuses it.
+TEST(ZapHandlerTest, RefusesAClientKeyThatIsNotTheJobs) {
+  const JobKey job = JobKey::Generate();
+  void* ctx = zmq_ctx_new();
+  auto zap = ZapHandler::Start(ctx, job, "test server");
+  ASSERT_TRUE(zap.ok()) << zap.status();
+  void* router = zmq_socket(ctx, ZMQ_ROUTER);
+  const int zero = 0, timeout_ms = 200;
+  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
+  zmq_setsockopt(router, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+  ASSERT_TRUE(SecureSocket(router, job, true).ok());
+  ASSERT_EQ(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
+  char endpoint[128];
+  size_t len = sizeof(endpoint);
+  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+
+  void* cctx = zmq_ctx_new();
+  auto try_client = [&](const JobKey& own) {
+    void* d = zmq_socket(cctx, ZMQ_DEALER);
+    zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof(zero));
+    // The job's public key as the server's, `own` as the client's pair.
+    const std::string& pub = job.public_z85();
+    zmq_setsockopt(d, ZMQ_CURVE_SERVERKEY, pub.c_str(), pub.size() + 1);
+    zmq_setsockopt(d, ZMQ_CURVE_PUBLICKEY, own.public_z85().c_str(), 41);
+    zmq_setsockopt(d, ZMQ_CURVE_SECRETKEY, own.secret_z85().c_str(), 41);
+    zmq_connect(d, endpoint);
+    zmq_send(d, "x", 1, 0);
+    char buf[16];
+    std::string got;
+    for (int i = 0; i < 10 && got.empty(); ++i) {
+      if (zmq_recv(router, buf, sizeof(buf), 0) >= 0) {
+        int more = 0;
+        size_t ml = sizeof(more);
+        zmq_getsockopt(router, ZMQ_RCVMORE, &more, &ml);
+        if (more && zmq_recv(router, buf, sizeof(buf), 0) == 1) got = "x";
+      }
+    }
+    zmq_close(d);
+    return got;
+  };
+  EXPECT_EQ(try_client(JobKey::Generate()), "");
+  EXPECT_GE((*zap)->refused(), 1);
+  EXPECT_EQ((*zap)->accepted(), 0);
+  EXPECT_EQ(try_client(job), "x");
+  EXPECT_GE((*zap)->accepted(), 1);
+  zmq_close(router);
+  zap->reset();
+  zmq_ctx_term(ctx);
+  zmq_ctx_term(cctx);
+}
+
+}  // namespace
+}  // namespace ps
+}  // namespace kvtrain

@@ -1,0 +1,261 @@
+// HandshakeMonitor: failed ZeroMQ handshakes, logged with the peer's
+// address (bound sockets) or reported to the owner (connecting sockets).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <zmq.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "kvstore/ps/curve.h"
+
+namespace kvtrain {
+namespace ps {
+
+struct HandshakeMonitor::Watched {
+  void* pair = nullptr;  // receives the socket's events
+  bool is_server = false;
+  int tag = 0;
+  // Server: peer address by file descriptor, from ZMQ_EVENT_ACCEPTED.
+  std::map<uint32_t, std::string> peers;
+  // Server: the reason of a failure whose ZMQ_EVENT_DISCONNECTED (which
+  // names the descriptor) comes next; "" = none.
+  std::string failed;
+  // Client: failures in a row.
+  int in_a_row = 0;
+};
+
+namespace {
+
+std::string PeerAddress(uint32_t fd) {
+  sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss),
+                  &len) != 0) {
+    return "an address that closed too soon to be read";
+  }
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);  // NOLINT
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+// Why a bound socket's handshake failed, said of the peer.
+std::string ServerReason(uint16_t event, uint32_t value, bool secure) {
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+    return secure ? "it closed the connection during the handshake (as a peer "
+                    "without CURVE or without this job's key does)"
+                  : "it closed the connection during the handshake";
+  }
+  if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+    return secure ? "it does not use CURVE (it has no job key, or runs with " +
+                        std::string(env::kInsecure) + "=1)"
+                  : "it uses CURVE but this process runs with " +
+                        std::string(env::kInsecure) + "=1";
+  }
+  if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
+    return "its CURVE handshake is not made with this job's key";
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%08x", value);
+  return std::string("not a valid ZeroMQ handshake (protocol error ") + buf +
+         ")";
+}
+
+// Why a connecting socket's handshake failed, said of the server.
+std::string ClientReason(uint16_t event, uint32_t value, bool secure) {
+  const std::string other_key =
+      "it does not accept this process's job key (" +
+      std::string(env::kJobKey) + "/" + env::kJobKeyFile +
+      "); is it another job's node?";
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return other_key;
+  if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ||
+      (!secure && event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)) {
+    return secure ? "it does not use CURVE (it runs with " +
+                        std::string(env::kInsecure) + "=1)"
+                  : "it requires CURVE but this process runs with " +
+                        std::string(env::kInsecure) + "=1";
+  }
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+      value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
+    return "it closed the connection during the CURVE handshake: " + other_key;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%08x", value);
+  return std::string("the handshake failed (protocol error ") + buf + ")";
+}
+
+}  // namespace
+
+std::unique_ptr<HandshakeMonitor> HandshakeMonitor::Start(
+    void* ctx, bool secure, std::string log_name, RefusedFn on_refused) {
+  return std::unique_ptr<HandshakeMonitor>(new HandshakeMonitor(
+      ctx, secure, std::move(log_name), std::move(on_refused)));
+}
+
+HandshakeMonitor::HandshakeMonitor(void* ctx, bool secure,
+                                   std::string log_name, RefusedFn on_refused)
+    : ctx_(ctx),
+      secure_(secure),
+      on_refused_(std::move(on_refused)),
+      log_name_(std::move(log_name)),
+      log_limiter_(10, std::chrono::seconds(10)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+HandshakeMonitor::~HandshakeMonitor() {
+  stop_.store(true);
+  thread_.join();
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto* list : {&watched_, &added_}) {
+    for (auto& w : *list) zmq_close(w->pair);
+    list->clear();
+  }
+}
+
+void HandshakeMonitor::SetLogName(std::string name) {
+  std::lock_guard<std::mutex> l(mu_);
+  log_name_ = std::move(name);
+}
+
+Status HandshakeMonitor::Watch(void* socket, bool is_server, int tag) {
+  std::lock_guard<std::mutex> l(mu_);
+  char endpoint[96];
+  std::snprintf(endpoint, sizeof(endpoint), "inproc://kvtrain-handshake-%p-%d",
+                static_cast<void*>(this), next_id_++);
+  const int events =
+      ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+      ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+      ZMQ_EVENT_MONITOR_STOPPED;
+  if (zmq_socket_monitor(socket, endpoint, events) != 0) {
+    return Status::Internal(std::string("zmq_socket_monitor: ") +
+                            zmq_strerror(zmq_errno()));
+  }
+  auto w = std::make_unique<Watched>();
+  w->pair = zmq_socket(ctx_, ZMQ_PAIR);
+  const int zero = 0;
+  zmq_setsockopt(w->pair, ZMQ_LINGER, &zero, sizeof(zero));
+  if (w->pair == nullptr || zmq_connect(w->pair, endpoint) != 0) {
+    const std::string err = zmq_strerror(zmq_errno());
+    if (w->pair != nullptr) zmq_close(w->pair);
+    zmq_socket_monitor(socket, nullptr, 0);
+    return Status::Internal("handshake monitor: " + err);
+  }
+  w->is_server = is_server;
+  w->tag = tag;
+  added_.push_back(std::move(w));
+  return Status::OK();
+}
+
+void HandshakeMonitor::Loop() {
+  std::vector<zmq_pollitem_t> items;
+  while (!stop_.load()) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto& w : added_) watched_.push_back(std::move(w));
+      added_.clear();
+    }
+    if (watched_.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    items.assign(watched_.size(), zmq_pollitem_t{});
+    for (size_t i = 0; i < watched_.size(); ++i) {
+      items[i].socket = watched_[i]->pair;
+      items[i].events = ZMQ_POLLIN;
+    }
+    if (zmq_poll(items.data(), static_cast<int>(items.size()), 50) <= 0) {
+      continue;
+    }
+    std::vector<size_t> stopped;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!(items[i].revents & ZMQ_POLLIN)) continue;
+      std::vector<std::string> frames;
+      while (true) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, watched_[i]->pair, ZMQ_DONTWAIT) < 0) {
+          zmq_msg_close(&m);
+          break;
+        }
+        frames.emplace_back(static_cast<const char*>(zmq_msg_data(&m)),
+                            zmq_msg_size(&m));
+        const bool more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        if (more) continue;
+        if (frames.size() == 2 && frames[0].size() == 6) {
+          uint16_t event;
+          uint32_t value;
+          std::memcpy(&event, frames[0].data(), 2);
+          std::memcpy(&value, frames[0].data() + 2, 4);
+          if (event == ZMQ_EVENT_MONITOR_STOPPED) {
+            stopped.push_back(i);
+          } else {
+            OnEvent(watched_[i].get(), event, value, frames[1]);
+          }
+        }
+        frames.clear();
+      }
+    }
+    // A closed socket's monitor is done: drop it (last first).
+    for (auto it = stopped.rbegin(); it != stopped.rend(); ++it) {
+      zmq_close(watched_[*it]->pair);
+      watched_.erase(watched_.begin() + *it);
+    }
+  }
+}
+
+void HandshakeMonitor::OnEvent(Watched* w, uint16_t event, uint32_t value,
+                               const std::string& endpoint) {
+  const bool failure = event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+                       event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+                       event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+  if (!w->is_server) {
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) w->in_a_row = 0;
+    if (failure && on_refused_) {
+      on_refused_(w->tag, endpoint, ClientReason(event, value, secure_),
+                  ++w->in_a_row,
+                  event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
+    }
+    return;
+  }
+  if (event == ZMQ_EVENT_ACCEPTED) {
+    w->peers[value] = PeerAddress(value);
+  } else if (failure) {
+    refused_.fetch_add(1);
+    // ZapHandler logs its own refusals (with the address it was given).
+    w->failed = event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                    ? ""
+                    : ServerReason(event, value, secure_);
+  } else if (event == ZMQ_EVENT_DISCONNECTED) {
+    auto it = w->peers.find(value);
+    const std::string peer =
+        it == w->peers.end() ? "an address that closed too soon to be read"
+                             : it->second;
+    if (it != w->peers.end()) w->peers.erase(it);
+    if (!w->failed.empty()) {
+      std::string name;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        name = log_name_;
+      }
+      KV_LOG_LIMITED(WARNING, log_limiter_)
+          << name << ": refused a connection from " << peer << ": "
+          << w->failed;
+    }
+    w->failed.clear();
+  }
+}
+
+}  // namespace ps
+}  // namespace kvtrain
