@@ -1,0 +1,87 @@
+"""Checkpoint writes are atomic: a writer (checkpoint_writer) rewrites a
+.params and a .states file in a loop with changing contents and is killed
+with SIGKILL at random moments while writing. After every kill both files
+load and each holds one whole version, the last one reported written or the
+one after it (never a torn file, never an older one), and the leftover
+temporary files are never taken for a checkpoint."""
+
+import glob
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from tools import pyunit
+
+WRITER = os.path.abspath("tests/faults/checkpoint_writer")
+KILLS = 40
+
+
+class CheckpointAtomicityTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="kvtrain-atomic-")
+        self.prefix = self.tmp + "/m"
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def check(self):
+        r = subprocess.run([WRITER, "check", self.prefix], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        m = re.match(r"params (\d+) states (\d+)", r.stdout)
+        self.assertIsNotNone(m, r.stdout)
+        return int(m.group(1)), int(m.group(2))
+
+    def test_killed_writers_leave_a_whole_checkpoint(self):
+        rng = random.Random(7)
+        versions = []
+        for i in range(KILLS):
+            with open(self.tmp + "/out.txt", "w+") as out:
+                p = subprocess.Popen([WRITER, "write", self.prefix], stdout=out,
+                                     stderr=subprocess.STDOUT)
+                if i == 0:
+                    # A first complete version, so that there is something to keep.
+                    end = time.monotonic() + 60
+                    while "wrote 1" not in open(out.name).read():
+                        self.assertLess(time.monotonic(), end, "the writer wrote nothing")
+                        self.assertIsNone(p.poll(), open(out.name).read())
+                        time.sleep(0.01)
+                time.sleep(rng.uniform(0.0, 0.4))
+                p.send_signal(signal.SIGKILL)
+                p.wait(timeout=30)
+                out.seek(0)
+                log = out.read()
+            self.assertEqual(p.returncode, -signal.SIGKILL, log)
+            wrote = [int(v) for v in re.findall(r"wrote (\d+)", log)]
+            last = wrote[-1] if wrote else 0
+            params, states = self.check()
+            # The file holds the last version reported or one whose rename
+            # happened just before the kill; a writer that reported nothing
+            # leaves the previous run's files untouched or version 1.
+            if last:
+                self.assertIn(params, (last, last + 1), log)
+                self.assertIn(states, (last, last + 1), log)
+            else:
+                self.assertIn(params, [1] + versions[-1:], log)
+            versions.append(params)
+        left = sorted(os.path.basename(f) for f in glob.glob(self.tmp + "/m-*"))
+        checkpoints = [f for f in left if re.fullmatch(r"m-\d{4}\.(params|states)", f)]
+        temps = [f for f in left if f not in checkpoints]
+        print("%d kills; versions on disk after each: %s; %d temporary files left: %s" %
+              (KILLS, versions, len(temps), temps[:4]))
+        self.assertEqual(checkpoints, ["m-0001.params", "m-0001.states"])
+        for t in temps:
+            self.assertRegex(t, r"^m-0001\.(params|states)\.tmp\.\d+$")
+        # Killed mid-write at least once (temporary files left behind) and
+        # after completed writes (versions advanced).
+        self.assertGreater(len(set(versions)), 1)
+
+
+if __name__ == "__main__":
+    pyunit.main()
