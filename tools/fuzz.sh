@@ -61,7 +61,7 @@ for t in "${targets[@]}"; do
       -artifact_prefix="$artifacts/${name}-" "$work" "$corpus" > "$log" 2>&1
   rc=$?
   rm -rf "$work"
-  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -n 1)
   if [ $rc -eq 0 ]; then
     echo "fuzz: $t PASSED (${runs:-?} inputs in ${seconds} s)"
     [ -n "$results" ] && echo "$t PASSED" >> "$results"

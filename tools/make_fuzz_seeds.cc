@@ -71,6 +71,10 @@ void MessageSeeds() {
   resp.meta.set_status_message("no such key");
   Write(d + "response", Encode(resp));
   Write(d + "heartbeat", Encode(Control(wire::HEARTBEAT)));
+  // Regression: lens that wrap around 2^64 to the value bytes given
+  // (KVPairs::Validate accepted them; slicing then read out of bounds).
+  const int64_t big = INT64_MAX;
+  Write(d + "regression_lens_wrap", Encode(Data(true, false, {1, 2, 3}, {}, {big, big, 2})));
 }
 
 // Control seeds: [recipient][connection | fix-up bit] frames.
@@ -178,6 +182,11 @@ void IdxSeeds() {
   std::string ints = std::string("\0\0\x0C\x01", 4) + Be32(1) + Be32(7);
   Write(d + "int_1d", std::string(1, '\0') + ints);
   Write(d + "uint8_3d_gz", std::string(1, '\1') + Gzip(bytes3));
+  // Regression: a 16-byte file whose header claims 2048^3 bytes
+  // (ReadIdxFile allocated them before reading).
+  Write(d + "regression_huge_header",
+        std::string(1, '\1') + std::string("\0\0\x08\x03", 4) + Be32(2048) + Be32(2048) +
+            Be32(2048));
 }
 
 }  // namespace

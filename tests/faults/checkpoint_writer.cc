@@ -1,6 +1,7 @@
 // Helper of checkpoint_atomicity_test.py.
 //   checkpoint_writer write PREFIX   writes PREFIX-0001.params and
-//     PREFIX-0001.states over and over, version 1, 2, ... (every float of
+//     PREFIX-0001.states over and over, versions v+1, v+2, ... after the
+//     version v found in the params file (0 if none) (every float of
 //     version v is v, the params' epoch is v, the states hold "states v"
 //     padded to 1 MB), printing "wrote v" after each pair, until killed.
 //   checkpoint_writer check PREFIX   loads both files, checks each is one
@@ -14,11 +15,13 @@
 namespace kvtrain {
 namespace {
 
-constexpr int64_t kFloats = 2 << 20;  // 8 MB of parameters
+constexpr int64_t kFloats = 1 << 19;  // 2 MB of parameters
 constexpr size_t kStatesBytes = 1 << 20;
 
 int Write(const std::string& prefix) {
-  for (int v = 1;; ++v) {
+  int found = 0;
+  if (!LoadParams(ParamsPath(prefix, 1), &found).ok()) found = 0;
+  for (int v = found + 1;; ++v) {
     ModelArrays a;
     a.args["weight"] = Tensor::FromVector(std::vector<float>(kFloats, v), {kFloats});
     a.aux["version"] = Tensor::FromVector({static_cast<float>(v)}, {1});

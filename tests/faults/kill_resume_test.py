@@ -29,7 +29,7 @@ HEARTBEAT_TIMEOUT = 10
 DETECTION_BOUND = HEARTBEAT_TIMEOUT + 10
 EPOCHS = 3
 COMMON = ["--disp-batches=20", "--kv-store=dist_sync", "--network=mlp",
-          "--num-examples=16000", "--batch-size=50", "--seed=5", "--lr-step-epochs=2"]
+          "--num-examples=30000", "--batch-size=50", "--seed=5", "--lr-step-epochs=2"]
 JOB = ["-n", "2", "-s", "2", "--env", "PS_HEARTBEAT_TIMEOUT=%d" % HEARTBEAT_TIMEOUT,
        "--env", "KVTRAIN_STARTUP_TIMEOUT=120"]
 

@@ -16,6 +16,7 @@
 #include <zmq.h>
 
 #include <random>
+#include <thread>
 
 #include "proto/wire.pb.h"
 #include "tests/util/local_job.h"

@@ -57,7 +57,7 @@ void CheckRss(LocalJob* job) {
               total_start / 1024.0, total_end / 1024.0);
 }
 
-std::unique_ptr<LocalJob> Run(std::vector<std::string> args) {
+std::unique_ptr<LocalJob> RunLoadJob(std::vector<std::string> args) {
   auto job = LocalJob::Start(Job(std::move(args)));
   EXPECT_TRUE(job.ok()) << job.status();
   if (!job.ok()) return nullptr;
@@ -67,7 +67,7 @@ std::unique_ptr<LocalJob> Run(std::vector<std::string> args) {
 }
 
 TEST(LoadTest, DistSyncSixteenWorkersFourServersExact) {
-  auto job = Run({"--type=dist_sync", "--scenario=load", "--steps=500"});
+  auto job = RunLoadJob({"--type=dist_sync", "--scenario=load", "--steps=500"});
   ASSERT_NE(job, nullptr);
   for (int w = 0; w < kWorkers; ++w) {
     EXPECT_THAT(job->worker(w).process->ReadLog(),
@@ -77,7 +77,7 @@ TEST(LoadTest, DistSyncSixteenWorkersFourServersExact) {
 }
 
 TEST(LoadTest, DistAsyncSixteenWorkersFourServersTotalsExact) {
-  auto job = Run({"--type=dist_async", "--scenario=load_async", "--steps=500"});
+  auto job = RunLoadJob({"--type=dist_async", "--scenario=load_async", "--steps=500"});
   ASSERT_NE(job, nullptr);
   for (int w = 0; w < kWorkers; ++w) {
     EXPECT_THAT(job->worker(w).process->ReadLog(),
