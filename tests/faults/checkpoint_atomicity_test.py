@@ -46,40 +46,45 @@ class CheckpointAtomicityTest(unittest.TestCase):
             with open(self.tmp + "/out.txt", "w+") as out:
                 p = subprocess.Popen([WRITER, "write", self.prefix], stdout=out,
                                      stderr=subprocess.STDOUT)
-                if i == 0:
-                    # A first complete version, so that there is something to keep.
-                    end = time.monotonic() + 60
-                    while "wrote 1" not in open(out.name).read():
-                        self.assertLess(time.monotonic(), end, "the writer wrote nothing")
-                        self.assertIsNone(p.poll(), open(out.name).read())
-                        time.sleep(0.01)
-                time.sleep(rng.uniform(0.0, 0.5))
+                # Start-up time does not count; the first run writes a first
+                # complete version, so that there is something to keep.
+                want = "wrote 1" if i == 0 else "ready"
+                end = time.monotonic() + 60
+                while want not in open(out.name).read():
+                    self.assertLess(time.monotonic(), end, "the writer is not " + want)
+                    self.assertIsNone(p.poll(), open(out.name).read())
+                    time.sleep(0.005)
+                time.sleep(rng.uniform(0.0, 0.3))
                 p.send_signal(signal.SIGKILL)
                 p.wait(timeout=30)
                 out.seek(0)
                 log = out.read()
             self.assertEqual(p.returncode, -signal.SIGKILL, log)
             wrote = [int(v) for v in re.findall(r"wrote (\d+)", log)]
-            # The last version reported, or the next one if its rename
-            # happened just before the kill; with nothing reported, the
-            # previous run's version or the next.
-            last = wrote[-1] if wrote else versions[-1]
+            # Each file holds the last version reported, or the next one if
+            # its rename happened just before the kill. With nothing
+            # reported: what the previous run left, or this run's version.
             params, states = self.check()
-            self.assertIn(params, (last, last + 1), log)
-            self.assertIn(states, (last, last + 1), log)
             self.assertLessEqual(states, params, log)  # params are written first
-            versions.append(params)
+            if wrote:
+                self.assertIn(params, (wrote[-1], wrote[-1] + 1), log)
+                self.assertIn(states, (wrote[-1], wrote[-1] + 1), log)
+            else:
+                prev_params, prev_states = versions[-1]
+                self.assertIn(params, (prev_params, prev_params + 1), log)
+                self.assertTrue(states == prev_states or prev_params < states, log)
+            versions.append((params, states))
         left = sorted(os.path.basename(f) for f in glob.glob(self.tmp + "/m-*"))
         checkpoints = [f for f in left if re.fullmatch(r"m-\d{4}\.(params|states)", f)]
         temps = [f for f in left if f not in checkpoints]
-        print("%d kills; versions on disk after each: %s; %d temporary files left: %s" %
-              (KILLS, versions, len(temps), temps[:4]))
+        print("%d kills; (params, states) versions on disk after each: %s; "
+              "%d temporary files left: %s" % (KILLS, versions, len(temps), temps[:4]))
         self.assertEqual(checkpoints, ["m-0001.params", "m-0001.states"])
         for t in temps:
             self.assertRegex(t, r"^m-0001\.(params|states)\.tmp\.\d+$")
         # Writes completed between the kills (the versions advanced) and
         # kills landed mid-write (temporary files left behind).
-        self.assertGreater(len(set(versions)), KILLS // 4)
+        self.assertGreater(len(set(v for v, _ in versions)), KILLS // 4)
         self.assertGreater(len(temps), 0)
 
 

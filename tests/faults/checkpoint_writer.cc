@@ -3,7 +3,8 @@
 //     PREFIX-0001.states over and over, versions v+1, v+2, ... after the
 //     version v found in the params file (0 if none) (every float of
 //     version v is v, the params' epoch is v, the states hold "states v"
-//     padded to 1 MB), printing "wrote v" after each pair, until killed.
+//     padded to 1 MB), printing "ready" first and "wrote v" after each
+//     pair, until killed.
 //   checkpoint_writer check PREFIX   loads both files, checks each is one
 //     whole version, prints "params v states w" (exit 0) or the error (1).
 #include <cstdio>
@@ -21,6 +22,8 @@ constexpr size_t kStatesBytes = 1 << 20;
 int Write(const std::string& prefix) {
   int found = 0;
   if (!LoadParams(ParamsPath(prefix, 1), &found).ok()) found = 0;
+  std::printf("ready\n");
+  std::fflush(stdout);
   for (int v = found + 1;; ++v) {
     ModelArrays a;
     a.args["weight"] = Tensor::FromVector(std::vector<float>(kFloats, v), {kFloats});

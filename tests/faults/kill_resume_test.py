@@ -94,7 +94,7 @@ class KillResumeTest(unittest.TestCase):
         p = start_launch(JOB + [TRAIN] + COMMON + [
             "--num-epochs=%d" % EPOCHS, "--model-prefix=" + prefix])
         try:
-            out = read_lines_until(p, r"Epoch\[1\] Batch\[20\]", 600)
+            out = read_lines_until(p, r"Epoch\[1\] Batch\[40\]", 600)
             self.assertTrue(os.path.exists(prefix + "-0001.params"), out)
             self.assertTrue(os.path.exists(prefix + "-0001.states"), out)
             self.assertFalse(os.path.exists(prefix + "-0002.params"), "killed too late")
@@ -112,7 +112,7 @@ class KillResumeTest(unittest.TestCase):
                 p.wait()
         left = wait_no_processes(marker, timeout=15)
         kill_marked(marker)
-        name = "scheduler" if role == "scheduler" else "%s %d" % (role, rank)
+        name = "%s %d" % (role, rank)  # launch.py's name: "scheduler 0", "worker 1"
         print("SIGKILL %s in epoch 2: launch.py exited %d after %.2f s" %
               (name, p.returncode, detected))
         self.assertNotEqual(p.returncode, 0, out)
