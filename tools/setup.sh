@@ -19,6 +19,8 @@ PACKAGES=(
   openssh-client openssh-server rsync openmpi-bin iproute2 procps
   # tools/plot_metrics
   python3-matplotlib
+  # tools/fuzz.sh: clang with libFuzzer and AddressSanitizer (bookworm: 14)
+  clang libclang-rt-14-dev
 )
 
 missing=()

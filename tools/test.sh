@@ -2,19 +2,29 @@
 # Sets up the machine, builds everything and runs every test (`bazel test
 # //...`: unit, multi-process and end-to-end tests alike). Ends with the line
 # `N passed, N failed` (test cases; skipped ones are listed separately) and
-# exits non-zero if anything failed. Extra arguments go to `bazel test`.
+# exits non-zero if anything failed. Then tools/fuzz.sh runs every fuzz
+# target for KVTRAIN_FUZZ_SECONDS (default 30; 0 skips fuzzing), each counted
+# as one case. Extra arguments go to `bazel test`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 tools/setup.sh || exit 1
 
 bep=$(mktemp /tmp/kvtrain-bep.XXXXXX.json)
-trap 'rm -f "$bep"' EXIT
+fuzz=$(mktemp /tmp/kvtrain-fuzz.XXXXXX.txt)
+trap 'rm -f "$bep" "$fuzz"' EXIT
 bazel test //... --keep_going --build_event_json_file="$bep" "$@"
 bazel_rc=$?
 
+fuzz_args=()
+if [ "${KVTRAIN_FUZZ_SECONDS:-30}" != "0" ]; then
+  echo
+  tools/fuzz.sh --results "$fuzz"
+  fuzz_args=(--fuzz-results "$fuzz")
+fi
+
 echo
-python3 tools/test_summary.py --bep "$bep"
+python3 tools/test_summary.py --bep "$bep" "${fuzz_args[@]}"
 summary_rc=$?
 if [ $bazel_rc -ne 0 ] || [ $summary_rc -ne 0 ]; then
   exit 1

@@ -5,6 +5,8 @@ Counts test cases from each target's test.xml (gtest and kvtrain's Python
 runner write one testcase per case; other targets count as one case), lists
 failed and skipped cases, and ends with the line `N passed, N failed`.
 A target that failed to build or run counts as failed even with no cases.
+With --fuzz-results, each fuzz target run by tools/fuzz.sh (a line
+`<label> PASSED|FAILED`) counts as one more case.
 Exit status: 0 when nothing failed, 1 otherwise.
 """
 
@@ -54,6 +56,7 @@ def cases_from_xml(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bep", required=True, help="build event JSON file")
+    ap.add_argument("--fuzz-results", help="tools/fuzz.sh --results file")
     args = ap.parse_args()
 
     events = read_events(args.bep)
@@ -106,6 +109,22 @@ def main():
         if n_skip:
             note += ", %d skipped" % n_skip
         print("%-60s %-16s %s" % (label, status, note))
+
+    if args.fuzz_results:
+        try:
+            with open(args.fuzz_results, encoding="utf-8") as f:
+                lines = [l.split() for l in f if l.strip()]
+        except OSError:
+            lines = [["tools/fuzz.sh", "NO RESULTS"]]
+        for fields in lines:
+            label, status = fields[0], " ".join(fields[1:])
+            tests[label] = status
+            if status == "PASSED":
+                passed += 1
+            else:
+                failed += 1
+                failed_names.append(label + ": fuzzing " + status.lower())
+            print("%-60s %-16s %s" % (label, status, "fuzzed"))
 
     print()
     print("%d test targets, %d test cases" % (len(tests), passed + failed + skipped))

@@ -59,4 +59,14 @@ echo "$out" | grep -q "FAILED //x:d" || { echo "unbuilt target not named"; exit 
 # All green: exit 0.
 grep -v '//x:[bcd]' "$dir/bep.json" > "$dir/ok.json"
 python3 "$summary" --bep "$dir/ok.json" | tail -n 1 | grep -qx "3 passed, 0 failed"
+
+# Fuzz targets from tools/fuzz.sh --results: one case each.
+printf '//p:a_fuzzer PASSED\n//p:b_fuzzer FAILED\n' > "$dir/fuzz.txt"
+set +e
+out=$(python3 "$summary" --bep "$dir/ok.json" --fuzz-results "$dir/fuzz.txt")
+rc=$?
+set -e
+[ "$(echo "$out" | tail -n 1)" = "4 passed, 1 failed" ] || { echo "fuzz not counted: $out"; exit 1; }
+[ $rc -eq 1 ] || { echo "expected exit 1 with a failed fuzz target"; exit 1; }
+echo "$out" | grep -q "FAILED //p:b_fuzzer: fuzzing failed" || { echo "fuzz failure not named"; exit 1; }
 echo "test_summary_test: ok"

@@ -163,11 +163,21 @@ StatusOr<Tensor> ReadIdxFile(const std::string& path) {
                       ReadSome(f.get(), head + 4, header_bytes - 4, path));
   KV_ASSIGN_OR_RETURN(IdxHeader h, ParseHeader(head, got + more, path));
   const size_t data_bytes = h.shape.NumElements() * h.elem_size;
-  std::string data(data_bytes, '\0');
-  KV_ASSIGN_OR_RETURN(
-      size_t have,
-      ReadSome(f.get(), reinterpret_cast<unsigned char*>(data.data()),
-               data_bytes, path));
+  // Grow the buffer as data arrives: a short file whose header claims
+  // gigabytes must not allocate them.
+  constexpr size_t kChunk = size_t{64} << 20;
+  std::string data;
+  size_t have = 0;
+  while (have < data_bytes) {
+    const size_t want = std::min(data_bytes - have, kChunk);
+    data.resize(have + want);
+    KV_ASSIGN_OR_RETURN(
+        size_t got,
+        ReadSome(f.get(), reinterpret_cast<unsigned char*>(data.data()) + have,
+                 want, path));
+    have += got;
+    if (got < want) break;
+  }
   if (have < data_bytes) {
     return Status::DataLoss(path + ": truncated: " + DataDescription(h, data_bytes) +
                             " but only " + std::to_string(have) + " follow");

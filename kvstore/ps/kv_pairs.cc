@@ -35,7 +35,11 @@ Status KVPairs::Validate() const {
                                        " has negative length " +
                                        std::to_string(l[i]));
       }
-      total += static_cast<uint64_t>(l[i]);
+      // Lengths that wrap around 2^64 must not add up to the right total.
+      if (__builtin_add_overflow(total, static_cast<uint64_t>(l[i]), &total)) {
+        return Status::InvalidArgument("lens add up to more than 2^64 bytes (at key " +
+                                       std::to_string(k[i]) + ")");
+      }
     }
     if (total != vals.size()) {
       return Status::InvalidArgument(

@@ -1,9 +1,14 @@
 // A program for the KVStore's multi-process tests: it plays any role of a
 // dist job (servers and the scheduler serve), and a worker runs one scenario,
 // checking its results and exiting non-zero on any mismatch.
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <mutex>
+#include <thread>
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
@@ -15,7 +20,8 @@
 
 DEFINE_string(type, "dist_sync", "KVStore type");
 DEFINE_string(scenario, "closed_form",
-              "closed_form, async_total, save_states, load_states, bad_input, linreg");
+              "closed_form, async_total, save_states, load_states, bad_input, linreg, "
+              "load, load_async");
 DEFINE_int32(steps, 5, "push/pull steps");
 DEFINE_string(states_path, "", "save_states/load_states: the states file");
 DEFINE_string(weights_path, "", "save_states: weights at the save; load_states: input");
@@ -23,6 +29,8 @@ DEFINE_string(out, "", "rank 0 writes its final weights here");
 DEFINE_int32(batch, 30, "linreg: batch size per worker");
 DEFINE_int32(epochs, 2, "linreg: epochs");
 DEFINE_bool(skip_load, false, "load_states: resume without the saved states");
+DEFINE_bool(report_rss, false,
+            "every role: sample VmRSS and print it at a quarter of the run and at the end");
 
 namespace kvtrain {
 namespace {
@@ -210,6 +218,136 @@ Status LinReg(KVStore* kv) {
   return Status::OK();
 }
 
+// The load test's keys: 20 of mixed sizes, from 1 float to 1M (split across
+// the servers), most of them small.
+const std::vector<int64_t>& LoadSizes() {
+  static const std::vector<int64_t> sizes = {
+      1, 2, 3, 7, 10, 31, 64, 100, 257, 1000, 1024, 3000, 4096, 10000,
+      1, 5, 333, 65536, 100000, 1 << 20};
+  return sizes;
+}
+
+std::vector<Key> LoadKeys() {
+  std::vector<Key> keys;
+  for (size_t k = 0; k < LoadSizes().size(); ++k) keys.push_back("k" + std::to_string(k));
+  return keys;
+}
+
+// dist_sync, SGD lr=1: key k starts at k; worker r pushes (r + 1) * m_k
+// with m_k = 1 + k % 3; after step t every element of key k is exactly
+// k - t * m_k * W(W+1)/2. Every pulled value of every step is checked.
+Status Load(KVStore* kv) {
+  const std::vector<int64_t>& sizes = LoadSizes();
+  const std::vector<Key> keys = LoadKeys();
+  std::vector<Tensor> init, grads, outs;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    init.push_back(Filled(sizes[k], static_cast<float>(k)));
+    grads.push_back(Filled(sizes[k], (kv->rank() + 1.0f) * (1 + k % 3)));
+    outs.push_back(Tensor::Zeros({sizes[k]}));
+  }
+  KV_RETURN_IF_ERROR(kv->Init(keys, init));
+  proto::OptimizerSpec sgd;
+  sgd.set_type(proto::OptimizerSpec::SGD);
+  sgd.set_learning_rate(1.0f);
+  KV_RETURN_IF_ERROR(kv->SetOptimizer(sgd));
+  const int64_t w = kv->num_workers();
+  int64_t checked = 0;
+  for (int t = 1; t <= FLAGS_steps; ++t) {
+    KV_RETURN_IF_ERROR(kv->PushPull(keys, grads, outs));
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      const float want = static_cast<float>(k) - t * (1 + k % 3) * w * (w + 1) / 2.0f;
+      const float* v = outs[k].data<float>();
+      for (int64_t i = 0; i < sizes[k]; ++i) {
+        if (v[i] != want) {
+          return Status::Internal("step " + std::to_string(t) + " key " + keys[k].ToString() +
+                                  " element " + std::to_string(i) + ": got " +
+                                  std::to_string(v[i]) + ", want " + std::to_string(want));
+        }
+      }
+      checked += sizes[k];
+    }
+  }
+  std::printf("load exact: %d steps, %zu keys, %lld values checked, %lld workers\n",
+              FLAGS_steps, sizes.size(), static_cast<long long>(checked),
+              static_cast<long long>(w));
+  return Status::OK();
+}
+
+// dist_async, no optimizer: the servers add every push; after all workers'
+// steps, key k holds k + steps * m_k * W(W+1)/2 exactly.
+Status LoadAsync(KVStore* kv) {
+  const std::vector<int64_t>& sizes = LoadSizes();
+  const std::vector<Key> keys = LoadKeys();
+  std::vector<Tensor> init, grads, outs;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    init.push_back(Filled(sizes[k], static_cast<float>(k)));
+    grads.push_back(Filled(sizes[k], (kv->rank() + 1.0f) * (1 + k % 3)));
+    outs.push_back(Tensor::Zeros({sizes[k]}));
+  }
+  KV_RETURN_IF_ERROR(kv->Init(keys, init));
+  for (int t = 1; t <= FLAGS_steps; ++t) KV_RETURN_IF_ERROR(kv->Push(keys, grads));
+  KV_RETURN_IF_ERROR(kv->Barrier());
+  KV_RETURN_IF_ERROR(kv->Pull(keys, outs));
+  const int64_t w = kv->num_workers();
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const float want = static_cast<float>(k) + FLAGS_steps * (1 + k % 3) * w * (w + 1) / 2.0f;
+    const float* v = outs[k].data<float>();
+    for (int64_t i = 0; i < sizes[k]; ++i) {
+      if (v[i] != want) {
+        return Status::Internal("key " + keys[k].ToString() + " element " +
+                                std::to_string(i) + ": got " + std::to_string(v[i]) +
+                                ", want " + std::to_string(want));
+      }
+    }
+  }
+  std::printf("async load exact: %d pushes from each of %lld workers on %zu keys\n",
+              FLAGS_steps, static_cast<long long>(w), sizes.size());
+  return Status::OK();
+}
+
+int64_t RssKb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+  }
+  return -1;
+}
+
+// Samples VmRSS every 100 ms; Report() prints the sample taken a quarter of
+// the way through the run (after warm-up) and the last one.
+class RssSampler {
+ public:
+  RssSampler() : thread_([this] { Loop(); }) {}
+  ~RssSampler() {
+    stop_ = true;
+    thread_.join();
+  }
+  void Report() {
+    std::lock_guard<std::mutex> l(mu_);
+    samples_.push_back(RssKb());
+    const int64_t start = samples_[samples_.size() / 4], end = samples_.back();
+    std::printf("rss kB: start %lld end %lld (%zu samples)\n", static_cast<long long>(start),
+                static_cast<long long>(end), samples_.size());
+    std::fflush(stdout);
+  }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        samples_.push_back(RssKb());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<int64_t> samples_;
+  std::thread thread_;
+};
+
 Status RunWorker(KVStore* kv) {
   if (FLAGS_scenario == "closed_form") return ClosedForm(kv);
   if (FLAGS_scenario == "async_total") return AsyncTotal(kv);
@@ -217,10 +355,14 @@ Status RunWorker(KVStore* kv) {
   if (FLAGS_scenario == "load_states") return States(kv, true);
   if (FLAGS_scenario == "bad_input") return BadInput(kv);
   if (FLAGS_scenario == "linreg") return LinReg(kv);
+  if (FLAGS_scenario == "load") return Load(kv);
+  if (FLAGS_scenario == "load_async") return LoadAsync(kv);
   return Status::InvalidArgument("unknown --scenario " + FLAGS_scenario);
 }
 
 int Main() {
+  std::unique_ptr<RssSampler> rss;
+  if (FLAGS_report_rss) rss = std::make_unique<RssSampler>();
   StatusOr<std::unique_ptr<KVStore>> kv = KVStore::Create(FLAGS_type);
   if (!kv.ok()) {
     std::fprintf(stderr, "error: %s\n", kv.status().ToString().c_str());
@@ -233,10 +375,12 @@ int Main() {
       std::printf("server push refused: %s\n", s.ToString().c_str());
     }
     const Status s = (*kv)->RunServer();
+    if (rss) rss->Report();
     if (!s.ok()) std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
     return s.ok() ? 0 : 1;
   }
   const Status s = RunWorker(kv->get());
+  if (rss) rss->Report();
   if (!s.ok()) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
     return 1;
