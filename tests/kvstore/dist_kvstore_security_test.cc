@@ -92,7 +92,9 @@ TEST(DistKVStoreSecurityTest, RoguesDoNotChangeTheClosedForm) {
       ++lines;
     }
     EXPECT_LE(lines, 2 * 10 * (static_cast<int>(seconds / 10) + 1)) << n.name;
-    if (tries_per_node > 40) EXPECT_LT(lines, tries_per_node) << n.name;
+    if (tries_per_node > 40) {
+      EXPECT_LT(lines, tries_per_node) << n.name;
+    }
   }
 }
 
