@@ -33,9 +33,11 @@ fi
 
 # One output base per checkout, beside Bazel's default ones.
 output_base="${HOME}/.cache/bazel/kvtrain-fuzz-$(pwd | md5sum | cut -c1-12)"
+# --symlink_prefix=/: no bazel-* links in the checkout (they would point into
+# this output base, and `bazel test //...` would then wander into them).
 bazel_fuzz() {
   bazel --output_base="$output_base" "$@" --config=fuzz --repo_env=CC=clang \
-      --define=cuda=false
+      --define=cuda=false --symlink_prefix=/
 }
 [ -n "$results" ] && : > "$results"
 if ! bazel_fuzz build "${targets[@]}"; then

@@ -110,6 +110,7 @@ def main():
             note += ", %d skipped" % n_skip
         print("%-60s %-16s %s" % (label, status, note))
 
+    bazel_targets = len(tests)
     if args.fuzz_results:
         try:
             with open(args.fuzz_results, encoding="utf-8") as f:
@@ -139,7 +140,7 @@ def main():
             print("  skipped %d in %s: %s" % (len(cases), label, shown))
     for n in failed_names:
         print("  FAILED " + n)
-    if not tests:
+    if not bazel_targets:
         print("no test targets were found")
         failed = max(failed, 1)
     print("%d passed, %d failed" % (passed, failed))

@@ -69,4 +69,10 @@ set -e
 [ "$(echo "$out" | tail -n 1)" = "4 passed, 1 failed" ] || { echo "fuzz not counted: $out"; exit 1; }
 [ $rc -eq 1 ] || { echo "expected exit 1 with a failed fuzz target"; exit 1; }
 echo "$out" | grep -q "FAILED //p:b_fuzzer: fuzzing failed" || { echo "fuzz failure not named"; exit 1; }
+# Fuzz results do not hide a `bazel test` that ran nothing.
+echo '{"id":{"started":{}}}' > "$dir/empty.json"
+set +e
+out=$(python3 "$summary" --bep "$dir/empty.json" --fuzz-results "$dir/fuzz.txt")
+set -e
+echo "$out" | grep -q "no test targets were found" || { echo "empty run not reported: $out"; exit 1; }
 echo "test_summary_test: ok"
