@@ -55,6 +55,12 @@ class RendezvousStore : public KVStore {
 
 }  // namespace
 
+StatusOr<size_t> AllreduceBucketBytes(const EnvLookup& env) {
+  KV_ASSIGN_OR_RETURN(int64_t bytes, GetIntVar(env, env::kAllreduceBucketBytes, 4 << 20,
+                                               4, int64_t{1} << 40));
+  return static_cast<size_t>(bytes);
+}
+
 std::unique_ptr<KVStore> AllreduceKVStore::RendezvousOnly(
     const KVStoreOptions& options) {
   return std::make_unique<RendezvousStore>(options.env);
@@ -62,17 +68,18 @@ std::unique_ptr<KVStore> AllreduceKVStore::RendezvousOnly(
 
 AllreduceKVStore::AllreduceKVStore(
     std::shared_ptr<collective::Communicator> comm, size_t bucket_bytes,
-    std::chrono::milliseconds timeout)
+    std::chrono::milliseconds timeout, bool owns_comm)
     : KVStore("dist_allreduce"),
       comm_(std::move(comm)),
       bucket_floats_(std::max<size_t>(1, bucket_bytes / sizeof(float))),
-      timeout_(timeout) {
+      timeout_(timeout),
+      owns_comm_(owns_comm) {
   worker_ = std::thread([this] { WorkLoop(); });
 }
 
 AllreduceKVStore::~AllreduceKVStore() {
   // Closing first wakes a background collective waiting on peers.
-  comm_->Close();
+  if (owns_comm_) comm_->Close();
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
@@ -479,7 +486,7 @@ Status AllreduceKVStore::Finalize() {
     }
   }
   Status s = Barrier();
-  comm_->Close();
+  if (owns_comm_) comm_->Close();
   return s;
 }
 

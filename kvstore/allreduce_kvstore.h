@@ -39,8 +39,11 @@ class AllreduceKVStore : public KVStore {
  public:
   // The scheduler process of a launch.py job: only serves the rendezvous.
   static std::unique_ptr<KVStore> RendezvousOnly(const KVStoreOptions& options);
+  // `owns_comm`: Finalize and the destructor close the communicator (false
+  // for one the caller passed in, which may carry other traffic).
   AllreduceKVStore(std::shared_ptr<collective::Communicator> comm,
-                   size_t bucket_bytes, std::chrono::milliseconds timeout);
+                   size_t bucket_bytes, std::chrono::milliseconds timeout,
+                   bool owns_comm);
   ~AllreduceKVStore() override;
 
   int rank() const override { return comm_->rank(); }
@@ -106,6 +109,7 @@ class AllreduceKVStore : public KVStore {
   std::shared_ptr<collective::Communicator> comm_;
   const size_t bucket_floats_;
   const std::chrono::milliseconds timeout_;
+  const bool owns_comm_;
   KeyTable keys_;
 
   std::mutex mu_;
@@ -129,6 +133,9 @@ class AllreduceKVStore : public KVStore {
   std::map<KVHandle, Pending> handles_ GUARDED_BY(mu_);
   std::thread worker_;
 };
+
+// KVTRAIN_ALLREDUCE_BUCKET_BYTES (default 4 MiB).
+StatusOr<size_t> AllreduceBucketBytes(const EnvLookup& env);
 
 }  // namespace kv
 }  // namespace kvtrain

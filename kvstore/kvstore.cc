@@ -28,11 +28,12 @@ StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type,
     if (options.communicator) {
       return CreateAllreduceKVStore(options.communicator, options);
     }
+    KV_ASSIGN_OR_RETURN(StoreSettings settings, StoreSettings::FromEnv(options.env));
     const EnvLookup& env = options.env;
     const auto role = env(env::kRole);
     const bool mpi = env(env::kOmpiSize) || env(env::kPmiSize);
-    if (!mpi && role == "scheduler") return kv::AllreduceKVStore::RendezvousOnly(options);
-    if (!mpi && role == "server") {
+    if (role == "scheduler") return kv::AllreduceKVStore::RendezvousOnly(options);
+    if (role == "server") {
       return Status::FailedPrecondition(
           "dist_allreduce has no servers, but this process has DMLC_ROLE=server "
           "(launch with -s 0)");
@@ -45,7 +46,9 @@ StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type,
     } else {
       KV_ASSIGN_OR_RETURN(comm, collective::Communicator::CreateFromEnv(env));
     }
-    return CreateAllreduceKVStore(comm, options);
+    KV_ASSIGN_OR_RETURN(size_t bucket_bytes, kv::AllreduceBucketBytes(options.env));
+    return std::unique_ptr<KVStore>(new kv::AllreduceKVStore(
+        std::move(comm), bucket_bytes, settings.timeout, /*owns_comm=*/true));
   }
   std::string valid;
   for (const std::string& t : Types()) valid += (valid.empty() ? "" : ", ") + t;
@@ -60,11 +63,9 @@ StatusOr<std::unique_ptr<KVStore>> CreateAllreduceKVStore(
     return Status::InvalidArgument("CreateAllreduceKVStore: no communicator");
   }
   KV_ASSIGN_OR_RETURN(StoreSettings settings, StoreSettings::FromEnv(options.env));
-  KV_ASSIGN_OR_RETURN(int64_t bucket_bytes,
-                      GetIntVar(options.env, env::kAllreduceBucketBytes, 4 << 20, 4,
-                                int64_t{1} << 40));
+  KV_ASSIGN_OR_RETURN(size_t bucket_bytes, kv::AllreduceBucketBytes(options.env));
   return std::unique_ptr<KVStore>(new kv::AllreduceKVStore(
-      std::move(communicator), static_cast<size_t>(bucket_bytes), settings.timeout));
+      std::move(communicator), bucket_bytes, settings.timeout, /*owns_comm=*/false));
 }
 
 Status KVStore::Push(const std::vector<Key>& keys,

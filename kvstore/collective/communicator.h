@@ -57,9 +57,11 @@ struct GroupEnv {
   bool host_rendezvous = false;  // this process serves it (MPI rank 0)
   std::string advertise_host;    // the address peers reach this rank at
 
-  // OMPI_COMM_WORLD_RANK/SIZE, else PMI_RANK/PMI_SIZE, else DMLC_* (role
-  // worker, DMLC_RANK, DMLC_NUM_WORKER); the rendezvous is
-  // KVTRAIN_RENDEZVOUS=host:port, else DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT.
+  // With DMLC_ROLE set (tracker/launch.py, any launcher): DMLC_RANK and
+  // DMLC_NUM_WORKER, the scheduler serves the rendezvous. Otherwise
+  // OMPI_COMM_WORLD_RANK/SIZE, else PMI_RANK/PMI_SIZE, and rank 0 serves it.
+  // The rendezvous is KVTRAIN_RENDEZVOUS=host:port, else
+  // DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT.
   // Bad or missing values are errors naming the variable.
   static StatusOr<GroupEnv> FromEnv(const EnvLookup& env);
 };

@@ -214,6 +214,19 @@ TEST(GroupEnvTest, ReadsLaunchersAndNamesBadVariables) {
   EXPECT_EQ(dmlc->rank, 3);
   EXPECT_EQ(dmlc->size, 4);
   EXPECT_FALSE(dmlc->host_rendezvous);
+  // launch.py --launcher mpi: DMLC_ROLE wins over the MPI variables (its
+  // scheduler serves the rendezvous, not MPI rank 0).
+  auto both = GroupEnv::FromEnv(MapEnv({{"DMLC_ROLE", "worker"},
+                                        {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+                                        {"DMLC_PS_ROOT_PORT", "7000"},
+                                        {"DMLC_NUM_WORKER", "2"},
+                                        {"DMLC_NUM_SERVER", "0"},
+                                        {"DMLC_RANK", "0"},
+                                        {"OMPI_COMM_WORLD_RANK", "0"},
+                                        {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->source, "DMLC");
+  EXPECT_FALSE(both->host_rendezvous);
 
   auto error = [](std::map<std::string, std::string> vars) {
     auto g = GroupEnv::FromEnv(MapEnv(std::move(vars)));

@@ -92,16 +92,26 @@ StatusOr<CommunicatorOptions> CommunicatorOptions::FromEnv(const EnvLookup& env)
 StatusOr<GroupEnv> GroupEnv::FromEnv(const EnvLookup& env) {
   GroupEnv g;
   bool found = false;
-  KV_RETURN_IF_ERROR(RankSizeFrom(env, env::kOmpiRank, env::kOmpiSize, &g, &found));
-  if (found) {
-    g.source = "Open MPI";
-  } else {
-    KV_RETURN_IF_ERROR(RankSizeFrom(env, env::kPmiRank, env::kPmiSize, &g, &found));
-    if (found) g.source = "PMI";
+  // launch.py (any launcher, mpi included) sets DMLC_ROLE and its scheduler
+  // serves the rendezvous; otherwise an MPI launcher's variables.
+  if (!env(env::kRole)) {
+    KV_RETURN_IF_ERROR(RankSizeFrom(env, env::kOmpiRank, env::kOmpiSize, &g, &found));
+    if (found) {
+      g.source = "Open MPI";
+    } else {
+      KV_RETURN_IF_ERROR(RankSizeFrom(env, env::kPmiRank, env::kPmiSize, &g, &found));
+      if (found) g.source = "PMI";
+    }
   }
   if (found) {
     g.host_rendezvous = g.rank == 0;
   } else {
+    if (!env(env::kRole)) {
+      return Status::InvalidArgument(
+          std::string("not in a job: set ") + env::kOmpiRank + "/" + env::kOmpiSize +
+          " (mpirun), " + env::kPmiRank + "/" + env::kPmiSize + " (mpiexec) or " +
+          env::kRole + " (tracker/launch.py)");
+    }
     KV_ASSIGN_OR_RETURN(NodeConfig config, NodeConfig::FromEnv(env));
     if (config.role != Role::kWorker) {
       return Status::FailedPrecondition(

@@ -124,6 +124,13 @@ class MpirunTest(unittest.TestCase):
             for rank in range(n):
                 self.assertIn("rank %d of %d ok" % (rank, n), r.stdout)
 
+    def test_launch_py_mpi_launcher(self):
+        code, out = launch(["-n", "2", "-s", "0", "--launcher", "mpi"] + JOB_ENV + [NODE],
+                           timeout=180)
+        self.assertEqual(code, 0, out)
+        for r in (0, 1):
+            self.assertIn("collective_test_node: rank %d of 2 ok" % r, out)
+
 
 if __name__ == "__main__":
     pyunit.main()
