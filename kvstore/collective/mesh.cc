@@ -29,11 +29,15 @@ std::string Seconds(double s) {
   return os.str();
 }
 
-void ReleaseZeroCopy(void* /*data*/, void* hint) {
-  static_cast<std::atomic<int64_t>*>(hint)->fetch_sub(1);
-}
-
 }  // namespace
+
+void ReleaseZeroCopy(void* /*data*/, void* hint) {
+  Mesh* mesh = static_cast<Mesh*>(hint);
+  if (mesh->unreleased_.fetch_sub(1) == 1) {
+    std::lock_guard<std::mutex> l(mesh->released_mu_);
+    mesh->released_cv_.notify_all();
+  }
+}
 
 struct Mesh::Peer {
   std::mutex mu;
@@ -158,7 +162,7 @@ Status Mesh::SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
   } else {
     unreleased_.fetch_add(1);
     zmq_msg_init_data(&m, const_cast<void*>(data), size, ReleaseZeroCopy,
-                      &unreleased_);
+                      this);
   }
   if (zmq_msg_send(&m, p.dealer, 0) < 0) {
     const std::string err = ZmqError();
@@ -237,12 +241,10 @@ StatusOr<std::unique_ptr<Payload>> Mesh::Recv(int peer, MsgKind kind,
 }
 
 Status Mesh::WaitReleased(Clock::time_point deadline) {
-  while (unreleased_.load() > 0) {
-    if (Clock::now() > deadline) {
-      return Status::DeadlineExceeded(
-          "sends not taken by the network in time");
-    }
-    std::this_thread::yield();
+  std::unique_lock<std::mutex> l(released_mu_);
+  if (!released_cv_.wait_until(l, deadline,
+                               [this] { return unreleased_.load() <= 0; })) {
+    return Status::DeadlineExceeded("sends not taken by the network in time");
   }
   return Status::OK();
 }

@@ -139,7 +139,12 @@ class Mesh {
   std::vector<Clock::time_point> last_heard_ GUARDED_BY(mu_);
   std::vector<Clock::time_point> dropped_at_ GUARDED_BY(mu_);  // max = none
 
+  // Zero-copy sends ZeroMQ still holds; the release callback (on ZeroMQ's
+  // I/O thread) signals released_cv_ when it reaches 0.
   std::atomic<int64_t> unreleased_{0};
+  std::mutex released_mu_;
+  std::condition_variable released_cv_;
+  friend void ReleaseZeroCopy(void* data, void* hint);
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::mutex close_mu_;
