@@ -53,6 +53,14 @@ inline constexpr char kJobKey[] = "KVTRAIN_JOB_KEY";
 inline constexpr char kJobKeyFile[] = "KVTRAIN_JOB_KEY_FILE";
 inline constexpr char kInsecure[] = "KVTRAIN_INSECURE";
 inline constexpr char kJobId[] = "KVTRAIN_JOB_ID";
+// All-reduce groups (dist_allreduce): rank and size from MPI launchers, the
+// rendezvous address, gradient buckets.
+inline constexpr char kOmpiRank[] = "OMPI_COMM_WORLD_RANK";
+inline constexpr char kOmpiSize[] = "OMPI_COMM_WORLD_SIZE";
+inline constexpr char kPmiRank[] = "PMI_RANK";
+inline constexpr char kPmiSize[] = "PMI_SIZE";
+inline constexpr char kRendezvous[] = "KVTRAIN_RENDEZVOUS";
+inline constexpr char kAllreduceBucketBytes[] = "KVTRAIN_ALLREDUCE_BUCKET_BYTES";
 
 }  // namespace env
 
