@@ -200,6 +200,8 @@ void Executor::PrepareSteps() {
     const Tensor& ws = workspaces_[s.device];
     s.ctx.workspace = ws.raw_data();
     s.ctx.workspace_bytes = ws.nbytes();
+    s.ctx.peer_link = peer_link_;
+    s.ctx.peer_timeout = peer_timeout_;
     for (int id : s.inputs) {
       s.fwd.in.push_back(entries_[id].value);
       s.fwd_reads.push_back(entries_[id].var);
