@@ -72,6 +72,18 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "Dist KVStore processes: 1 keeps freed memory in glibc's one arena so "
        "large receive buffers are reused instead of page-faulted in per "
        "message; 0 leaves malloc alone."},
+      {env::kOmpiRank, "(none)",
+       "Set by Open MPI's mpirun: this process's rank in an all-reduce group (with OMPI_COMM_WORLD_SIZE); read before PMI_* and DMLC_*."},
+      {env::kOmpiSize, "(none)",
+       "Set by Open MPI's mpirun: the all-reduce group's size."},
+      {env::kPmiRank, "(none)",
+       "Set by MPICH/Hydra's mpiexec: the rank, when OMPI_COMM_WORLD_RANK is unset."},
+      {env::kPmiSize, "(none)",
+       "Set by MPICH/Hydra's mpiexec: the group's size."},
+      {env::kRendezvous, "(none)",
+       "host:port of an all-reduce group's rendezvous; under mpirun rank 0 listens there. Unset: DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT (tracker/launch.py's scheduler serves it)."},
+      {env::kAllreduceBucketBytes, "4194304",
+       "dist_allreduce: gradients are fused into buckets of about this many bytes, each all-reduced as soon as all of its keys are pushed."},
   };
   return kDocs;
 }

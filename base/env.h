@@ -47,6 +47,14 @@ inline constexpr char kMxnetBigArrayBound[] = "MXNET_KVSTORE_BIGARRAY_BOUND";
 inline constexpr char kServerThreads[] = "KVTRAIN_SERVER_THREADS";
 inline constexpr char kKVStoreTimeout[] = "KVTRAIN_KVSTORE_TIMEOUT";
 inline constexpr char kKeepFreedMemory[] = "KVTRAIN_KEEP_FREED_MEMORY";
+// All-reduce groups (dist_allreduce): rank and size from MPI launchers, the
+// rendezvous address, gradient buckets.
+inline constexpr char kOmpiRank[] = "OMPI_COMM_WORLD_RANK";
+inline constexpr char kOmpiSize[] = "OMPI_COMM_WORLD_SIZE";
+inline constexpr char kPmiRank[] = "PMI_RANK";
+inline constexpr char kPmiSize[] = "PMI_SIZE";
+inline constexpr char kRendezvous[] = "KVTRAIN_RENDEZVOUS";
+inline constexpr char kAllreduceBucketBytes[] = "KVTRAIN_ALLREDUCE_BUCKET_BYTES";
 
 }  // namespace env
 

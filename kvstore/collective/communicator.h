@@ -1,0 +1,139 @@
+// Communicator: a process group over ZeroMQ for all-reduce data parallelism
+// and point-to-point model parallelism. Tagged Send/Recv (PeerLink), ring
+// all-reduce (reduce-scatter + all-gather, streamed in pieces), barrier,
+// broadcast, and Split into sub-groups. Every wait has a timeout, and a peer
+// that dies or goes silent turns waits on it into errors naming its rank and
+// address within seconds (connection drop, or heartbeats).
+//
+// Creating one: CreateFromEnv under tracker/launch.py -s 0 (the scheduler
+// process serves the rendezvous: ServeRendezvous) or under mpirun/mpiexec
+// (rank and size from OMPI_COMM_WORLD_* or PMI_*; rank 0 serves the
+// rendezvous at KVTRAIN_RENDEZVOUS); CreateLocalGroup for tests.
+#ifndef KVTRAIN_KVSTORE_COLLECTIVE_COMMUNICATOR_H_
+#define KVTRAIN_KVSTORE_COLLECTIVE_COMMUNICATOR_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/env.h"
+#include "base/peer_link.h"
+#include "base/status.h"
+#include "base/thread_annotations.h"
+
+namespace kvtrain {
+namespace collective {
+
+class Mesh;
+
+struct CommunicatorOptions {
+  // Longest wait of one collective (KVTRAIN_KVSTORE_TIMEOUT).
+  std::chrono::milliseconds timeout = std::chrono::seconds(600);
+  // Seconds between heartbeats, 0 = off (PS_HEARTBEAT_INTERVAL).
+  double heartbeat_interval_s = 1.0;
+  // Seconds of silence before a peer is dead (PS_HEARTBEAT_TIMEOUT).
+  double heartbeat_timeout_s = 10.0;
+  // Seconds to wait for every rank at start (KVTRAIN_STARTUP_TIMEOUT).
+  double startup_timeout_s = 60.0;
+  // All-reduce streams each rank's segment in pieces of at most this many
+  // bytes, so adding one piece overlaps receiving the next.
+  size_t piece_bytes = 256 << 10;
+
+  // Fills the fields above from the environment (named variables).
+  static StatusOr<CommunicatorOptions> FromEnv(const EnvLookup& env);
+};
+
+// Where the rank, size and rendezvous of this process come from.
+struct GroupEnv {
+  int rank = 0;
+  int size = 1;
+  std::string source;           // "Open MPI", "PMI", "DMLC"
+  std::string rendezvous_host;  // the rendezvous address
+  int rendezvous_port = 0;
+  bool host_rendezvous = false;  // this process serves it (MPI rank 0)
+  std::string advertise_host;    // the address peers reach this rank at
+
+  // OMPI_COMM_WORLD_RANK/SIZE, else PMI_RANK/PMI_SIZE, else DMLC_* (role
+  // worker, DMLC_RANK, DMLC_NUM_WORKER); the rendezvous is
+  // KVTRAIN_RENDEZVOUS=host:port, else DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT.
+  // Bad or missing values are errors naming the variable.
+  static StatusOr<GroupEnv> FromEnv(const EnvLookup& env);
+};
+
+// Thread-safe: Send/Recv from any threads. Collectives (AllReduceSum,
+// Barrier, Broadcast, Split) are serialised per communicator and must be
+// called in the same order on every rank of the group; different
+// communicators (e.g. a Split's) are independent.
+class Communicator : public PeerLink {
+ public:
+  // Joins the job this process belongs to (see GroupEnv::FromEnv).
+  static StatusOr<std::shared_ptr<Communicator>> CreateFromEnv(
+      const EnvLookup& env = ProcessEnv());
+  // Joins as `group` says, with `options`.
+  static StatusOr<std::shared_ptr<Communicator>> Create(
+      const GroupEnv& group, const CommunicatorOptions& options);
+  // `n` connected communicators in this process (loopback), for tests.
+  static StatusOr<std::vector<std::shared_ptr<Communicator>>> CreateLocalGroup(
+      int n, const CommunicatorOptions& options = {});
+  // The scheduler process of a launch.py job with 0 servers: serves the
+  // rendezvous for DMLC_NUM_WORKER ranks at DMLC_PS_ROOT_PORT (0: any free
+  // port, written to KVTRAIN_SCHEDULER_PORT_FILE) and returns once every
+  // rank has the table.
+  static Status ServeRendezvous(const EnvLookup& env = ProcessEnv());
+
+  ~Communicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+
+  // PeerLink. `peer` is a rank of this communicator.
+  Status Send(int peer, uint64_t tag, const void* data, size_t size) override;
+  Status Recv(int peer, uint64_t tag, void* data, size_t size,
+              Duration timeout) override;
+
+  // Sums `count` floats across the group, in place on every rank.
+  Status AllReduceSum(float* data, size_t count);
+  // Returns once every rank of the group has entered.
+  Status Barrier();
+  // Copies root's `size` bytes into every rank's `data`.
+  Status Broadcast(int root, void* data, size_t size);
+  // MPI_Comm_split: ranks with the same `color` (>= 0) form a group,
+  // ordered by (key, rank). A negative color joins none: nullptr.
+  StatusOr<std::shared_ptr<Communicator>> Split(int color, int key);
+
+  // "rank 1 (10.0.0.2:40123)" for a rank of this communicator.
+  std::string PeerName(int peer) const;
+  const CommunicatorOptions& options() const { return options_; }
+
+  // Leaves: peers' waits on this process fail as "has left". Closes the
+  // connections shared with communicators Split from this one. Idempotent.
+  void Close();
+
+ private:
+  Communicator(std::shared_ptr<Mesh> mesh, uint64_t group,
+               std::vector<int> members, int rank,
+               const CommunicatorOptions& options);
+  uint64_t NextSeq() REQUIRES(coll_mu_) { return seq_++; }
+  Status RingAllReduce(float* data, size_t count, uint64_t tag)
+      REQUIRES(coll_mu_);
+  Status RecvPiece(int peer, uint64_t tag, size_t bytes,
+                   std::chrono::steady_clock::time_point deadline,
+                   const char* what, void* copy_to, float* add_to);
+
+  std::shared_ptr<Mesh> mesh_;
+  const uint64_t group_;
+  const std::vector<int> members_;  // global rank of each rank
+  const int rank_;
+  const CommunicatorOptions options_;
+  std::mutex coll_mu_;
+  uint64_t seq_ GUARDED_BY(coll_mu_) = 0;
+};
+
+}  // namespace collective
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_COLLECTIVE_COMMUNICATOR_H_

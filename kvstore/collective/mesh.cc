@@ -1,0 +1,438 @@
+// Mesh: ZeroMQ sockets, the receive thread, heartbeats and peer liveness.
+#include "kvstore/collective/mesh.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+namespace kvtrain {
+namespace collective {
+
+namespace {
+
+struct WireHeader {
+  uint32_t kind;
+  int32_t sender;
+  uint64_t group;
+  uint64_t tag;
+};
+static_assert(sizeof(WireHeader) == 24, "wire header is 24 bytes");
+
+std::string ZmqError() { return zmq_strerror(zmq_errno()); }
+
+std::string Seconds(double s) {
+  std::ostringstream os;
+  os << s << " s";
+  return os.str();
+}
+
+void ReleaseZeroCopy(void* /*data*/, void* hint) {
+  static_cast<std::atomic<int64_t>*>(hint)->fetch_sub(1);
+}
+
+}  // namespace
+
+struct Mesh::Peer {
+  std::mutex mu;
+  void* dealer GUARDED_BY(mu) = nullptr;
+  void* monitor = nullptr;  // PAIR receiving the DEALER's events; thread only
+  Endpoint endpoint;
+};
+
+StatusOr<std::unique_ptr<Mesh>> Mesh::Bind(int rank, int size,
+                                           const MeshOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return Status::InvalidArgument("rank " + std::to_string(rank) +
+                                   " is not in a group of " +
+                                   std::to_string(size));
+  }
+  void* ctx = zmq_ctx_new();
+  if (ctx == nullptr) return Status::Internal("zmq_ctx_new: " + ZmqError());
+  std::unique_ptr<Mesh> mesh(new Mesh(rank, size, options, ctx));
+  void* router = zmq_socket(ctx, ZMQ_ROUTER);
+  if (router == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
+  mesh->router_ = router;
+  const int zero = 0;
+  zmq_setsockopt(router, ZMQ_RCVHWM, &zero, sizeof(zero));
+  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
+  if (zmq_bind(router, "tcp://*:*") != 0) {
+    return Status::Unavailable("cannot bind a port: " + ZmqError());
+  }
+  char last[256];
+  size_t len = sizeof(last);
+  if (zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, last, &len) != 0) {
+    return Status::Internal("ZMQ_LAST_ENDPOINT: " + ZmqError());
+  }
+  const std::string bound(last);
+  mesh->port_ = std::atoi(bound.c_str() + bound.rfind(':') + 1);
+  return mesh;
+}
+
+Mesh::Mesh(int rank, int size, const MeshOptions& options, void* ctx)
+    : rank_(rank), size_(size), options_(options), ctx_(ctx) {
+  for (int i = 0; i < size; ++i) peers_.push_back(std::make_unique<Peer>());
+  dead_.assign(size, "");
+  said_bye_.assign(size, false);
+  last_heard_.assign(size, Clock::now());
+  dropped_at_.assign(size, Clock::time_point::max());
+}
+
+Mesh::~Mesh() { Close(); }
+
+std::string Mesh::PeerName(int peer) const {
+  std::string name = "rank " + std::to_string(peer);
+  if (peer >= 0 && peer < size_ && !peers_[peer]->endpoint.host.empty()) {
+    name += " (" + peers_[peer]->endpoint.ToString() + ")";
+  }
+  return name;
+}
+
+Status Mesh::Connect(const std::vector<Endpoint>& peers) {
+  CHECK_EQ(static_cast<int>(peers.size()), size_);
+  const int zero = 0;
+  const int32_t id = rank_;
+  for (int p = 0; p < size_; ++p) {
+    Peer& peer = *peers_[p];
+    peer.endpoint = peers[p];
+    if (p == rank_) continue;
+    void* s = zmq_socket(ctx_, ZMQ_DEALER);
+    if (s == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, &id, sizeof(id));
+    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero));
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    const std::string mon = "inproc://mesh-monitor-" +
+                            std::to_string(reinterpret_cast<uintptr_t>(this)) +
+                            "-" + std::to_string(p);
+    zmq_socket_monitor(s, mon.c_str(), ZMQ_EVENT_DISCONNECTED);
+    peer.monitor = zmq_socket(ctx_, ZMQ_PAIR);
+    zmq_connect(peer.monitor, mon.c_str());
+    const std::string ep = "tcp://" + peers[p].ToString();
+    if (zmq_connect(s, ep.c_str()) != 0) {
+      const std::string err = ZmqError();
+      zmq_close(s);
+      return Status::Unavailable("cannot connect to " + PeerName(p) + ": " +
+                                 err);
+    }
+    std::lock_guard<std::mutex> l(peer.mu);
+    peer.dealer = s;
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    last_heard_.assign(size_, Clock::now());
+  }
+  thread_ = std::thread([this] { RecvLoop(); });
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) KV_RETURN_IF_ERROR(Send(p, MsgKind::kHello, 0, 0, "", 0));
+  }
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(options_.startup_timeout_s));
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    auto hello = Recv(p, MsgKind::kHello, 0, 0, deadline);
+    if (!hello.ok()) {
+      return hello.status().Annotate("connecting to " + PeerName(p));
+    }
+  }
+  return Status::OK();
+}
+
+Status Mesh::SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
+                     const void* data, size_t size, bool copy) {
+  Peer& p = *peers_[peer];
+  WireHeader h{static_cast<uint32_t>(kind), rank_, group, tag};
+  std::lock_guard<std::mutex> l(p.mu);
+  if (p.dealer == nullptr) {
+    return Status::Unavailable("no connection to " + PeerName(peer));
+  }
+  if (zmq_send(p.dealer, &h, sizeof(h), ZMQ_SNDMORE) < 0) {
+    return Status::Unavailable("send to " + PeerName(peer) + ": " + ZmqError());
+  }
+  zmq_msg_t m;
+  if (copy || size == 0) {
+    zmq_msg_init_size(&m, size);
+    if (size > 0) std::memcpy(zmq_msg_data(&m), data, size);
+  } else {
+    unreleased_.fetch_add(1);
+    zmq_msg_init_data(&m, const_cast<void*>(data), size, ReleaseZeroCopy,
+                      &unreleased_);
+  }
+  if (zmq_msg_send(&m, p.dealer, 0) < 0) {
+    const std::string err = ZmqError();
+    zmq_msg_close(&m);
+    return Status::Unavailable("send to " + PeerName(peer) + ": " + err);
+  }
+  return Status::OK();
+}
+
+Status Mesh::Send(int peer, MsgKind kind, uint64_t group, uint64_t tag,
+                  const void* data, size_t size, bool copy) {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return Status::InvalidArgument(
+        "send from rank " + std::to_string(rank_) + " to invalid peer " +
+        std::to_string(peer) + " (group of " + std::to_string(size_) + ")");
+  }
+  KV_RETURN_IF_ERROR(PeerStatus(peer));
+  return SendRaw(peer, kind, group, tag, data, size, copy);
+}
+
+Status Mesh::PeerStatus(int peer) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!dead_[peer].empty()) {
+    return Status::Unavailable(PeerName(peer) + " is dead: " + dead_[peer]);
+  }
+  return Status::OK();
+}
+
+StatusOr<std::unique_ptr<Payload>> Mesh::Recv(int peer, MsgKind kind,
+                                              uint64_t group, uint64_t tag,
+                                              Clock::time_point deadline) {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return Status::InvalidArgument(
+        "receive on rank " + std::to_string(rank_) + " from invalid peer " +
+        std::to_string(peer) + " (group of " + std::to_string(size_) + ")");
+  }
+  const QueueKey key{peer, static_cast<uint32_t>(kind), group, tag};
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    auto it = queues_.find(key);
+    if (it != queues_.end() && !it->second.empty()) {
+      std::unique_ptr<Payload> p = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) queues_.erase(it);
+      return p;
+    }
+    if (!dead_[peer].empty()) {
+      return Status::Unavailable(PeerName(peer) + " is dead: " + dead_[peer]);
+    }
+    if (kind == MsgKind::kCollective) {
+      // A collective cannot finish once any rank is gone; fail now rather
+      // than wait for the failure to travel around the ring.
+      for (int p = 0; p < size_; ++p) {
+        if (!dead_[p].empty()) {
+          return Status::Unavailable(PeerName(p) + " is dead: " + dead_[p]);
+        }
+      }
+    }
+    if (said_bye_[peer]) {
+      return Status::Unavailable(PeerName(peer) +
+                                 " has left (closed its communicator)");
+    }
+    if (cv_.wait_until(l, deadline) == std::cv_status::timeout &&
+        Clock::now() >= deadline) {
+      auto again = queues_.find(key);
+      if (again == queues_.end() || again->second.empty()) {
+        return Status::DeadlineExceeded("no message from " + PeerName(peer) +
+                                        " in time");
+      }
+    }
+  }
+}
+
+Status Mesh::WaitReleased(Clock::time_point deadline) {
+  while (unreleased_.load() > 0) {
+    if (Clock::now() > deadline) {
+      return Status::DeadlineExceeded(
+          "sends not taken by the network in time");
+    }
+    std::this_thread::yield();
+  }
+  return Status::OK();
+}
+
+void Mesh::MarkDead(int peer, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!dead_[peer].empty() || said_bye_[peer]) return;
+    dead_[peer] = why;
+  }
+  LOG(ERROR) << "rank " << rank_ << ": " << PeerName(peer) << " is dead: " << why;
+  cv_.notify_all();
+}
+
+void Mesh::HandleIncoming(void* router) {
+  for (;;) {
+    zmq_msg_t id;
+    zmq_msg_init(&id);
+    if (zmq_msg_recv(&id, router, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&id);
+      return;
+    }
+    bool more = zmq_msg_more(&id);
+    zmq_msg_close(&id);
+    std::vector<std::unique_ptr<Payload>> frames;
+    while (more) {
+      auto f = std::make_unique<Payload>();
+      if (zmq_msg_recv(&f->msg, router, 0) < 0) break;
+      more = zmq_msg_more(&f->msg);
+      frames.push_back(std::move(f));
+    }
+    if (frames.empty() || frames[0]->size() != sizeof(WireHeader)) {
+      LOG(WARNING) << "rank " << rank_ << ": dropped a malformed message";
+      continue;
+    }
+    WireHeader h;
+    std::memcpy(&h, frames[0]->data(), sizeof(h));
+    if (h.sender < 0 || h.sender >= size_ || h.sender == rank_) {
+      LOG(WARNING) << "rank " << rank_ << ": dropped a message from unknown "
+                   << "rank " << h.sender;
+      continue;
+    }
+    std::unique_ptr<Payload> body =
+        frames.size() > 1 ? std::move(frames[1]) : std::make_unique<Payload>();
+    const MsgKind kind = static_cast<MsgKind>(h.kind);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      last_heard_[h.sender] = Clock::now();
+      if (kind == MsgKind::kHeartbeat) continue;
+      if (kind == MsgKind::kBye) {
+        said_bye_[h.sender] = true;
+      } else {
+        queues_[QueueKey{h.sender, h.kind, h.group, h.tag}].push_back(
+            std::move(body));
+      }
+    }
+    cv_.notify_all();
+  }
+}
+
+void Mesh::HandleMonitor(int peer) {
+  void* mon = peers_[peer]->monitor;
+  for (;;) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&m);
+      return;
+    }
+    uint16_t event = 0;
+    if (zmq_msg_size(&m) >= 2) std::memcpy(&event, zmq_msg_data(&m), 2);
+    const bool more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+    if (more) {  // the endpoint frame
+      zmq_msg_t addr;
+      zmq_msg_init(&addr);
+      zmq_msg_recv(&addr, mon, 0);
+      zmq_msg_close(&addr);
+    }
+    if (event == ZMQ_EVENT_DISCONNECTED) {
+      std::lock_guard<std::mutex> l(mu_);
+      if (dropped_at_[peer] == Clock::time_point::max()) {
+        dropped_at_[peer] = Clock::now();
+      }
+    }
+  }
+}
+
+void Mesh::Beat(Clock::time_point now) {
+  std::vector<int> silent, dropped;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_ || !dead_[p].empty() || said_bye_[p]) continue;
+      const double quiet =
+          std::chrono::duration<double>(now - last_heard_[p]).count();
+      if (options_.heartbeat_interval_s > 0 &&
+          quiet > options_.heartbeat_timeout_s) {
+        silent.push_back(p);
+      }
+      if (dropped_at_[p] != Clock::time_point::max() &&
+          std::chrono::duration<double>(now - dropped_at_[p]).count() >
+              options_.disconnect_grace_s) {
+        dropped.push_back(p);
+      }
+    }
+  }
+  for (int p : silent) {
+    MarkDead(p, "silent for more than " +
+                    Seconds(options_.heartbeat_timeout_s) +
+                    " (PS_HEARTBEAT_TIMEOUT)");
+  }
+  for (int p : dropped) {
+    MarkDead(p, "its connection dropped without a goodbye (process exited "
+                "or was killed)");
+  }
+  if (options_.heartbeat_interval_s <= 0) return;
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_ && PeerStatus(p).ok()) {
+      SendRaw(p, MsgKind::kHeartbeat, 0, 0, nullptr, 0, true);
+    }
+  }
+}
+
+void Mesh::RecvLoop() {
+  std::vector<zmq_pollitem_t> items;
+  std::vector<int> item_peer;
+  items.push_back({router_, 0, ZMQ_POLLIN, 0});
+  item_peer.push_back(-1);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    items.push_back({peers_[p]->monitor, 0, ZMQ_POLLIN, 0});
+    item_peer.push_back(p);
+  }
+  const auto interval = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(options_.heartbeat_interval_s > 0
+                                        ? options_.heartbeat_interval_s
+                                        : 0.1));
+  auto next_beat = Clock::now();
+  while (!stop_.load()) {
+    const int n = zmq_poll(items.data(), static_cast<int>(items.size()), 50);
+    if (n < 0 && zmq_errno() == ETERM) return;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!(items[i].revents & ZMQ_POLLIN)) continue;
+      if (item_peer[i] < 0) {
+        HandleIncoming(router_);
+      } else {
+        HandleMonitor(item_peer[i]);
+      }
+    }
+    const auto now = Clock::now();
+    if (now >= next_beat) {
+      Beat(now);
+      next_beat = now + interval;
+    }
+  }
+}
+
+void Mesh::Close() {
+  {
+    std::lock_guard<std::mutex> l(close_mu_);
+    if (closed_) return;
+    closed_ = true;
+  }
+  if (thread_.joinable()) {
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_ && PeerStatus(p).ok()) {
+        SendRaw(p, MsgKind::kBye, 0, 0, nullptr, 0, true);
+      }
+    }
+    WaitReleased(Clock::now() + std::chrono::seconds(2));
+    stop_.store(true);
+    thread_.join();
+  }
+  for (int p = 0; p < size_; ++p) {
+    Peer& peer = *peers_[p];
+    std::lock_guard<std::mutex> l(peer.mu);
+    if (peer.dealer != nullptr) {
+      const int linger = PeerStatus(p).ok() ? 200 : 0;
+      zmq_setsockopt(peer.dealer, ZMQ_LINGER, &linger, sizeof(linger));
+      zmq_socket_monitor(peer.dealer, nullptr, 0);
+      zmq_close(peer.dealer);
+      peer.dealer = nullptr;
+    }
+    if (peer.monitor != nullptr) {
+      zmq_close(peer.monitor);
+      peer.monitor = nullptr;
+    }
+  }
+  if (router_ != nullptr) zmq_close(router_);
+  router_ = nullptr;
+  zmq_ctx_term(ctx_);
+  ctx_ = nullptr;
+}
+
+}  // namespace collective
+}  // namespace kvtrain

@@ -1,0 +1,151 @@
+// Mesh: the ZeroMQ full mesh under a communicator. Every rank binds one
+// ROUTER socket and connects one DEALER to every other rank (its routing id
+// is the sender's rank). A receive thread files incoming messages into
+// queues keyed by (sender, kind, group, tag), sends heartbeats and watches
+// the peers: a peer whose connection drops without a goodbye, or that stays
+// silent past the heartbeat timeout, is dead, and every wait on it fails
+// naming its rank and address. Private to kvstore/collective.
+#ifndef KVTRAIN_KVSTORE_COLLECTIVE_MESH_H_
+#define KVTRAIN_KVSTORE_COLLECTIVE_MESH_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <zmq.h>
+
+#include "base/status.h"
+#include "base/thread_annotations.h"
+
+namespace kvtrain {
+namespace collective {
+
+using Clock = std::chrono::steady_clock;
+
+struct Endpoint {
+  std::string host;
+  int port = 0;
+  std::string ToString() const { return host + ":" + std::to_string(port); }
+};
+
+// What a message is for; queues of different kinds never mix.
+enum class MsgKind : uint32_t {
+  kUser = 0,       // PeerLink::Send/Recv
+  kCollective = 1, // all-reduce, broadcast, barrier, split
+  kHello = 2,      // connection handshake
+  kHeartbeat = 3,
+  kBye = 4,        // the sender is leaving cleanly
+};
+
+// A received payload; keeps the ZeroMQ frame alive (no copy).
+class Payload {
+ public:
+  Payload() { zmq_msg_init(&msg); }
+  ~Payload() { zmq_msg_close(&msg); }
+  Payload(const Payload&) = delete;
+  Payload& operator=(const Payload&) = delete;
+  const char* data() const {
+    return static_cast<const char*>(zmq_msg_data(const_cast<zmq_msg_t*>(&msg)));
+  }
+  size_t size() const { return zmq_msg_size(const_cast<zmq_msg_t*>(&msg)); }
+
+  zmq_msg_t msg;
+};
+
+struct MeshOptions {
+  // Seconds between heartbeats; 0 turns them off.
+  double heartbeat_interval_s = 1.0;
+  // Seconds of silence after which a peer is dead.
+  double heartbeat_timeout_s = 10.0;
+  // Seconds to wait for every peer's hello.
+  double startup_timeout_s = 60.0;
+  // A peer whose connection dropped is dead unless its goodbye arrives
+  // within this many seconds (messages sent before it may still be queued).
+  double disconnect_grace_s = 0.5;
+};
+
+// Thread-safe.
+class Mesh {
+ public:
+  // Binds the ROUTER on every interface, any free port.
+  static StatusOr<std::unique_ptr<Mesh>> Bind(int rank, int size,
+                                              const MeshOptions& options);
+  ~Mesh();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int port() const { return port_; }
+
+  // Connects to every peer (`peers[rank]` is this rank, unused), starts the
+  // receive thread and returns once every peer's hello arrived.
+  Status Connect(const std::vector<Endpoint>& peers);
+
+  // Sends header + payload to `peer`. `copy` false: zero-copy, the caller
+  // keeps `data` unchanged until WaitReleased.
+  Status Send(int peer, MsgKind kind, uint64_t group, uint64_t tag,
+              const void* data, size_t size, bool copy = true);
+  // The next message from `peer` with this kind/group/tag.
+  StatusOr<std::unique_ptr<Payload>> Recv(int peer, MsgKind kind,
+                                          uint64_t group, uint64_t tag,
+                                          Clock::time_point deadline);
+  // Waits until ZeroMQ has let go of every zero-copy send.
+  Status WaitReleased(Clock::time_point deadline);
+
+  // "rank 1 (10.0.0.2:40123)".
+  std::string PeerName(int peer) const;
+  // OK while `peer` is alive; otherwise why it is not.
+  Status PeerStatus(int peer) EXCLUDES(mu_);
+
+  // Says goodbye to every peer, flushes, stops the thread. Idempotent.
+  void Close();
+
+ private:
+  struct Peer;
+  using QueueKey = std::tuple<int, uint32_t, uint64_t, uint64_t>;
+
+  Mesh(int rank, int size, const MeshOptions& options, void* ctx);
+  void RecvLoop();
+  void HandleIncoming(void* router);
+  void HandleMonitor(int peer);
+  void Beat(Clock::time_point now);
+  void MarkDead(int peer, const std::string& why) EXCLUDES(mu_);
+  Status SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
+                 const void* data, size_t size, bool copy);
+
+  const int rank_;
+  const int size_;
+  const MeshOptions options_;
+  void* ctx_;
+  void* router_ = nullptr;
+  int port_ = 0;
+  std::vector<std::unique_ptr<Peer>> peers_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<QueueKey, std::deque<std::unique_ptr<Payload>>> queues_
+      GUARDED_BY(mu_);
+  std::vector<std::string> dead_ GUARDED_BY(mu_);  // "" = alive
+  std::vector<bool> said_bye_ GUARDED_BY(mu_);
+  std::vector<Clock::time_point> last_heard_ GUARDED_BY(mu_);
+  std::vector<Clock::time_point> dropped_at_ GUARDED_BY(mu_);  // max = none
+
+  std::atomic<int64_t> unreleased_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex close_mu_;
+  bool closed_ GUARDED_BY(close_mu_) = false;
+};
+
+}  // namespace collective
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_COLLECTIVE_MESH_H_
