@@ -27,6 +27,9 @@ namespace kvtrain {
 namespace ps {
 class Postoffice;
 }
+namespace collective {
+class Communicator;
+}
 
 // A key: a non-negative int or a string (a parameter's name). A store may
 // hold both kinds. Value type, implicitly built from either.
@@ -58,6 +61,9 @@ struct KVStoreOptions {
   // Tests: an already started node to use instead of creating one from
   // `env`. It must outlive the store.
   ps::Postoffice* postoffice = nullptr;
+  // dist_allreduce: the group to reduce over (e.g. a Split of the world:
+  // the replicas of one model shard); null = join the job from `env`.
+  std::shared_ptr<collective::Communicator> communicator;
 };
 
 // Handle of an asynchronous push/pull; pass it to Wait once.
@@ -67,7 +73,8 @@ using KVHandle = int64_t;
 // the engine's callbacks). Values are float32 tensors on any device.
 class KVStore {
  public:
-  // `type`: local, device, dist_sync, dist_device_sync, dist_async. An
+  // `type`: local, device, dist_sync, dist_device_sync, dist_async,
+  // dist_allreduce (workers only, gradients summed by all-reduce). An
   // unknown type is an error listing the valid ones. Dist types read the
   // job's environment (NodeConfig) and join the job.
   static StatusOr<std::unique_ptr<KVStore>> Create(
@@ -148,6 +155,12 @@ class KVStore {
  private:
   const std::string type_;
 };
+
+// A dist_allreduce store over an existing communicator (every rank of it
+// creates one). Same as Create("dist_allreduce") with options.communicator.
+StatusOr<std::unique_ptr<KVStore>> CreateAllreduceKVStore(
+    std::shared_ptr<collective::Communicator> communicator,
+    const KVStoreOptions& options = {});
 
 }  // namespace kvtrain
 

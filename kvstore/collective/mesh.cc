@@ -205,6 +205,10 @@ StatusOr<std::unique_ptr<Payload>> Mesh::Recv(int peer, MsgKind kind,
       if (it->second.empty()) queues_.erase(it);
       return p;
     }
+    if (closing_) {
+      return Status::Aborted("rank " + std::to_string(rank_) +
+                             ": the communicator was closed");
+    }
     if (!dead_[peer].empty()) {
       return Status::Unavailable(PeerName(peer) + " is dead: " + dead_[peer]);
     }
@@ -403,6 +407,11 @@ void Mesh::Close() {
     if (closed_) return;
     closed_ = true;
   }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    closing_ = true;
+  }
+  cv_.notify_all();
   if (thread_.joinable()) {
     for (int p = 0; p < size_; ++p) {
       if (p != rank_ && PeerStatus(p).ok()) {

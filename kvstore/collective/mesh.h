@@ -135,6 +135,7 @@ class Mesh {
       GUARDED_BY(mu_);
   std::vector<std::string> dead_ GUARDED_BY(mu_);  // "" = alive
   std::vector<bool> said_bye_ GUARDED_BY(mu_);
+  bool closing_ GUARDED_BY(mu_) = false;
   std::vector<Clock::time_point> last_heard_ GUARDED_BY(mu_);
   std::vector<Clock::time_point> dropped_at_ GUARDED_BY(mu_);  // max = none
 

@@ -1,0 +1,487 @@
+// dist_allreduce: buckets, their sealing order, and the background thread
+// that all-reduces them and applies the updates.
+#include "kvstore/allreduce_kvstore.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace kvtrain {
+namespace kv {
+
+namespace {
+
+// The scheduler process of a launch.py job with -s 0: RunServer serves the
+// rendezvous; nothing else is valid.
+class RendezvousStore : public KVStore {
+ public:
+  explicit RendezvousStore(EnvLookup env)
+      : KVStore("dist_allreduce"), env_(std::move(env)) {}
+  Role role() const override { return Role::kScheduler; }
+  Status RunServer() override {
+    return collective::Communicator::ServeRendezvous(env_);
+  }
+  Status Init(const std::vector<Key>&, const std::vector<Tensor>&) override {
+    return NotWorker();
+  }
+  StatusOr<KVHandle> PushAsync(const std::vector<Key>&,
+                               const std::vector<Tensor>&, int) override {
+    return NotWorker();
+  }
+  StatusOr<KVHandle> PullAsync(const std::vector<Key>&,
+                               const std::vector<Tensor>&, int) override {
+    return NotWorker();
+  }
+  StatusOr<KVHandle> PushPullAsync(const std::vector<Key>&,
+                                   const std::vector<Tensor>&,
+                                   const std::vector<Tensor>&, int) override {
+    return NotWorker();
+  }
+  Status Wait(KVHandle) override { return NotWorker(); }
+  Status SetOptimizer(const proto::OptimizerSpec&) override { return NotWorker(); }
+  Status SetUpdater(Updater) override { return NotWorker(); }
+  Status SaveOptimizerStates(const std::string&) override { return NotWorker(); }
+  Status LoadOptimizerStates(const std::string&) override { return NotWorker(); }
+
+ private:
+  static Status NotWorker() {
+    return Status::FailedPrecondition(
+        "dist_allreduce: the scheduler process only serves the rendezvous "
+        "(call RunServer)");
+  }
+  EnvLookup env_;
+};
+
+}  // namespace
+
+std::unique_ptr<KVStore> AllreduceKVStore::RendezvousOnly(
+    const KVStoreOptions& options) {
+  return std::make_unique<RendezvousStore>(options.env);
+}
+
+AllreduceKVStore::AllreduceKVStore(
+    std::shared_ptr<collective::Communicator> comm, size_t bucket_bytes,
+    std::chrono::milliseconds timeout)
+    : KVStore("dist_allreduce"),
+      comm_(std::move(comm)),
+      bucket_floats_(std::max<size_t>(1, bucket_bytes / sizeof(float))),
+      timeout_(timeout) {
+  worker_ = std::thread([this] { WorkLoop(); });
+}
+
+AllreduceKVStore::~AllreduceKVStore() {
+  // Closing first wakes a background collective waiting on peers.
+  comm_->Close();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+uint64_t AllreduceKVStore::Enqueue(std::function<Status()> fn) {
+  const uint64_t seq = next_seq_++;
+  work_.emplace_back(seq, std::move(fn));
+  cv_.notify_all();
+  return seq;
+}
+
+void AllreduceKVStore::WorkLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    cv_.wait(l, [this] { return stop_ || !work_.empty(); });
+    if (work_.empty()) return;
+    auto item = std::move(work_.front());
+    work_.pop_front();
+    Status s;
+    if (error_.ok()) {
+      l.unlock();
+      s = item.second();
+      l.lock();
+    }
+    if (!s.ok() && error_.ok()) {
+      error_ = s.Annotate("dist_allreduce rank " + std::to_string(rank()));
+      LOG(ERROR) << error_;
+    }
+    done_seq_ = item.first;
+    cv_.notify_all();
+  }
+}
+
+Status AllreduceKVStore::WaitSeq(std::unique_lock<std::mutex>* lock,
+                                 uint64_t seq) {
+  const bool done = cv_.wait_for(*lock, timeout_, [&] {
+    return done_seq_ >= seq || !error_.ok();
+  });
+  if (!error_.ok()) return error_;
+  if (!done) {
+    return Status::DeadlineExceeded(
+        "dist_allreduce rank " + std::to_string(rank()) + ": an all-reduce " +
+        "did not finish within KVTRAIN_KVSTORE_TIMEOUT (" +
+        std::to_string(timeout_.count() / 1000) +
+        " s); do all workers push the same keys?");
+  }
+  return Status::OK();
+}
+
+void AllreduceKVStore::SealOne() {
+  const int b = seal_cursor_;
+  seal_cursor_ = (seal_cursor_ + 1) % static_cast<int>(buckets_.size());
+  Bucket& bucket = buckets_[b];
+  if (bucket.pushed == 0) return;
+  std::vector<uint64_t> ids;
+  for (uint64_t id : bucket.ids) {
+    if (store_[id].pending) ids.push_back(id);
+  }
+  std::vector<float> buffer(bucket.count);
+  buffer.swap(bucket.buffer);
+  bucket.pushed = 0;
+  const uint64_t seq = next_seq_;
+  for (uint64_t id : ids) {
+    store_[id].pending = false;
+    store_[id].last_seq = seq;
+  }
+  Enqueue([this, b, buffer = std::move(buffer), ids = std::move(ids)]() mutable {
+    return ReduceBucket(b, std::move(buffer), std::move(ids));
+  });
+}
+
+void AllreduceKVStore::SealReady() {
+  while (!buckets_.empty()) {
+    const Bucket& b = buckets_[seal_cursor_];
+    if (b.pushed == 0 || b.pushed < static_cast<int>(b.ids.size())) return;
+    SealOne();
+  }
+}
+
+void AllreduceKVStore::SealThrough(int bucket) {
+  for (;;) {
+    const int b = seal_cursor_;
+    SealOne();
+    if (b == bucket) break;
+  }
+  SealReady();
+}
+
+Status AllreduceKVStore::ReduceBucket(int bucket, std::vector<float> buffer,
+                                      std::vector<uint64_t> ids) {
+  // Offsets and sizes of the pushed members; a partly pushed bucket is
+  // compacted so only those travel.
+  std::vector<std::pair<size_t, size_t>> parts;  // (offset, count)
+  size_t full = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (uint64_t id : ids) {
+      const Entry& e = store_[id];
+      parts.push_back({e.offset, static_cast<size_t>(e.value.size())});
+    }
+    full = buckets_[bucket].count;
+  }
+  size_t total = 0;
+  for (auto& p : parts) total += p.second;
+  std::vector<float> compact;
+  float* data = buffer.data();
+  if (total != full) {
+    compact.resize(total);
+    size_t at = 0;
+    for (auto& p : parts) {
+      std::memcpy(compact.data() + at, buffer.data() + p.first, p.second * 4);
+      at += p.second;
+    }
+    data = compact.data();
+  }
+  KV_RETURN_IF_ERROR(comm_->AllReduceSum(data, total));
+  std::lock_guard<std::mutex> l(mu_);
+  size_t at = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Entry& e = store_[ids[i]];
+    float* grad_data = data + at;
+    at += parts[i].second;
+    Tensor grad = Tensor::Wrap(grad_data, e.value.shape(), DType::kFloat32,
+                               Device::CPU(), nullptr);
+    if (updater_) {
+      KV_RETURN_IF_ERROR(updater_(e.key, grad, &e.value)
+                             .Annotate("key " + keys_.Name(ids[i]) + ": updater"));
+    } else {
+      std::memcpy(e.value.data<float>(), grad_data, parts[i].second * 4);
+    }
+  }
+  return Status::OK();
+}
+
+Status AllreduceKVStore::Init(const std::vector<Key>& keys,
+                              const std::vector<Tensor>& values) {
+  KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> groups,
+                      GroupByKey(keys, values, "init", &keys_));
+  std::unique_lock<std::mutex> l(mu_);
+  for (const KeyGroup& g : groups) {
+    if (g.tensors.size() > 1) {
+      return KeyError(Status::Code::kInvalidArgument, g.name,
+                      "init got " + std::to_string(g.tensors.size()) +
+                          " values; give one per key");
+    }
+    if (store_.count(g.id)) {
+      return KeyError(Status::Code::kAlreadyExists, g.name, "already initialised");
+    }
+  }
+  std::vector<Tensor> copies;
+  for (const KeyGroup& g : groups) {
+    KV_ASSIGN_OR_RETURN(Tensor copy, g.tensors[0].CopyTo(Device::CPU()));
+    copies.push_back(copy);
+  }
+  // Buckets in reverse Init order: backward pushes the last keys first.
+  // Each Init call starts a new bucket.
+  bool fresh = true;
+  for (size_t k = groups.size(); k-- > 0;) {
+    const size_t n = static_cast<size_t>(copies[k].size());
+    if (fresh || buckets_.back().count >= bucket_floats_) buckets_.emplace_back();
+    fresh = false;
+    Bucket& b = buckets_.back();
+    Entry e{keys[k], copies[k]};
+    e.bucket = static_cast<int>(buckets_.size()) - 1;
+    e.offset = b.count;
+    b.ids.push_back(groups[k].id);
+    b.count += n;
+    b.buffer.resize(b.count);
+    store_.emplace(groups[k].id, std::move(e));
+  }
+  const uint64_t seq = Enqueue([this, copies] {
+    for (const Tensor& t : copies) {
+      KV_RETURN_IF_ERROR(comm_->Broadcast(0, t.raw_data(), t.nbytes())
+                             .Annotate("init: broadcasting rank 0's values"));
+    }
+    return Status::OK();
+  });
+  return WaitSeq(&l, seq);
+}
+
+Status AllreduceKVStore::PushLocked(const std::vector<KeyGroup>& groups) {
+  for (const KeyGroup& g : groups) {
+    auto it = store_.find(g.id);
+    if (it == store_.end()) {
+      return KeyError(Status::Code::kNotFound, g.name,
+                      "was never initialised (call Init first)");
+    }
+    if (it->second.value.shape() != g.tensors[0].shape()) {
+      return KeyError(Status::Code::kInvalidArgument, g.name,
+                      "pushed shape " + g.tensors[0].shape().ToString() +
+                          " but it was initialised with " +
+                          it->second.value.shape().ToString());
+    }
+  }
+  for (const KeyGroup& g : groups) {
+    Entry& e = store_[g.id];
+    // A second push before the first was reduced: that round is sealed.
+    if (e.pending) SealThrough(e.bucket);
+    Bucket& b = buckets_[e.bucket];
+    float* dst = b.buffer.data() + e.offset;
+    const size_t bytes = static_cast<size_t>(e.value.size()) * sizeof(float);
+    if (g.tensors.size() == 1 && g.tensors[0].device().is_cpu()) {
+      std::memcpy(dst, g.tensors[0].raw_data(), bytes);
+    } else {
+      KV_ASSIGN_OR_RETURN(Tensor sum, SumOn(g.tensors, Device::CPU()));
+      std::memcpy(dst, sum.raw_data(), bytes);
+    }
+    e.pending = true;
+    ++b.pushed;
+  }
+  SealReady();
+  return Status::OK();
+}
+
+KVHandle AllreduceKVStore::AddPending(Pending p) {
+  std::lock_guard<std::mutex> l(mu_);
+  const KVHandle h = next_handle_++;
+  handles_.emplace(h, std::move(p));
+  return h;
+}
+
+StatusOr<KVHandle> AllreduceKVStore::PushAsync(const std::vector<Key>& keys,
+                                               const std::vector<Tensor>& values,
+                                               int priority) {
+  return PushPullAsync(keys, values, {}, priority);
+}
+
+StatusOr<KVHandle> AllreduceKVStore::PullAsync(const std::vector<Key>& keys,
+                                               const std::vector<Tensor>& outs,
+                                               int /*priority*/) {
+  Pending p;
+  auto groups = GroupByKey(keys, outs, "pull", &keys_);
+  if (groups.ok()) {
+    p.pulls = std::move(groups).value();
+  } else {
+    p.status = groups.status();
+  }
+  return AddPending(std::move(p));
+}
+
+StatusOr<KVHandle> AllreduceKVStore::PushPullAsync(
+    const std::vector<Key>& keys, const std::vector<Tensor>& values,
+    const std::vector<Tensor>& outs, int /*priority*/) {
+  Pending p;
+  auto pushes = GroupByKey(keys, values, "push", &keys_);
+  if (!pushes.ok()) {
+    p.status = pushes.status();
+    return AddPending(std::move(p));
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    p.status = PushLocked(*pushes);
+  }
+  if (p.status.ok()) {
+    if (outs.empty()) {
+      // Waiting on a push waits for its reduce (errors surface there).
+      for (KeyGroup& g : *pushes) {
+        g.tensors.clear();
+        p.pulls.push_back(std::move(g));
+      }
+    } else {
+      auto pulls = GroupByKey(keys, outs, "pull", &keys_);
+      if (pulls.ok()) {
+        p.pulls = std::move(pulls).value();
+      } else {
+        p.status = pulls.status();
+      }
+    }
+  }
+  return AddPending(std::move(p));
+}
+
+Status AllreduceKVStore::Wait(KVHandle handle) {
+  std::unique_lock<std::mutex> l(mu_);
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) {
+    return Status::InvalidArgument("KVStore::Wait: unknown handle " +
+                                   std::to_string(handle) +
+                                   " (each handle is waited for once)");
+  }
+  Pending p = std::move(it->second);
+  handles_.erase(it);
+  KV_RETURN_IF_ERROR(p.status);
+  uint64_t need = 0;
+  for (const KeyGroup& g : p.pulls) {
+    auto e = store_.find(g.id);
+    if (e == store_.end()) {
+      return KeyError(Status::Code::kNotFound, g.name,
+                      "was never initialised (call Init first)");
+    }
+    if (e->second.pending) SealThrough(e->second.bucket);
+    need = std::max(need, e->second.last_seq);
+  }
+  KV_RETURN_IF_ERROR(WaitSeq(&l, need));
+  for (const KeyGroup& g : p.pulls) {
+    if (g.tensors.empty()) continue;
+    const Tensor& v = store_[g.id].value;
+    if (v.shape() != g.tensors[0].shape()) {
+      return KeyError(Status::Code::kInvalidArgument, g.name,
+                      "pull into shape " + g.tensors[0].shape().ToString() +
+                          " but the value has shape " + v.shape().ToString());
+    }
+    KV_RETURN_IF_ERROR(Broadcast(v, g.tensors));
+  }
+  return Status::OK();
+}
+
+Status AllreduceKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> created, Optimizer::Create(spec));
+  std::shared_ptr<Optimizer> opt(std::move(created));
+  std::lock_guard<std::mutex> lock(mu_);
+  optimizer_ = opt;
+  KeyTable* table = &keys_;
+  // The key ids the servers of dist_sync use, so states files agree.
+  updater_ = [opt, table](const Key& key, const Tensor& grad, Tensor* weight) {
+    KV_ASSIGN_OR_RETURN(uint64_t id, table->Id(key));
+    return opt->Update(static_cast<int64_t>(id), *weight, grad);
+  };
+  return Status::OK();
+}
+
+Status AllreduceKVStore::SetUpdater(Updater updater) {
+  std::lock_guard<std::mutex> lock(mu_);
+  optimizer_.reset();
+  updater_ = std::move(updater);
+  return Status::OK();
+}
+
+Status AllreduceKVStore::SaveOptimizerStates(const std::string& path) {
+  std::shared_ptr<Optimizer> opt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    opt = optimizer_;
+  }
+  if (!opt) {
+    return Status::FailedPrecondition(
+        "SaveOptimizerStates: no optimizer set (SetOptimizer first)");
+  }
+  KV_ASSIGN_OR_RETURN(std::string states, opt->SaveStates());
+  return WriteStatesFile(path, type(), {states});
+}
+
+Status AllreduceKVStore::LoadOptimizerStates(const std::string& path) {
+  KV_ASSIGN_OR_RETURN(std::vector<std::string> states, ReadStatesFile(path));
+  if (states.size() != 1) {
+    return Status::InvalidArgument(
+        path + " holds the states of " + std::to_string(states.size()) +
+        " servers; a dist_allreduce store has one optimizer per worker, all "
+        "equal (save them from a dist_allreduce or local store)");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!optimizer_) {
+    return Status::FailedPrecondition(
+        "LoadOptimizerStates: no optimizer set (call SetOptimizer first)");
+  }
+  KV_RETURN_IF_ERROR(optimizer_->LoadStates(states[0]).Annotate(path));
+  loaded_states_ = states[0];
+  return Status::OK();
+}
+
+Status AllreduceKVStore::Barrier() {
+  std::unique_lock<std::mutex> l(mu_);
+  std::string states = std::move(loaded_states_);
+  loaded_states_.clear();
+  const uint64_t seq = Enqueue([this, states]() {
+    // Rank 0 says how many bytes of states it loaded since the last
+    // Barrier (0: none), then sends them.
+    uint64_t size = rank() == 0 ? states.size() : 0;
+    KV_RETURN_IF_ERROR(comm_->Broadcast(0, &size, sizeof(size)));
+    if (size > 0) {
+      std::string bytes = rank() == 0 ? states : std::string(size, '\0');
+      KV_RETURN_IF_ERROR(comm_->Broadcast(0, &bytes[0], size));
+      if (rank() != 0) {
+        std::shared_ptr<Optimizer> opt;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          opt = optimizer_;
+        }
+        if (!opt) {
+          return Status::FailedPrecondition(
+              "rank 0 loaded optimizer states but this rank has no optimizer "
+              "(SetOptimizer on every rank first)");
+        }
+        KV_RETURN_IF_ERROR(opt->LoadStates(bytes));
+      }
+    }
+    return comm_->Barrier();
+  });
+  return WaitSeq(&l, seq);
+}
+
+Status AllreduceKVStore::Finalize() {
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    if (finalized_) return Status::OK();
+    finalized_ = true;
+    // Pushes nobody pulled are still reduced, as on every other rank.
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (buckets_[b].pushed > 0) SealThrough(static_cast<int>(b));
+    }
+  }
+  Status s = Barrier();
+  comm_->Close();
+  return s;
+}
+
+}  // namespace kv
+}  // namespace kvtrain

@@ -1,0 +1,135 @@
+// dist_allreduce: data parallelism without servers. Every worker keeps the
+// whole model; pushed gradients are fused into buckets and summed across
+// workers by the communicator's ring all-reduce on a background thread, as
+// soon as a bucket is complete; then every worker applies the same update
+// (optimizer or updater) to its own copy, so all copies stay equal.
+#ifndef KVTRAIN_KVSTORE_ALLREDUCE_KVSTORE_H_
+#define KVTRAIN_KVSTORE_ALLREDUCE_KVSTORE_H_
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "kvstore/collective/communicator.h"
+#include "kvstore/common.h"
+#include "kvstore/kvstore.h"
+#include "ops/optimizer.h"
+
+namespace kvtrain {
+namespace kv {
+
+// Thread-safe. Every worker must make the same calls (Init, pushes of the
+// same keys, pulls, Barrier) in the same order per thread of control; the
+// buckets a worker reduces follow from its calls alone, never from timing:
+//  - Init's keys, in reverse order (backward produces the last layer's
+//    gradients first), are cut into buckets of about bucket_bytes;
+//  - buckets are sealed strictly in that cyclic order: a bucket is sealed
+//    once all of its keys are pushed and the buckets before it are sealed,
+//    or when a Wait needs a key of it (then the buckets up to it are sealed
+//    with whatever was pushed);
+//  - sealed buckets are all-reduced in order on one background thread.
+class AllreduceKVStore : public KVStore {
+ public:
+  // The scheduler process of a launch.py job: only serves the rendezvous.
+  static std::unique_ptr<KVStore> RendezvousOnly(const KVStoreOptions& options);
+  AllreduceKVStore(std::shared_ptr<collective::Communicator> comm,
+                   size_t bucket_bytes, std::chrono::milliseconds timeout);
+  ~AllreduceKVStore() override;
+
+  int rank() const override { return comm_->rank(); }
+  int num_workers() const override { return comm_->size(); }
+  // Also hands optimizer states that rank 0 loaded to every rank.
+  Status Barrier() override;
+
+  Status Init(const std::vector<Key>& keys,
+              const std::vector<Tensor>& values) override;
+  StatusOr<KVHandle> PushAsync(const std::vector<Key>& keys,
+                               const std::vector<Tensor>& values,
+                               int priority) override;
+  StatusOr<KVHandle> PullAsync(const std::vector<Key>& keys,
+                               const std::vector<Tensor>& outs,
+                               int priority) override;
+  StatusOr<KVHandle> PushPullAsync(const std::vector<Key>& keys,
+                                   const std::vector<Tensor>& values,
+                                   const std::vector<Tensor>& outs,
+                                   int priority) override;
+  Status Wait(KVHandle handle) override;
+  Status SetOptimizer(const proto::OptimizerSpec& spec) override;
+  Status SetUpdater(Updater updater) override;
+  // Every rank's states are the same; any rank may save them. Load: call it
+  // on rank 0 (or on all) and then Barrier, which hands them to the others.
+  Status SaveOptimizerStates(const std::string& path) override;
+  Status LoadOptimizerStates(const std::string& path) override;
+  Status Finalize() override;
+
+ private:
+  struct Entry {
+    Key key = 0;
+    Tensor value;  // CPU float32
+    int bucket = -1;
+    size_t offset = 0;  // in the bucket's buffer, in floats
+    bool pending = false;  // pushed into the open round of its bucket
+    uint64_t last_seq = 0;  // work item holding its latest sealed push
+  };
+  struct Bucket {
+    std::vector<uint64_t> ids;  // members, in buffer order
+    size_t count = 0;           // floats
+    std::vector<float> buffer;  // the open round's gradients
+    int pushed = 0;             // members pushed in the open round
+  };
+  struct Pending {
+    std::vector<KeyGroup> pulls;
+    Status status;  // an error found when the call was made
+  };
+
+  Status PushLocked(const std::vector<KeyGroup>& groups) REQUIRES(mu_);
+  void SealReady() REQUIRES(mu_);
+  void SealThrough(int bucket) REQUIRES(mu_);
+  void SealOne() REQUIRES(mu_);
+  // Queues `fn` for the background thread; returns its sequence number.
+  uint64_t Enqueue(std::function<Status()> fn) REQUIRES(mu_);
+  Status WaitSeq(std::unique_lock<std::mutex>* lock, uint64_t seq)
+      REQUIRES(mu_);
+  Status ReduceBucket(int bucket, std::vector<float> buffer,
+                      std::vector<uint64_t> ids) EXCLUDES(mu_);
+  void WorkLoop();
+  KVHandle AddPending(Pending p) EXCLUDES(mu_);
+
+  std::shared_ptr<collective::Communicator> comm_;
+  const size_t bucket_floats_;
+  const std::chrono::milliseconds timeout_;
+  KeyTable keys_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Entry> store_ GUARDED_BY(mu_);
+  std::vector<Bucket> buckets_ GUARDED_BY(mu_);
+  int seal_cursor_ GUARDED_BY(mu_) = 0;
+  Updater updater_ GUARDED_BY(mu_);
+  std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);
+  std::string loaded_states_ GUARDED_BY(mu_);  // to hand out at Barrier
+
+  std::deque<std::pair<uint64_t, std::function<Status()>>> work_
+      GUARDED_BY(mu_);
+  uint64_t next_seq_ GUARDED_BY(mu_) = 1;
+  uint64_t done_seq_ GUARDED_BY(mu_) = 0;
+  Status error_ GUARDED_BY(mu_);  // sticky: the first background failure
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool finalized_ GUARDED_BY(mu_) = false;
+
+  KVHandle next_handle_ GUARDED_BY(mu_) = 1;
+  std::map<KVHandle, Pending> handles_ GUARDED_BY(mu_);
+  std::thread worker_;
+};
+
+}  // namespace kv
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_ALLREDUCE_KVSTORE_H_
