@@ -264,8 +264,10 @@ int Main() {
   if (!p.ok()) return Fail(p.status(), 1);
   s = Train(&*p);
   if (!s.ok()) return Fail(s, s.code() == Status::Code::kNotFound ? 2 : 1);
-  s = p->kv->Finalize();
-  if (s.ok()) s = (*world)->Barrier();  // nobody leaves while a peer still sends
+  // Nobody leaves while a peer may still read from it; then the store
+  // (which closes the connections) finishes.
+  s = (*world)->Barrier();
+  if (s.ok()) s = p->kv->Finalize();
   if (!s.ok()) return Fail(s, 1);
   return 0;
 }

@@ -62,7 +62,14 @@ Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer)
   // forward waits for the weights it writes.
   std::vector<Completion> comms;
   const int ndev = static_cast<int>(execs_.size());
-  for (size_t p = 0; p < param_names_.size(); ++p) {
+  // dist_allreduce needs every worker to make its calls in the same order
+  // (its buckets follow from the calls, not from timing): chain the ops in
+  // the order backward produces the gradients, last layer first.
+  const bool ordered = kv->type() == "dist_allreduce";
+  if (ordered && kv_order_ == nullptr) kv_order_ = engine_->NewVar("kvstore call order");
+  const size_t nparams = param_names_.size();
+  for (size_t i = 0; i < nparams; ++i) {
+    const size_t p = ordered ? nparams - 1 - i : i;
     const int arg = param_args_[p];
     std::vector<Engine::Var*> reads, writes;
     std::vector<Tensor> grads, weights;
@@ -91,6 +98,7 @@ Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer)
         return Status::OK();
       };
     }
+    if (ordered) writes.push_back(kv_order_);
     comms.push_back(engine_->Push(std::move(fn), reads, writes, Device::CPU(),
                                   Engine::Queue::kIo, "kvstore " + param_names_[p]));
   }

@@ -137,6 +137,8 @@ class Module {
   int data_arg_ = -1, label_arg_ = -1;  // -1: on another rank
   int output_index_ = 0;                // -1: on another rank
   int64_t batch_size_ = 0;
+  // Chains the KVStore ops of stores that need one call order.
+  Engine::Var* kv_order_ = nullptr;
 };
 
 }  // namespace kvtrain
