@@ -47,6 +47,7 @@ class AllreduceKVStore : public KVStore {
   int num_workers() const override { return comm_->size(); }
   // Also hands optimizer states that rank 0 loaded to every rank.
   Status Barrier() override;
+  bool FusesPushes() const override { return true; }
 
   Status Init(const std::vector<Key>& keys,
               const std::vector<Tensor>& values) override;

@@ -93,6 +93,10 @@ class KVStore {
   virtual int num_workers() const { return 1; }
   // Waits for every worker.
   virtual Status Barrier() { return Status::OK(); }
+  // True when pushes are fused into buckets that are reduced once all of
+  // their keys are pushed (dist_allreduce): a caller pushes every key of a
+  // step before it waits on any, or the Wait reduces a partial bucket.
+  virtual bool FusesPushes() const { return false; }
 
   // Sets the keys' initial values. Dist types: rank 0's values win, and
   // every worker returns only when they are on the servers. A key may be

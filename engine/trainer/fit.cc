@@ -62,14 +62,11 @@ Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer)
   // forward waits for the weights it writes.
   std::vector<Completion> comms;
   const int ndev = static_cast<int>(execs_.size());
-  // dist_allreduce needs every worker to make its calls in the same order
-  // (its buckets follow from the calls, not from timing): chain the ops in
-  // the order backward produces the gradients, last layer first.
-  const bool ordered = kv->type() == "dist_allreduce";
-  if (ordered && kv_order_ == nullptr) kv_order_ = engine_->NewVar("kvstore call order");
-  const size_t nparams = param_names_.size();
-  for (size_t i = 0; i < nparams; ++i) {
-    const size_t p = ordered ? nparams - 1 - i : i;
+  // Stores that fuse pushes into buckets: each op only hands its gradients
+  // over, and the step waits for the results once every key is pushed.
+  const bool fused = kv->FusesPushes();
+  auto handles = std::make_shared<std::vector<KVHandle>>(param_names_.size(), 0);
+  for (size_t p = 0; p < param_names_.size(); ++p) {
     const int arg = param_args_[p];
     std::vector<Engine::Var*> reads, writes;
     std::vector<Tensor> grads, weights;
@@ -82,7 +79,16 @@ Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer)
     const std::vector<Key> keys(ndev, Key(param_names_[p]));
     const int priority = -static_cast<int>(p);
     Engine::Fn fn;
-    if (local_optimizer == nullptr) {
+    if (fused) {
+      if (local_optimizer != nullptr) {
+        for (const auto& e : execs_) writes.push_back(e->grad_var(arg));
+      }
+      const std::vector<Tensor> outs = local_optimizer == nullptr ? weights : grads;
+      fn = [kv, keys, grads, outs, priority, handles, p]() -> Status {
+        KV_ASSIGN_OR_RETURN((*handles)[p], kv->PushPullAsync(keys, grads, outs, priority));
+        return Status::OK();
+      };
+    } else if (local_optimizer == nullptr) {
       fn = [kv, keys, grads, weights, priority] {
         return kv->PushPull(keys, grads, weights, priority);
       };
@@ -98,7 +104,6 @@ Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer)
         return Status::OK();
       };
     }
-    if (ordered) writes.push_back(kv_order_);
     comms.push_back(engine_->Push(std::move(fn), reads, writes, Device::CPU(),
                                   Engine::Queue::kIo, "kvstore " + param_names_[p]));
   }
@@ -107,11 +112,30 @@ Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer)
     const Status s = c.Wait(kStepTimeout);
     if (!s.ok() && first.ok()) first = s;
   }
+  if (fused && first.ok()) first = FinishFusedStep(kv, local_optimizer, *handles);
   for (auto& e : execs_) {
     const Status s = e->Wait();
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
+}
+
+// Every parameter's PushPullAsync was issued: wait for the results (the
+// store writes weights, or summed gradients the local optimizer applies).
+Status Module::FinishFusedStep(KVStore* kv, Optimizer* local_optimizer,
+                               const std::vector<KVHandle>& handles) {
+  const int ndev = static_cast<int>(execs_.size());
+  for (size_t p = 0; p < param_names_.size(); ++p) {
+    KV_RETURN_IF_ERROR(kv->Wait(handles[p]));
+    if (local_optimizer == nullptr) continue;
+    const int arg = param_args_[p];
+    for (int d = 0; d < ndev; ++d) {
+      KV_RETURN_IF_ERROR(local_optimizer->Update(static_cast<int64_t>(p) * ndev + d,
+                                                 execs_[d]->arg_arrays()[arg],
+                                                 execs_[d]->grad_arrays()[arg]));
+    }
+  }
+  return Status::OK();
 }
 
 Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOptions& o) {

@@ -38,7 +38,6 @@ StatusOr<std::unique_ptr<Module>> Module::Create(const Symbol& symbol,
 
 Module::~Module() {
   execs_.clear();  // their ops finish before the engine goes
-  if (kv_order_ != nullptr) engine_->DeleteVar(kv_order_);
 }
 
 Status Module::Bind(const Shape& data_shape, const Shape& label_shape) {

@@ -121,6 +121,8 @@ class Module {
   Status UpdateMetrics(MetricSet* metrics, const Batch& batch);
   // One training step: forward, backward and the parameters' KVStore ops.
   Status Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer);
+  Status FinishFusedStep(KVStore* kv, Optimizer* local_optimizer,
+                         const std::vector<KVHandle>& handles);
   // Initial values on the store, the same on every device and worker.
   Status SyncParams(KVStore* kv);
   Status SetUpOptimizer(KVStore* kv, const FitOptions& o,
@@ -137,8 +139,6 @@ class Module {
   int data_arg_ = -1, label_arg_ = -1;  // -1: on another rank
   int output_index_ = 0;                // -1: on another rank
   int64_t batch_size_ = 0;
-  // Chains the KVStore ops of stores that need one call order.
-  Engine::Var* kv_order_ = nullptr;
 };
 
 }  // namespace kvtrain

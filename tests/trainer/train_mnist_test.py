@@ -1,10 +1,13 @@
 """examples/train_mnist end to end on the bundled Fashion-MNIST: accuracy of
-the MLP and LeNet, dist_sync == local with the combined batch, dist_async,
+the MLP and LeNet, dist_sync == local with the combined batch,
+dist_allreduce == dist_sync (launch.py -s 0 and mpirun), dist_async,
 exact resume from a checkpoint (local and dist_sync), uneven multi-device
 data parallelism, and one-line errors for bad input."""
 
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +28,12 @@ def train(*args, timeout=900):
     r = subprocess.run([TRAIN, "--disp-batches=0"] + list(args), capture_output=True,
                        text=True, timeout=timeout)
     return r.returncode, r.stdout, r.stderr
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def parsed_accuracy(out):
@@ -76,6 +85,36 @@ class TrainMnistTest(unittest.TestCase):
         ok, report = same_weights(self.tmp + "/local-0002.params",
                                   self.tmp + "/dist-0002.params", 1e-3, 1e-4)
         print(report)
+        self.assertTrue(ok, report)
+
+    def test_dist_allreduce_equals_dist_sync(self):
+        common = [TRAIN, "--disp-batches=0", "--network=mlp", "--num-epochs=1",
+                  "--num-examples=12000", "--seed=3", "--batch-size=50"]
+        code, out = launch(["-n", "2", "-s", "2"] + JOB_ENV + common + [
+            "--kv-store=dist_sync", "--model-prefix=%s/sync" % self.tmp], timeout=900)
+        self.assertEqual(code, 0, out)
+        code, out = launch(["-n", "2", "-s", "0"] + JOB_ENV + common + [
+            "--kv-store=dist_allreduce", "--model-prefix=%s/ar" % self.tmp], timeout=900)
+        self.assertEqual(code, 0, out)
+        ok, report = same_weights(self.tmp + "/sync-0001.params",
+                                  self.tmp + "/ar-0001.params", 1e-5, 1e-6)
+        print(report)
+        self.assertTrue(ok, report)
+        if not shutil.which("mpirun"):
+            return
+        # The same job started by mpirun directly.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
+        env["KVTRAIN_RENDEZVOUS"] = "127.0.0.1:%d" % free_port()
+        env["PS_HEARTBEAT_TIMEOUT"] = "60"
+        r = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca",
+                            "orte_tmpdir_base", self.tmp + "/ompi", "-n", "2",
+                            "-x", "KVTRAIN_RENDEZVOUS", "-x", "PS_HEARTBEAT_TIMEOUT"]
+                           + common + ["--kv-store=dist_allreduce",
+                                       "--model-prefix=%s/mpi" % self.tmp],
+                           env=env, capture_output=True, text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        ok, report = same_weights(self.tmp + "/sync-0001.params",
+                                  self.tmp + "/mpi-0001.params", 1e-5, 1e-6)
         self.assertTrue(ok, report)
 
     def test_dist_async_mlp_reaches_85_percent(self):

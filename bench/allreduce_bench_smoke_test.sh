@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# allreduce_bench runs its kvtrain side end to end with tiny sizes.
+set -euo pipefail
+bin="$(dirname "$0")/allreduce_bench"
+[ -x "$bin" ] || bin="bench/allreduce_bench"
+out=$("$bin" --ranks=2,3 --min_bytes=1024 --max_bytes=65536 --seconds=0.01 --torch=false \
+      --mlp=false 2>&1)
+echo "$out"
+echo "$out" | grep -q "^2 processes" || { echo "no 2-process table"; exit 1; }
+echo "$out" | grep -q "^3 processes" || { echo "no 3-process table"; exit 1; }
+echo "$out" | grep -q "^ *64 KB " || { echo "no 64 KB row"; exit 1; }
+echo "$out" | tail -n 1 | grep -q "^allreduce_bench: done" || { echo "bad last line"; exit 1; }
