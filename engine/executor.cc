@@ -98,6 +98,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::Bind(
   ex->grad_reqs_ = std::move(grad_reqs);
   ex->aux_ = std::move(aux);
   ex->timeout_ = options.timeout;
+  ex->peer_link_ = options.peer_link;
+  ex->peer_timeout_ = options.peer_timeout;
   KV_ASSIGN_OR_RETURN(ex->check_nan_,
                       GetBoolVar(options.env, env::kCheckNan, false));
   if (options.engine != nullptr) {
@@ -120,6 +122,10 @@ StatusOr<Device> Executor::NodeDevice(const graph::Node& node,
                                       const ExecutorOptions& options) const {
   if (node.ctx_group.empty()) return options.device;
   auto it = options.group2ctx.find(node.ctx_group);
+  // A group placed only on a rank runs on the default device there.
+  if (it == options.group2ctx.end() && options.group2rank.count(node.ctx_group)) {
+    return options.device;
+  }
   if (it == options.group2ctx.end()) {
     std::vector<std::string> groups;
     for (const auto& [g, d] : options.group2ctx) groups.push_back(g);
@@ -266,6 +272,8 @@ void Executor::MarkGradients() {
   for (auto& step : steps_) {
     if (!step->op->differentiable()) continue;
     for (int id : step->inputs) step->backward |= entries_[id].needs_grad;
+    // A peer's backward waits for this one (sends and receives).
+    step->backward |= step->op->always_backward();
     if (!step->backward) continue;
     for (int k = 0; k < step->op->NumVisibleOutputs(); ++k) {
       entries_[step->outputs[k]].needs_grad = true;

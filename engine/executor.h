@@ -3,7 +3,10 @@
 // intermediate buffers come from a memory plan that reuses memory between
 // buffers whose lifetimes do not overlap and runs ops in place where safe.
 // Parts of a graph can live on different devices (ctx_group + group2ctx);
-// copies are inserted where an edge crosses devices.
+// copies are inserted where an edge crosses devices. Likewise parts can live
+// in different processes (ctx_group + group2rank + a PeerLink): each rank's
+// executor keeps its own nodes, with a _Send/_Recv pair (ops/peer_ops.h)
+// wherever an edge crosses ranks.
 //
 // Every array has an engine variable: callers push their own ops on the
 // engine with these as dependencies, e.g. "send layer k's gradient" reading
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "base/env.h"
+#include "base/peer_link.h"
 #include "base/status.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
@@ -35,7 +39,8 @@ struct ExecutorOptions {
   // Device of nodes without a ctx_group (and of SimpleBind's arrays for
   // them).
   Device device = Device::CPU();
-  // Device of each ctx_group used by the graph.
+  // Device of each ctx_group used by the graph (groups only in group2rank
+  // below run on `device`).
   std::map<std::string, Device> group2ctx;
   // Share and reuse intermediate buffers (and run ops in place). Off: every
   // intermediate gets its own buffer.
@@ -47,7 +52,34 @@ struct ExecutorOptions {
   EnvLookup env = ProcessEnv();
   // Limit of the waits in Forward, Backward and Wait.
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
+
+  // Model parallelism across processes. Set, SimpleBind partitions the graph
+  // by rank (PartitionByRank below) and binds this rank's part; its
+  // _Send/_Recv ops talk through the link, which must outlive the executor.
+  // Null: the whole graph runs in this process.
+  PeerLink* peer_link = nullptr;
+  // The rank of each ctx_group; nodes of other groups (or none) run on rank
+  // 0. A group may appear in both group2ctx (its device) and group2rank.
+  std::map<std::string, int> group2rank;
+  // Limit of one receive from a peer (an activation or a gradient).
+  std::chrono::milliseconds peer_timeout = std::chrono::minutes(2);
 };
+
+// The part of `symbol` that rank `rank` of a group of `size` runs. An op
+// runs on group2rank[its ctx_group] (rank 0 where that has no entry); a
+// variable on its group's rank, else on its first reader's. Every edge from
+// a node on rank a to one on rank b != a becomes, on a, a _Send of the
+// value (named "<entry>_to_rank<b>") and, on b, a _Recv ("<entry>_from_rank<a>")
+// of its shape, inferred from `input_shapes` over the whole graph (so every
+// rank needs the same input shapes). Both ends derive the same tag from the
+// entry's name. The part's outputs are its sends' tokens, then those of the
+// graph's outputs that live on this rank. Errors: a group placed on a rank
+// outside [0, size) (naming the layer and the size), a cut whose shape
+// cannot be inferred, a rank with no node.
+StatusOr<Symbol> PartitionByRank(const Symbol& symbol,
+                                 const std::map<std::string, Shape>& input_shapes,
+                                 const std::map<std::string, int>& group2rank,
+                                 int rank, int size);
 
 // Not thread-safe: one thread drives an executor (its ops run on the
 // engine's threads).
@@ -66,7 +98,9 @@ class Executor {
   // Allocates every array from the given input shapes (the rest inferred)
   // on the device of its node. Arguments named in `input_shapes` get
   // kNull gradients unless `grad_reqs` says otherwise; all others kWrite.
-  // Arrays start zeroed.
+  // Arrays start zeroed. With options.peer_link, binds this rank's part of
+  // the graph (arguments of other ranks are left out; `input_shapes` and
+  // `grad_reqs` may name them).
   static StatusOr<std::unique_ptr<Executor>> SimpleBind(
       const Symbol& symbol, const ExecutorOptions& options,
       const std::map<std::string, Shape>& input_shapes,
@@ -147,6 +181,8 @@ class Executor {
 
   std::unique_ptr<Engine> own_engine_;
   Engine* engine_ = nullptr;
+  PeerLink* peer_link_ = nullptr;
+  std::chrono::milliseconds peer_timeout_{0};
   bool check_nan_ = false;
   std::chrono::milliseconds timeout_{0};
 

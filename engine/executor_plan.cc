@@ -200,6 +200,8 @@ void Executor::PrepareSteps() {
     const Tensor& ws = workspaces_[s.device];
     s.ctx.workspace = ws.raw_data();
     s.ctx.workspace_bytes = ws.nbytes();
+    s.ctx.peer_link = peer_link_;
+    s.ctx.peer_timeout = peer_timeout_;
     for (int id : s.inputs) {
       s.fwd.in.push_back(entries_[id].value);
       s.fwd_reads.push_back(entries_[id].var);
@@ -263,6 +265,14 @@ void Executor::PrepareBackwardReqs() {
       }
       s.bwd.in_grad.push_back(e.needs_grad ? e.grad : Tensor());
       s.bwd.req.push_back(req);
+    }
+    // A backward that writes nothing here (a _Recv sending its gradient to a
+    // peer) claims its output gradients, so the pass's barrier waits for it.
+    if (s.bwd_writes.empty()) {
+      for (int k = 0; k < s.op->NumVisibleOutputs(); ++k) {
+        Engine::Var* v = entries_[s.outputs[k]].grad_var;
+        if (v != nullptr) s.bwd_writes.push_back(v);
+      }
     }
     bwd_writes.insert(s.bwd_writes.begin(), s.bwd_writes.end());
   }

@@ -176,6 +176,9 @@ Status ArrayDevices(const Symbol& symbol, const ExecutorOptions& options,
   auto device_of = [&](const graph::Node& n) -> StatusOr<Device> {
     if (n.ctx_group.empty()) return options.device;
     auto it = options.group2ctx.find(n.ctx_group);
+    if (it == options.group2ctx.end() && options.group2rank.count(n.ctx_group)) {
+      return options.device;
+    }
     if (it == options.group2ctx.end()) {
       return Status::InvalidArgument("SimpleBind: node " + n.name +
                                      " is in ctx_group \"" + n.ctx_group +
@@ -212,9 +215,35 @@ Status ArrayDevices(const Symbol& symbol, const ExecutorOptions& options,
 }  // namespace
 
 StatusOr<std::unique_ptr<Executor>> Executor::SimpleBind(
-    const Symbol& symbol, const ExecutorOptions& options,
-    const std::map<std::string, Shape>& input_shapes,
-    const std::map<std::string, GradReq>& grad_reqs) {
+    const Symbol& full, const ExecutorOptions& options,
+    const std::map<std::string, Shape>& full_input_shapes,
+    const std::map<std::string, GradReq>& full_grad_reqs) {
+  Symbol symbol = full;
+  std::map<std::string, Shape> input_shapes = full_input_shapes;
+  std::map<std::string, GradReq> grad_reqs = full_grad_reqs;
+  if (options.peer_link != nullptr) {
+    const std::vector<std::string> all = full.ListArguments();
+    for (const auto& [name, req] : full_grad_reqs) {
+      if (std::find(all.begin(), all.end(), name) == all.end()) {
+        return Status::InvalidArgument("SimpleBind: grad_reqs names \"" + name +
+                                       "\", which is not an argument");
+      }
+    }
+    KV_ASSIGN_OR_RETURN(
+        symbol, PartitionByRank(full, full_input_shapes, options.group2rank,
+                                options.peer_link->rank(), options.peer_link->size()));
+    // Only this rank's arguments.
+    const std::vector<std::string> local = symbol.ListArguments();
+    auto is_local = [&](const std::string& n) {
+      return std::find(local.begin(), local.end(), n) != local.end();
+    };
+    for (auto it = input_shapes.begin(); it != input_shapes.end();) {
+      it = is_local(it->first) ? std::next(it) : input_shapes.erase(it);
+    }
+    for (auto it = grad_reqs.begin(); it != grad_reqs.end();) {
+      it = is_local(it->first) ? std::next(it) : grad_reqs.erase(it);
+    }
+  }
   KV_ASSIGN_OR_RETURN(Symbol::Shapes shapes, symbol.InferShape(input_shapes));
   std::vector<Device> arg_devices, aux_devices;
   KV_RETURN_IF_ERROR(ArrayDevices(symbol, options, &arg_devices, &aux_devices));

@@ -362,5 +362,22 @@ Symbol LeNet(int classes) {
   return SoftmaxOutput(x, "softmax");
 }
 
+Symbol MlpTwoStages(const std::vector<int>& hidden, int classes) {
+  auto stage = [](size_t layer) { return layer == 0 ? "stage0" : "stage1"; };
+  Symbol x = Symbol::Variable("data");
+  for (size_t i = 0; i < hidden.size(); ++i) {
+    const std::string k = std::to_string(i + 1);
+    x = Symbol::Op("FullyConnected", "fc" + k, {x},
+                   {{"num_hidden", std::to_string(hidden[i])}, {"no_bias", "false"}},
+                   stage(i));
+    x = Symbol::Op("Activation", "relu" + k, {x}, {{"act_type", "relu"}}, stage(i));
+  }
+  x = Symbol::Op("FullyConnected", "fc" + std::to_string(hidden.size() + 1), {x},
+                 {{"num_hidden", std::to_string(classes)}, {"no_bias", "false"}},
+                 stage(hidden.size()));
+  return Symbol::Op("SoftmaxOutput", "softmax", {x, Symbol::Variable("softmax_label")},
+                    {}, "stage0");
+}
+
 }  // namespace sym
 }  // namespace kvtrain

@@ -32,6 +32,7 @@ DEFINE_int32(load_epoch, 0, "resume from the checkpoint of this epoch");
 DEFINE_string(data_dir, kvtrain::kDefaultMnistDir, "MNIST-format data directory");
 DEFINE_int64(num_examples, 0, "use only the first N training examples (0: all)");
 DEFINE_string(metrics_file, "", "write metrics as JSON lines here");
+DEFINE_string(loss_file, "", "write every training batch's cross-entropy here, one per line");
 DEFINE_int32(disp_batches, 100, "speedometer period in batches (0: off)");
 DEFINE_uint64(seed, 0, "seed of the initializer and the shuffle");
 DEFINE_bool(update_on_kvstore, true, "the store applies the optimizer (else the workers)");
@@ -166,6 +167,7 @@ Status Train(KVStore* kv) {
   fo.metrics = {"accuracy", "cross-entropy"};
   fo.disp_batches = FLAGS_disp_batches;
   fo.metrics_file = FLAGS_metrics_file;
+  fo.loss_file = FLAGS_loss_file;
   fo.model_prefix = FLAGS_model_prefix;
   KV_RETURN_IF_ERROR(module->Fit(train.get(), test.get(), kv, fo));
   KV_ASSIGN_OR_RETURN(MetricValues score, module->Score(test.get(), {"accuracy"}));

@@ -5,6 +5,7 @@
 #ifndef KVTRAIN_OPS_OPERATOR_H_
 #define KVTRAIN_OPS_OPERATOR_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -14,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/peer_link.h"
 #include "base/status.h"
 #include "ops/tensor/device.h"
 #include "ops/tensor/tensor.h"
@@ -48,6 +50,11 @@ struct OpContext {
   // contents do not survive the call.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // Model parallelism across processes: the link the _Send/_Recv ops talk
+  // through (null when the whole graph runs in this process) and how long
+  // one of their receives may wait.
+  PeerLink* peer_link = nullptr;
+  std::chrono::milliseconds peer_timeout = std::chrono::minutes(2);
 };
 
 // The tensors of one Forward call, in ListArguments() / ListOutputs() /
@@ -139,6 +146,10 @@ class Operator {
   virtual bool crosses_devices() const { return false; }
   // False for ops without a gradient (update kernels); Backward then fails.
   virtual bool differentiable() const { return true; }
+  // True for ops whose Backward has a side effect another process waits
+  // for (sending or receiving a gradient): the executor runs it in every
+  // backward pass, even where no input needs a gradient.
+  virtual bool always_backward() const { return false; }
 
   // ---- Checked entry points.
   Status Forward(const OpContext& ctx, ForwardArgs* args);

@@ -1,6 +1,10 @@
 // Module::Fit: the training loop and its per-parameter KVStore traffic.
 #include <glog/logging.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include "engine/trainer/module.h"
 
 namespace kvtrain {
@@ -152,13 +156,25 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
   std::unique_ptr<Optimizer> local_optimizer;
   KV_RETURN_IF_ERROR(SetUpOptimizer(kv, o, &local_optimizer));
   const bool dist = kv->type().rfind("dist", 0) == 0;
+  // With model parallelism only the rank with the output reports.
+  const bool report = has_output();
   KV_ASSIGN_OR_RETURN(Progress progress,
-                      Progress::Create(o.disp_batches, o.metrics_file, dist ? kv->rank() : -1));
+                      Progress::Create(report ? o.disp_batches : 0,
+                                       report ? o.metrics_file : "", dist ? kv->rank() : -1));
+  KV_ASSIGN_OR_RETURN(MetricSet batch_loss, MetricSet::Create({"cross-entropy"}));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> loss_file(nullptr, &std::fclose);
+  if (report && !o.loss_file.empty()) {
+    loss_file.reset(std::fopen(o.loss_file.c_str(), "w"));
+    if (loss_file == nullptr) {
+      return Status::NotFound("cannot write the loss file " + o.loss_file + ": " +
+                              std::strerror(errno));
+    }
+  }
   for (int epoch = o.begin_epoch; epoch < o.num_epochs; ++epoch) {
     metrics.Reset();
     KV_RETURN_IF_ERROR(train->StartEpoch(epoch));
     const int64_t batches = o.epoch_size > 0 ? o.epoch_size : train->num_batches();
-    progress.StartEpoch(epoch, batches);
+    if (report) progress.StartEpoch(epoch, batches);
     Batch batch;
     for (int64_t n = 0; n < batches; ++n) {
       KV_ASSIGN_OR_RETURN(bool more, train->Next(&batch));
@@ -173,13 +189,18 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
                              .Annotate("epoch " + std::to_string(epoch) + " batch " +
                                        std::to_string(n)));
       KV_RETURN_IF_ERROR(UpdateMetrics(&metrics, batch));
-      progress.Batch(n, batch_size_ - batch.pad, metrics.Get());
+      if (loss_file != nullptr) {
+        batch_loss.Reset();
+        KV_RETURN_IF_ERROR(UpdateMetrics(&batch_loss, batch));
+        std::fprintf(loss_file.get(), "%.9g\n", batch_loss.Get()[0].second);
+      }
+      if (report) progress.Batch(n, batch_size_ - batch.pad, metrics.Get());
     }
     MetricValues validation;
     if (eval != nullptr) {
       KV_ASSIGN_OR_RETURN(validation, Score(eval, o.metrics));
     }
-    progress.EndEpoch(metrics.Get(), validation);
+    if (report) progress.EndEpoch(metrics.Get(), validation);
     if (!o.model_prefix.empty() && kv->rank() == 0) {
       KV_RETURN_IF_ERROR(SaveCheckpoint(o.model_prefix, epoch + 1, kv, local_optimizer.get())
                              .Annotate("checkpoint of epoch " + std::to_string(epoch + 1)));

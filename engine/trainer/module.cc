@@ -24,6 +24,11 @@ StatusOr<std::unique_ptr<Module>> Module::Create(const Symbol& symbol,
     if (!(w > 0)) return Status::InvalidArgument("work_load_list entries must be > 0");
   }
   for (const Device& d : options.devices) KV_RETURN_IF_ERROR(CheckDevice(d));
+  if (options.peer_link != nullptr && options.devices.size() != 1) {
+    return Status::InvalidArgument(
+        "model parallelism across processes needs one device per process, got " +
+        std::to_string(options.devices.size()));
+  }
   std::unique_ptr<Module> m(new Module(symbol, options));
   Engine::Options eo;
   eo.env = options.env;
@@ -36,6 +41,7 @@ Module::~Module() {
 }
 
 Status Module::Bind(const Shape& data_shape, const Shape& label_shape) {
+  data_arg_ = label_arg_ = -1;
   const int64_t batch = data_shape.ndim() > 0 ? data_shape[0] : 0;
   const size_t n = options_.devices.size();
   if (batch < static_cast<int64_t>(n)) {
@@ -67,6 +73,8 @@ Status Module::Bind(const Shape& data_shape, const Shape& label_shape) {
     eo.device = options_.devices[d];
     eo.engine = engine_.get();
     eo.env = options_.env;
+    eo.peer_link = options_.peer_link;
+    eo.group2rank = options_.group2rank;
     KV_ASSIGN_OR_RETURN(
         std::unique_ptr<Executor> exec,
         Executor::SimpleBind(symbol_, eo,
@@ -87,7 +95,13 @@ Status Module::Bind(const Shape& data_shape, const Shape& label_shape) {
       param_args_.push_back(i);
     }
   }
-  if (data_arg_ < 0 || label_arg_ < 0) {
+  output_index_ = -1;
+  const std::vector<std::string>& outs = execs_[0]->output_names();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i] == symbol_.ListOutputs()[0]) output_index_ = static_cast<int>(i);
+  }
+  // With model parallelism the inputs may live on other ranks.
+  if (options_.peer_link == nullptr && (data_arg_ < 0 || label_arg_ < 0)) {
     return Status::InvalidArgument("the network reads no \"" +
                                    (data_arg_ < 0 ? options_.data_name : options_.label_name) +
                                    "\" input");
@@ -152,15 +166,20 @@ Status Module::Feed(const Batch& batch) {
     const Slice& s = slices_[d];
     KV_ASSIGN_OR_RETURN(Tensor data, batch.data.Slice(s.begin, s.begin + s.size));
     KV_ASSIGN_OR_RETURN(Tensor label, batch.label.Slice(s.begin, s.begin + s.size));
-    Tensor dst_data = execs_[d]->arg_arrays()[data_arg_];
-    Tensor dst_label = execs_[d]->arg_arrays()[label_arg_];
-    KV_RETURN_IF_ERROR(dst_data.CopyFrom(data).Annotate("input " + options_.data_name));
-    KV_RETURN_IF_ERROR(dst_label.CopyFrom(label).Annotate("input " + options_.label_name));
+    if (data_arg_ >= 0) {
+      Tensor dst_data = execs_[d]->arg_arrays()[data_arg_];
+      KV_RETURN_IF_ERROR(dst_data.CopyFrom(data).Annotate("input " + options_.data_name));
+    }
+    if (label_arg_ >= 0) {
+      Tensor dst_label = execs_[d]->arg_arrays()[label_arg_];
+      KV_RETURN_IF_ERROR(dst_label.CopyFrom(label).Annotate("input " + options_.label_name));
+    }
   }
   return Status::OK();
 }
 
 Status Module::UpdateMetrics(MetricSet* metrics, const Batch& batch) {
+  if (output_index_ < 0) return Status::OK();  // computed on another rank
   for (size_t d = 0; d < execs_.size(); ++d) {
     const Slice& s = slices_[d];
     // Padding rows are the batch's last ones.
@@ -168,7 +187,7 @@ Status Module::UpdateMetrics(MetricSet* metrics, const Batch& batch) {
     const int pad = static_cast<int>(
         std::max<int64_t>(0, s.begin + s.size - std::max(pad_from, s.begin)));
     KV_ASSIGN_OR_RETURN(Tensor label, batch.label.Slice(s.begin, s.begin + s.size));
-    KV_RETURN_IF_ERROR(metrics->Update(label, execs_[d]->outputs()[0], pad));
+    KV_RETURN_IF_ERROR(metrics->Update(label, execs_[d]->outputs()[output_index_], pad));
   }
   return Status::OK();
 }

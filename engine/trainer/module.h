@@ -1,16 +1,19 @@
 // Module: trains a symbol with data parallelism over the devices of this
 // process and, through a KVStore, over the workers of a job (MXNet's
-// Module/FeedForward). Per batch: forward, backward, and for each parameter
+// Module/FeedForward); with a PeerLink, with model parallelism across
+// processes too (each process trains its ranks' part of the graph). Per batch: forward, backward, and for each parameter
 // a push of its gradients and a pull of its weights, started as soon as
 // backward has produced that gradient, with priority -index so the first
 // layers' traffic goes out first.
 #ifndef KVTRAIN_ENGINE_TRAINER_MODULE_H_
 #define KVTRAIN_ENGINE_TRAINER_MODULE_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "base/peer_link.h"
 #include "base/status.h"
 #include "engine/executor.h"
 #include "engine/io/data_iter.h"
@@ -35,6 +38,15 @@ struct ModuleOptions {
   std::vector<double> work_load_list;
   // Where KVTRAIN_ENGINE and friends are read.
   EnvLookup env = ProcessEnv();
+  // Model parallelism across processes (ExecutorOptions::peer_link): the
+  // link to the other ranks of this model replica (must outlive the module;
+  // needs exactly one device) and the rank of each ctx_group. This process
+  // then binds, initialises, updates and saves only its part's parameters;
+  // the KVStore syncs them with the same part of other replicas. Inputs
+  // are fed where the part reads them; metrics come from the rank holding
+  // the graph's first output (elsewhere they stay empty).
+  PeerLink* peer_link = nullptr;
+  std::map<std::string, int> group2rank;
 };
 
 struct FitOptions {
@@ -55,6 +67,9 @@ struct FitOptions {
   int disp_batches = 100;
   // JSON lines of metrics ("" = none).
   std::string metrics_file;
+  // The cross-entropy of every training batch, one number per line ("" =
+  // none; written only where the graph's output is computed).
+  std::string loss_file;
   // Checkpoints after every epoch ("" = none): P-symbol.txt, P-NNNN.params,
   // P-NNNN.states. Written by rank 0.
   std::string model_prefix;
@@ -84,6 +99,9 @@ class Module {
   // The parameters and auxiliary states (from the first device, on the host).
   StatusOr<ModelArrays> Arrays() const;
   const std::vector<std::string>& param_names() const { return param_names_; }
+  // Whether this process computes the graph's first output (always, without
+  // model parallelism): where metrics and losses are.
+  bool has_output() const { return output_index_ >= 0; }
   const Symbol& symbol() const { return symbol_; }
   // Checkpoint files for `epoch` under `prefix`: the optimizer states come
   // from `local_optimizer` if given, else from `kv`.
@@ -118,7 +136,8 @@ class Module {
   std::vector<Slice> slices_;
   std::vector<std::string> param_names_;
   std::vector<int> param_args_;  // argument index of each parameter
-  int data_arg_ = -1, label_arg_ = -1;
+  int data_arg_ = -1, label_arg_ = -1;  // -1: on another rank
+  int output_index_ = 0;                // -1: on another rank
   int64_t batch_size_ = 0;
 };
 
