@@ -24,6 +24,7 @@
 #include "base/peer_link.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
+#include "kvstore/ps/curve.h"
 
 namespace kvtrain {
 namespace collective {
@@ -42,6 +43,10 @@ struct CommunicatorOptions {
   // All-reduce streams each rank's segment in pieces of at most this many
   // bytes, so adding one piece overlaps receiving the next.
   size_t piece_bytes = 256 << 10;
+  // The job's CURVE key (KVTRAIN_JOB_KEY / _FILE, or KVTRAIN_INSECURE=1):
+  // every socket of the group, the rendezvous included, is secured with it,
+  // as the parameter-server transport's are (kvstore/ps/curve.h).
+  ps::JobKey key;
 
   // Fills the fields above from the environment (named variables).
   static StatusOr<CommunicatorOptions> FromEnv(const EnvLookup& env);

@@ -13,8 +13,9 @@ namespace {
 
 using Comms = std::vector<std::shared_ptr<Communicator>>;
 
-Comms Group(int n) {
+Comms Group(int n, ps::JobKey key = ps::JobKey::Insecure()) {
   CommunicatorOptions o;
+  o.key = key;
   o.timeout = std::chrono::seconds(30);
   o.piece_bytes = 4096;  // many pieces even for small tensors
   auto g = Communicator::CreateLocalGroup(n, o);
@@ -54,6 +55,14 @@ TEST(CommunicatorTest, AllReduceSumsEverySize) {
       }
     }
   }
+}
+
+TEST(CommunicatorTest, SecuredWithTheJobKey) {
+  Comms g = Group(3, ps::JobKey::Generate());
+  ASSERT_EQ(g.size(), 3u);
+  std::vector<std::vector<float>> data(3, std::vector<float>(70001, 1.0f));
+  ExpectAllOk(OnEachRank(3, [&](int r) { return g[r]->AllReduceSum(data[r].data(), 70001); }));
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(data[r][70000], 3.0f) << "rank " << r;
 }
 
 TEST(CommunicatorTest, TagsAreIndependentAndFifo) {

@@ -86,6 +86,7 @@ StatusOr<CommunicatorOptions> CommunicatorOptions::FromEnv(const EnvLookup& env)
                       GetSecondsVar(env, env::kHeartbeatTimeout, 10, 0.01, 1e6));
   KV_ASSIGN_OR_RETURN(o.startup_timeout_s,
                       GetSecondsVar(env, env::kStartupTimeout, 60, 0.01, 1e6));
+  KV_ASSIGN_OR_RETURN(o.key, ps::JobKey::FromEnv(env));
   return o;
 }
 
@@ -152,6 +153,7 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::Create(
   mo.heartbeat_interval_s = options.heartbeat_interval_s;
   mo.heartbeat_timeout_s = options.heartbeat_timeout_s;
   mo.startup_timeout_s = options.startup_timeout_s;
+  mo.key = options.key;
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Mesh> mesh,
                       Mesh::Bind(group.rank, group.size, mo));
   const auto deadline = After(options.startup_timeout_s);
@@ -159,13 +161,14 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::Create(
   Status served;
   std::thread serving;
   if (group.host_rendezvous) {
-    KV_ASSIGN_OR_RETURN(server, RendezvousServer::Bind(group.rendezvous_port));
+    KV_ASSIGN_OR_RETURN(server, RendezvousServer::Bind(group.rendezvous_port, options.key));
     serving = std::thread(
         [&] { served = server->Serve(group.size, deadline); });
   }
   const Endpoint rv{group.rendezvous_host, group.rendezvous_port};
   auto table = Register(rv, group.rank, group.size,
-                        {group.advertise_host, mesh->port()}, deadline);
+                        {group.advertise_host, mesh->port()}, deadline,
+                        options.key);
   if (serving.joinable()) serving.join();
   server.reset();
   if (!served.ok()) return served;
@@ -196,7 +199,7 @@ StatusOr<std::vector<std::shared_ptr<Communicator>>>
 Communicator::CreateLocalGroup(int n, const CommunicatorOptions& options) {
   if (n < 1) return Status::InvalidArgument("a group needs at least 1 rank");
   KV_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousServer> server,
-                      RendezvousServer::Bind(0));
+                      RendezvousServer::Bind(0, options.key));
   const auto deadline = After(options.startup_timeout_s);
   Status served;
   std::thread serving([&] { served = server->Serve(n, deadline); });
@@ -228,8 +231,9 @@ Communicator::CreateLocalGroup(int n, const CommunicatorOptions& options) {
 
 Status Communicator::ServeRendezvous(const EnvLookup& env) {
   KV_ASSIGN_OR_RETURN(NodeConfig config, NodeConfig::FromEnv(env));
+  KV_ASSIGN_OR_RETURN(ps::JobKey key, ps::JobKey::FromEnv(env));
   KV_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousServer> server,
-                      RendezvousServer::Bind(config.root_port));
+                      RendezvousServer::Bind(config.root_port, key));
   if (config.root_port == 0 && !config.scheduler_port_file.empty()) {
     KV_RETURN_IF_ERROR(WriteFileAtomic(config.scheduler_port_file,
                                        std::to_string(server->port())));

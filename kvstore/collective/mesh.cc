@@ -56,9 +56,15 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::Bind(int rank, int size,
   void* ctx = zmq_ctx_new();
   if (ctx == nullptr) return Status::Internal("zmq_ctx_new: " + ZmqError());
   std::unique_ptr<Mesh> mesh(new Mesh(rank, size, options, ctx));
+  if (options.key.secure()) {
+    KV_ASSIGN_OR_RETURN(mesh->zap_,
+                        ps::ZapHandler::Start(ctx, options.key,
+                                              "all-reduce rank " + std::to_string(rank)));
+  }
   void* router = zmq_socket(ctx, ZMQ_ROUTER);
   if (router == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
   mesh->router_ = router;
+  KV_RETURN_IF_ERROR(ps::SecureSocket(router, options.key, /*is_server=*/true));
   const int zero = 0;
   zmq_setsockopt(router, ZMQ_RCVHWM, &zero, sizeof(zero));
   zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
@@ -105,6 +111,13 @@ Status Mesh::Connect(const std::vector<Endpoint>& peers) {
     void* s = zmq_socket(ctx_, ZMQ_DEALER);
     if (s == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
     zmq_setsockopt(s, ZMQ_ROUTING_ID, &id, sizeof(id));
+    {
+      const Status secured = ps::SecureSocket(s, options_.key, /*is_server=*/false);
+      if (!secured.ok()) {
+        zmq_close(s);
+        return secured;
+      }
+    }
     zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero));
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
     const std::string mon = "inproc://mesh-monitor-" +
@@ -441,6 +454,7 @@ void Mesh::Close() {
   }
   if (router_ != nullptr) zmq_close(router_);
   router_ = nullptr;
+  zap_.reset();
   zmq_ctx_term(ctx_);
   ctx_ = nullptr;
 }

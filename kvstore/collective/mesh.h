@@ -25,6 +25,7 @@
 
 #include "base/status.h"
 #include "base/thread_annotations.h"
+#include "kvstore/ps/curve.h"
 
 namespace kvtrain {
 namespace collective {
@@ -71,6 +72,8 @@ struct MeshOptions {
   // A peer whose connection dropped is dead unless its goodbye arrives
   // within this many seconds (messages sent before it may still be queued).
   double disconnect_grace_s = 0.5;
+  // Secures the ROUTER and every DEALER (insecure: plain ZeroMQ).
+  ps::JobKey key;
 };
 
 // Thread-safe.
@@ -125,6 +128,8 @@ class Mesh {
   const int size_;
   const MeshOptions options_;
   void* ctx_;
+  // Admits only the job's key on the ROUTER; closed before ctx_ is.
+  std::unique_ptr<ps::ZapHandler> zap_;
   void* router_ = nullptr;
   int port_ = 0;
   std::vector<std::unique_ptr<Peer>> peers_;

@@ -44,14 +44,26 @@ std::string Missing(const std::map<int, Registration>& got, int size) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Bind(int port) {
+StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Bind(
+    int port, const ps::JobKey& key) {
   void* ctx = zmq_ctx_new();
+  std::unique_ptr<ps::ZapHandler> zap;
+  if (key.secure()) {
+    auto started = ps::ZapHandler::Start(ctx, key, "all-reduce rendezvous");
+    if (!started.ok()) {
+      zmq_ctx_term(ctx);
+      return started.status();
+    }
+    zap = std::move(started).value();
+  }
   void* s = zmq_socket(ctx, ZMQ_ROUTER);
+  Status secured = ps::SecureSocket(s, key, /*is_server=*/true);
   const std::string ep =
       port == 0 ? "tcp://*:*" : "tcp://*:" + std::to_string(port);
-  if (zmq_bind(s, ep.c_str()) != 0) {
-    const std::string err = ZmqError();
+  if (!secured.ok() || zmq_bind(s, ep.c_str()) != 0) {
+    const std::string err = secured.ok() ? ZmqError() : secured.message();
     zmq_close(s);
+    zap.reset();
     zmq_ctx_term(ctx);
     return Status::Unavailable("rendezvous: cannot bind port " +
                                std::to_string(port) + ": " + err);
@@ -61,14 +73,17 @@ StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Bind(int port) {
   zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, last, &len);
   const std::string bound(last);
   const int bound_port = std::atoi(bound.c_str() + bound.rfind(':') + 1);
-  return std::unique_ptr<RendezvousServer>(
+  std::unique_ptr<RendezvousServer> server(
       new RendezvousServer(ctx, s, bound_port));
+  server->zap_ = std::move(zap);
+  return server;
 }
 
 RendezvousServer::~RendezvousServer() {
   const int linger = 2000;
   zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof(linger));
   zmq_close(socket_);
+  zap_.reset();
   zmq_ctx_term(ctx_);
 }
 
@@ -125,9 +140,12 @@ Status RendezvousServer::Serve(int size, Clock::time_point deadline) {
 
 StatusOr<std::vector<Endpoint>> Register(const Endpoint& server, int rank,
                                          int size, const Endpoint& self,
-                                         Clock::time_point deadline) {
+                                         Clock::time_point deadline,
+                                         const ps::JobKey& key) {
   void* ctx = zmq_ctx_new();
   void* s = zmq_socket(ctx, ZMQ_DEALER);
+  // A rendezvous with another key never answers: the deadline error says so.
+  const Status secured = ps::SecureSocket(s, key, /*is_server=*/false);
   const int zero = 0;
   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
   auto finish = [&](StatusOr<std::vector<Endpoint>> r) {
@@ -135,6 +153,7 @@ StatusOr<std::vector<Endpoint>> Register(const Endpoint& server, int rank,
     zmq_ctx_term(ctx);
     return r;
   };
+  if (!secured.ok()) return finish(secured);
   const std::string ep = "tcp://" + server.ToString();
   if (zmq_connect(s, ep.c_str()) != 0) {
     return finish(Status::InvalidArgument("rendezvous address " +
@@ -160,7 +179,7 @@ StatusOr<std::vector<Endpoint>> Register(const Endpoint& server, int rank,
       return finish(Status::DeadlineExceeded(
           "rank " + std::to_string(rank) + ": no answer from the rendezvous at " +
           server.ToString() + " in time (is it up? are all " +
-          std::to_string(size) + " ranks started?)"));
+          std::to_string(size) + " ranks started? do they share the job key?)"));
     }
   }
   if (reply.rfind("error ", 0) == 0) {

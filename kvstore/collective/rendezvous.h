@@ -18,7 +18,9 @@ namespace collective {
 class RendezvousServer {
  public:
   // Binds `port` on every interface (0: any free port).
-  static StatusOr<std::unique_ptr<RendezvousServer>> Bind(int port);
+  // `key` secures the socket (and starts its ZAP handler).
+  static StatusOr<std::unique_ptr<RendezvousServer>> Bind(int port,
+                                                          const ps::JobKey& key);
   ~RendezvousServer();
 
   int port() const { return port_; }
@@ -33,6 +35,7 @@ class RendezvousServer {
   RendezvousServer(void* ctx, void* socket, int port)
       : ctx_(ctx), socket_(socket), port_(port) {}
   void* ctx_;
+  std::unique_ptr<ps::ZapHandler> zap_;  // closed before ctx_
   void* socket_;
   int port_;
 };
@@ -41,7 +44,8 @@ class RendezvousServer {
 // and returns every rank's endpoint, index = rank.
 StatusOr<std::vector<Endpoint>> Register(const Endpoint& server, int rank,
                                          int size, const Endpoint& self,
-                                         Clock::time_point deadline);
+                                         Clock::time_point deadline,
+                                         const ps::JobKey& key);
 
 }  // namespace collective
 }  // namespace kvtrain

@@ -12,6 +12,7 @@ import tempfile
 import time
 import unittest
 
+from tracker import jobkey
 from tracker.launch_testlib import launch
 from tools import pyunit
 
@@ -28,12 +29,14 @@ def free_port():
 def start_ranks(n, args=(), extra_env=None):
     """n processes with PMI_RANK/PMI_SIZE and a rendezvous, as Hydra would."""
     port = free_port()
+    key = jobkey.new_secret_key()  # one CURVE key for the group, as by hand
     procs = []
     for r in range(n):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("DMLC_", "OMPI_", "PMI_"))}
         env.update({"PMI_RANK": str(r), "PMI_SIZE": str(n),
                     "KVTRAIN_RENDEZVOUS": "127.0.0.1:%d" % port,
+                    "KVTRAIN_JOB_KEY": key,
                     "KVTRAIN_STARTUP_TIMEOUT": "60"})
         env.update(extra_env or {})
         procs.append(subprocess.Popen([NODE] + list(args), env=env, text=True,
@@ -73,6 +76,7 @@ class PmiEnvTest(unittest.TestCase):
 
     def test_bad_environment_is_a_one_line_error(self):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "PMI_"))}
+        env["KVTRAIN_JOB_KEY"] = jobkey.new_secret_key()
         for extra, want in [
                 ({"PMI_RANK": "2", "PMI_SIZE": "2"}, "PMI_RANK=2 is not below PMI_SIZE=2"),
                 ({"PMI_RANK": "0"}, "PMI_SIZE is not set"),
@@ -113,10 +117,11 @@ class MpirunTest(unittest.TestCase):
             session = tempfile.mkdtemp(prefix="kvtrain-ompi-")
             env = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "PMI_"))}
             env["KVTRAIN_RENDEZVOUS"] = "127.0.0.1:%d" % free_port()
+            env["KVTRAIN_JOB_KEY"] = jobkey.new_secret_key()
             try:
                 r = subprocess.run(
                     ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca",
-                     "orte_tmpdir_base", session, "-n", str(n), "-x", "KVTRAIN_RENDEZVOUS",
+                     "orte_tmpdir_base", session, "-n", str(n), "-x", "KVTRAIN_RENDEZVOUS", "-x", "KVTRAIN_JOB_KEY",
                      NODE], env=env, capture_output=True, text=True, timeout=180)
             finally:
                 shutil.rmtree(session, ignore_errors=True)

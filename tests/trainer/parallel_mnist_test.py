@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import unittest
 
+from tracker import jobkey
 from tracker.launch_testlib import launch
 from tools import pyunit
 
@@ -46,10 +47,12 @@ def mpirun(n, argv, timeout=300):
     """Runs `argv` as `n` ranks of one mpirun (rank 0 serves the rendezvous)."""
     session = tempfile.mkdtemp(prefix="kvtrain-ompi-")
     env = dict(os.environ, KVTRAIN_RENDEZVOUS="127.0.0.1:%d" % free_port(),
-               PS_HEARTBEAT_TIMEOUT="60", KVTRAIN_STARTUP_TIMEOUT="120")
+               PS_HEARTBEAT_TIMEOUT="60", KVTRAIN_STARTUP_TIMEOUT="120",
+               KVTRAIN_JOB_KEY=jobkey.new_secret_key())
     try:
         r = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe",
                             "--mca", "orte_tmpdir_base", session, "-x", "KVTRAIN_RENDEZVOUS",
+                            "-x", "KVTRAIN_JOB_KEY",
                             "-x", "PS_HEARTBEAT_TIMEOUT", "-x", "KVTRAIN_STARTUP_TIMEOUT",
                             "-n", str(n)] + argv, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,

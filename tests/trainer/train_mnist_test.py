@@ -13,6 +13,7 @@ import sys
 import tempfile
 import unittest
 
+from tracker import jobkey
 from tracker.launch_testlib import launch
 from tools import pyunit
 
@@ -106,9 +107,11 @@ class TrainMnistTest(unittest.TestCase):
         env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
         env["KVTRAIN_RENDEZVOUS"] = "127.0.0.1:%d" % free_port()
         env["PS_HEARTBEAT_TIMEOUT"] = "60"
+        env["KVTRAIN_JOB_KEY"] = jobkey.new_secret_key()
         r = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca",
                             "orte_tmpdir_base", self.tmp + "/ompi", "-n", "2",
-                            "-x", "KVTRAIN_RENDEZVOUS", "-x", "PS_HEARTBEAT_TIMEOUT"]
+                            "-x", "KVTRAIN_RENDEZVOUS", "-x", "PS_HEARTBEAT_TIMEOUT",
+                            "-x", "KVTRAIN_JOB_KEY"]
                            + common + ["--kv-store=dist_allreduce",
                                        "--model-prefix=%s/mpi" % self.tmp],
                            env=env, capture_output=True, text=True, timeout=900)
