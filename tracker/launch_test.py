@@ -194,15 +194,25 @@ class RemoteScriptTest(unittest.TestCase):
             return p, out
         return p, None
 
+    @staticmethod
+    def finish(p):
+        """Waits for the script with its stdin still open, as ssh keeps it
+        while the launcher lives (closing it first stops the job: SIGTERM)."""
+        p.wait(timeout=30)
+        out = p.stdout.read()
+        p.stdin.close()
+        p.stdout.close()
+        return out
+
     def test_exports_and_exit_code(self):
         p, _ = self.run_script(["sh", "-c", 'echo "$KVT_SECRET"; exit 7'])
-        out, _ = p.communicate(timeout=30)
+        out = self.finish(p)
         self.assertEqual(p.returncode, 7)
         self.assertIn("s3cr3t 'quoted'", out)
 
     def test_missing_command(self):
         p, _ = self.run_script(["no-such-prog-kvt"])
-        out, _ = p.communicate(timeout=30)
+        out = self.finish(p)
         self.assertEqual(p.returncode, 127)
         self.assertIn("command not found on", out)
 
