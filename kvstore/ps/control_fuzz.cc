@@ -90,11 +90,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (to->impl()->table() != nullptr) head.set_job_id(to->impl()->table()->job_id());
     frames[0] = Blob::FromString(head.SerializeAsString());
   }
-  InprocVan rogue(h->job->net(), token);
-  CHECK(rogue.Bind(0).ok());
-  CHECK(rogue.Connect(1, "127.0.0.1", to->port()).ok());
-  CHECK(rogue.Send(1, 0, std::move(frames)).ok());
-  if (!h->BarrierAll() || !h->job->Failures().empty()) {
+  bool healthy;
+  {
+    // The rogue is registered on the job's network: it must go before a
+    // restart replaces that network.
+    InprocVan rogue(h->job->net(), token);
+    CHECK(rogue.Bind(0).ok());
+    CHECK(rogue.Connect(1, "127.0.0.1", to->port()).ok());
+    CHECK(rogue.Send(1, 0, std::move(frames)).ok());
+    healthy = h->BarrierAll() && h->job->Failures().empty();
+  }
+  if (!healthy) {
     CHECK(h->Start()) << "control fuzz: the in-process job did not restart";
   }
   return 0;
