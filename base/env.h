@@ -61,6 +61,7 @@ inline constexpr char kPmiRank[] = "PMI_RANK";
 inline constexpr char kPmiSize[] = "PMI_SIZE";
 inline constexpr char kRendezvous[] = "KVTRAIN_RENDEZVOUS";
 inline constexpr char kAllreduceBucketBytes[] = "KVTRAIN_ALLREDUCE_BUCKET_BYTES";
+inline constexpr char kAllreducePieceBytes[] = "KVTRAIN_ALLREDUCE_PIECE_BYTES";
 
 }  // namespace env
 

@@ -74,6 +74,7 @@ TEST(EngineTest, ReadersOfOneVarRunConcurrently) {
   ASSERT_TRUE(a.Wait(milliseconds(10000)).ok());
   ASSERT_TRUE(b.Wait(milliseconds(10000)).ok());
   EXPECT_TRUE(both.load());
+  engine->DeleteVar(x);
 }
 
 TEST(EngineTest, IoOpRunsWhileComputeWorkerIsBusy) {
@@ -96,6 +97,8 @@ TEST(EngineTest, IoOpRunsWhileComputeWorkerIsBusy) {
     return Status::OK();
   }, {grad}, {}, Device::CPU(), kIo, "push gradient k");
   EXPECT_TRUE(compute.Wait(milliseconds(20000)).ok());
+  engine->DeleteVar(grad);
+  engine->DeleteVar(below);
 }
 
 TEST(EngineTest, ErrorsSkipDependentsAndClearOnRewrite) {
@@ -121,6 +124,8 @@ TEST(EngineTest, ErrorsSkipDependentsAndClearOnRewrite) {
     engine->Push([] { return Status::OK(); }, {}, {x}, Device::CPU(), kCompute,
                  "p3");
     EXPECT_TRUE(engine->WaitForVar(x, milliseconds(10000)).ok());
+    engine->DeleteVar(x);
+    engine->DeleteVar(y);
   }
 }
 

@@ -396,12 +396,7 @@ Status AllreduceKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
   std::shared_ptr<Optimizer> opt(std::move(created));
   std::lock_guard<std::mutex> lock(mu_);
   optimizer_ = opt;
-  KeyTable* table = &keys_;
-  // The key ids the servers of dist_sync use, so states files agree.
-  updater_ = [opt, table](const Key& key, const Tensor& grad, Tensor* weight) {
-    KV_ASSIGN_OR_RETURN(uint64_t id, table->Id(key));
-    return opt->Update(static_cast<int64_t>(id), *weight, grad);
-  };
+  updater_ = OptimizerUpdater(opt, &keys_);
   return Status::OK();
 }
 
@@ -418,29 +413,12 @@ Status AllreduceKVStore::SaveOptimizerStates(const std::string& path) {
     std::lock_guard<std::mutex> lock(mu_);
     opt = optimizer_;
   }
-  if (!opt) {
-    return Status::FailedPrecondition(
-        "SaveOptimizerStates: no optimizer set (SetOptimizer first)");
-  }
-  KV_ASSIGN_OR_RETURN(std::string states, opt->SaveStates());
-  return WriteStatesFile(path, type(), {states});
+  return SaveProcessStates(opt, path, type());
 }
 
 Status AllreduceKVStore::LoadOptimizerStates(const std::string& path) {
-  KV_ASSIGN_OR_RETURN(std::vector<std::string> states, ReadStatesFile(path));
-  if (states.size() != 1) {
-    return Status::InvalidArgument(
-        path + " holds the states of " + std::to_string(states.size()) +
-        " servers; a dist_allreduce store has one optimizer per worker, all "
-        "equal (save them from a dist_allreduce or local store)");
-  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (!optimizer_) {
-    return Status::FailedPrecondition(
-        "LoadOptimizerStates: no optimizer set (call SetOptimizer first)");
-  }
-  KV_RETURN_IF_ERROR(optimizer_->LoadStates(states[0]).Annotate(path));
-  loaded_states_ = states[0];
+  KV_ASSIGN_OR_RETURN(loaded_states_, LoadProcessStates(optimizer_.get(), path, type()));
   return Status::OK();
 }
 

@@ -151,5 +151,41 @@ StatusOr<std::vector<std::string>> ReadStatesFile(const std::string& path) {
   return std::vector<std::string>(file.states().begin(), file.states().end());
 }
 
+Updater OptimizerUpdater(std::shared_ptr<Optimizer> opt, KeyTable* keys) {
+  return [opt, keys](const Key& key, const Tensor& grad, Tensor* weight) {
+    KV_ASSIGN_OR_RETURN(uint64_t id, keys->Id(key));
+    return opt->Update(static_cast<int64_t>(id), *weight, grad);
+  };
+}
+
+Status SaveProcessStates(const std::shared_ptr<Optimizer>& opt,
+                         const std::string& path, const std::string& store_type) {
+  if (!opt) {
+    return Status::FailedPrecondition(
+        "SaveOptimizerStates: no optimizer set (SetOptimizer first; a custom "
+        "updater has no states to save)");
+  }
+  KV_ASSIGN_OR_RETURN(std::string states, opt->SaveStates());
+  return WriteStatesFile(path, store_type, {states});
+}
+
+StatusOr<std::string> LoadProcessStates(Optimizer* opt, const std::string& path,
+                                        const std::string& store_type) {
+  KV_ASSIGN_OR_RETURN(std::vector<std::string> states, ReadStatesFile(path));
+  if (states.size() != 1) {
+    return Status::InvalidArgument(
+        path + " holds the states of " + std::to_string(states.size()) +
+        " servers; a '" + store_type +
+        "' store has one optimizer (save them from a local, device or "
+        "dist_allreduce store)");
+  }
+  if (opt == nullptr) {
+    return Status::FailedPrecondition(
+        "LoadOptimizerStates: no optimizer set (call SetOptimizer first)");
+  }
+  KV_RETURN_IF_ERROR(opt->LoadStates(states[0]).Annotate(path));
+  return states[0];
+}
+
 }  // namespace kv
 }  // namespace kvtrain

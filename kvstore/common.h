@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "base/status.h"
 #include "base/thread_annotations.h"
 #include "kvstore/kvstore.h"
+#include "ops/optimizer.h"
 #include "ops/tensor/tensor.h"
 
 namespace kvtrain {
@@ -78,6 +80,17 @@ struct StoreSettings {
 Status WriteStatesFile(const std::string& path, const std::string& store_type,
                        const std::vector<std::string>& states);
 StatusOr<std::vector<std::string>> ReadStatesFile(const std::string& path);
+
+// Stores that update in this process (local, device, dist_allreduce) share
+// these. The updater applies `opt` with the store's key ids, the ids the
+// servers of dist_sync use, so states files agree between store types.
+Updater OptimizerUpdater(std::shared_ptr<Optimizer> opt, KeyTable* keys);
+// One optimizer's states in a states file; `opt` is null when the store has
+// no optimizer (none set, or a custom updater). Load returns what it restored.
+Status SaveProcessStates(const std::shared_ptr<Optimizer>& opt,
+                         const std::string& path, const std::string& store_type);
+StatusOr<std::string> LoadProcessStates(Optimizer* opt, const std::string& path,
+                                        const std::string& store_type);
 
 }  // namespace kv
 }  // namespace kvtrain

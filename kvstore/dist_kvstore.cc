@@ -393,8 +393,10 @@ Status DistKVStore::RunServer() {
     return Status::FailedPrecondition(
         "RunServer called in a worker process; workers train, servers serve");
   }
-  std::unique_ptr<ps::KVServer> server;
+  // The handler outlives the server: ~KVServer drains the handler threads,
+  // and a step's last handler may still be running when the job ends.
   std::unique_ptr<ServerHandler> handler;
+  std::unique_ptr<ps::KVServer> server;
   if (po_->role() == Role::kServer) {
     handler = std::make_unique<ServerHandler>(po_->num_workers());
     ServerHandler* h = handler.get();

@@ -144,11 +144,7 @@ Status LocalKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
   std::shared_ptr<Optimizer> opt(std::move(created));
   std::lock_guard<std::mutex> lock(mu_);
   optimizer_ = opt;
-  KeyTable* table = &keys_;
-  updater_ = [opt, table](const Key& key, const Tensor& grad, Tensor* weight) {
-    KV_ASSIGN_OR_RETURN(uint64_t id, table->Id(key));
-    return opt->Update(static_cast<int64_t>(id), *weight, grad);
-  };
+  updater_ = OptimizerUpdater(opt, &keys_);
   return Status::OK();
 }
 
@@ -165,28 +161,12 @@ Status LocalKVStore::SaveOptimizerStates(const std::string& path) {
     std::lock_guard<std::mutex> lock(mu_);
     opt = optimizer_;
   }
-  if (!opt) {
-    return Status::FailedPrecondition(
-        "SaveOptimizerStates: no optimizer set (SetOptimizer first; a custom "
-        "updater has no states to save)");
-  }
-  KV_ASSIGN_OR_RETURN(std::string states, opt->SaveStates());
-  return WriteStatesFile(path, type(), {states});
+  return SaveProcessStates(opt, path, type());
 }
 
 Status LocalKVStore::LoadOptimizerStates(const std::string& path) {
-  KV_ASSIGN_OR_RETURN(std::vector<std::string> states, ReadStatesFile(path));
-  if (states.size() != 1) {
-    return Status::InvalidArgument(
-        path + " holds the states of " + std::to_string(states.size()) +
-        " servers; a '" + type() + "' store has one optimizer");
-  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (!optimizer_) {
-    return Status::FailedPrecondition(
-        "LoadOptimizerStates: no optimizer set (call SetOptimizer first)");
-  }
-  return optimizer_->LoadStates(states[0]).Annotate(path);
+  return LoadProcessStates(optimizer_.get(), path, type()).status();
 }
 
 }  // namespace kv

@@ -86,6 +86,10 @@ StatusOr<CommunicatorOptions> CommunicatorOptions::FromEnv(const EnvLookup& env)
                       GetSecondsVar(env, env::kHeartbeatTimeout, 10, 0.01, 1e6));
   KV_ASSIGN_OR_RETURN(o.startup_timeout_s,
                       GetSecondsVar(env, env::kStartupTimeout, 60, 0.01, 1e6));
+  KV_ASSIGN_OR_RETURN(int64_t piece, GetIntVar(env, env::kAllreducePieceBytes,
+                                                static_cast<int64_t>(o.piece_bytes),
+                                                4, int64_t{1} << 30));
+  o.piece_bytes = static_cast<size_t>(piece);
   KV_ASSIGN_OR_RETURN(o.key, ps::JobKey::FromEnv(env));
   return o;
 }
