@@ -69,9 +69,9 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
       {env::kKVStoreTimeout, "600",
        "Seconds a KVStore push, pull or command may wait for the servers."},
       {env::kKeepFreedMemory, "1",
-       "Dist KVStore processes: 1 keeps freed memory in glibc's one arena so "
-       "large receive buffers are reused instead of page-faulted in per "
-       "message; 0 leaves malloc alone."},
+       "Dist KVStore and all-reduce processes: 1 keeps freed memory in "
+       "glibc's one arena so large receive buffers are reused instead of "
+       "page-faulted in per message; 0 leaves malloc alone."},
       {env::kJobKey, "(none)",
        "The job's CURVE secret key (40 characters of Z85 text); every "
        "ZeroMQ socket is encrypted and admits only holders of this key. "

@@ -43,6 +43,10 @@ struct CommunicatorOptions {
   // All-reduce streams each rank's segment in pieces of at most this many
   // bytes, so adding one piece overlaps receiving the next.
   size_t piece_bytes = 256 << 10;
+  // CreateFromEnv tunes glibc malloc to keep freed memory
+  // (KVTRAIN_KEEP_FREED_MEMORY, base/malloc_tuning.h): each received piece is
+  // then not a fresh mmap whose munmap stalls every thread of the process.
+  bool keep_freed_memory = true;
   // The job's CURVE key (KVTRAIN_JOB_KEY / _FILE, or KVTRAIN_INSECURE=1):
   // every socket of the group, the rendezvous included, is secured with it,
   // as the parameter-server transport's are (kvstore/ps/curve.h).

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/file.h"
+#include "base/malloc_tuning.h"
 #include "base/node_config.h"
 #include "kvstore/collective/communicator.h"
 #include "kvstore/collective/mesh.h"
@@ -90,6 +91,8 @@ StatusOr<CommunicatorOptions> CommunicatorOptions::FromEnv(const EnvLookup& env)
                                                 static_cast<int64_t>(o.piece_bytes),
                                                 4, int64_t{1} << 30));
   o.piece_bytes = static_cast<size_t>(piece);
+  KV_ASSIGN_OR_RETURN(o.keep_freed_memory,
+                      GetBoolVar(env, env::kKeepFreedMemory, o.keep_freed_memory));
   KV_ASSIGN_OR_RETURN(o.key, ps::JobKey::FromEnv(env));
   return o;
 }
@@ -189,6 +192,9 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::CreateFromEnv(
   KV_ASSIGN_OR_RETURN(GroupEnv group, GroupEnv::FromEnv(env));
   KV_ASSIGN_OR_RETURN(CommunicatorOptions options,
                       CommunicatorOptions::FromEnv(env));
+  if (options.keep_freed_memory && !KeepFreedMemory()) {
+    LOG(WARNING) << "glibc refused a malloc setting (KVTRAIN_KEEP_FREED_MEMORY)";
+  }
   auto comm = Create(group, options);
   if (!comm.ok()) {
     return comm.status().Annotate(
