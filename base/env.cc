@@ -99,7 +99,7 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "host:port of an all-reduce group's rendezvous; under mpirun rank 0 listens there. Unset: DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT (tracker/launch.py's scheduler serves it)."},
       {env::kAllreduceBucketBytes, "4194304",
        "dist_allreduce: gradients are fused into buckets of about this many bytes, each all-reduced as soon as all of its keys are pushed."},
-      {env::kAllreducePieceBytes, "262144",
+      {env::kAllreducePieceBytes, "4194304",
        "Ring all-reduce: each rank's segment travels in pieces of at most this many bytes, so reducing one piece overlaps receiving the next."},
   };
   return kDocs;

@@ -142,14 +142,20 @@ class ArrayIter : public DataIter {
   }
 
   void CopyRow(int64_t ex, float* dst) const {
-    const float s = opts_.scale;
     if (data_.dtype() == DType::kUInt8) {
-      const uint8_t* src = data_.data<uint8_t>() + ex * row_elems_;
-      for (int64_t i = 0; i < row_elems_; ++i) dst[i] = src[i] * s;
+      ScaleRow(data_.data<uint8_t>() + ex * row_elems_, dst);
     } else {
-      const float* src = data_.data<float>() + ex * row_elems_;
-      for (int64_t i = 0; i < row_elems_; ++i) dst[i] = src[i] * s;
+      ScaleRow(data_.data<float>() + ex * row_elems_, dst);
     }
+  }
+
+  template <typename T>
+  void ScaleRow(const T* __restrict src, float* __restrict dst) const {
+    const float s = opts_.scale;
+    // A body whose length is a multiple of 16 vectorises at -O2.
+    const int64_t body = row_elems_ & ~int64_t{15};
+    for (int64_t i = 0; i < body; ++i) dst[i] = src[i] * s;
+    for (int64_t i = body; i < row_elems_; ++i) dst[i] = src[i] * s;
   }
 
   float LabelOf(int64_t ex) const {

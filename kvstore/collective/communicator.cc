@@ -35,7 +35,11 @@ std::vector<Segment> Segments(size_t count, int n) {
 }
 
 void AddInto(float* __restrict dst, const float* __restrict src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+  // A body whose length is a multiple of 8 lets GCC's -O2 (cheap cost
+  // model) vectorise it; the loop over all n stays scalar there.
+  const size_t body = n & ~size_t{7};
+  for (size_t i = 0; i < body; ++i) dst[i] += src[i];
+  for (size_t i = body; i < n; ++i) dst[i] += src[i];
 }
 
 uint64_t Mix(uint64_t a, uint64_t b) {
