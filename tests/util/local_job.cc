@@ -98,6 +98,8 @@ StatusOr<std::unique_ptr<Process>> LocalJob::Launch(Role role, int index,
   po.env = options_.env;
   if (options_.secure) {
     po.env[env::kJobKey] = options_.job_key;
+    // KVTRAIN_INSECURE=1 in the caller's environment would win over the key.
+    po.env[env::kInsecure] = "0";
   } else {
     po.env[env::kInsecure] = "1";
   }
