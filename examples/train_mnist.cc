@@ -9,6 +9,7 @@
 #include <glog/logging.h>
 
 #include "engine/io/data_iter.h"
+#include "examples/example_flags.h"
 #include "engine/symbol.h"
 #include "engine/trainer/module.h"
 #include "kvstore/kvstore.h"
@@ -20,12 +21,6 @@ DEFINE_string(gpus, "", "GPUs to train on, e.g. 0,1 (empty: the CPU)");
 DEFINE_int32(cpus, 1, "CPU contexts to split each batch across (data parallelism)");
 DEFINE_string(work_load_list, "", "relative batch share per device, e.g. 1,3");
 DEFINE_int32(batch_size, 100, "examples per batch (per worker)");
-DEFINE_string(optimizer, "sgd", "sgd, nag, adam or adagrad");
-DEFINE_double(lr, 0.05, "learning rate");
-DEFINE_double(momentum, 0.9, "momentum (sgd, nag)");
-DEFINE_double(wd, 0.0001, "weight decay");
-DEFINE_double(lr_factor, 0.2, "multiply the learning rate by this ...");
-DEFINE_string(lr_step_epochs, "6,8", "... after these epochs (empty: never)");
 DEFINE_int32(num_epochs, 10, "epochs to train");
 DEFINE_string(model_prefix, "", "checkpoint prefix (P-symbol.txt, P-NNNN.params)");
 DEFINE_int32(load_epoch, 0, "resume from the checkpoint of this epoch");
@@ -40,22 +35,6 @@ DEFINE_bool(update_on_kvstore, true, "the store applies the optimizer (else the 
 namespace kvtrain {
 namespace {
 
-StatusOr<std::vector<double>> Numbers(const std::string& text, const char* flag) {
-  std::vector<double> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (item.empty() || *end != '\0') {
-      return Status::InvalidArgument(std::string("--") + flag + "=" + text +
-                                     ": expected comma-separated numbers");
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
 StatusOr<std::vector<Device>> Devices() {
   if (FLAGS_gpus.empty()) {
     if (FLAGS_cpus < 1) return Status::InvalidArgument("--cpus must be at least 1");
@@ -63,7 +42,7 @@ StatusOr<std::vector<Device>> Devices() {
     for (int i = 0; i < FLAGS_cpus; ++i) out.push_back(Device::CPU(i));
     return out;
   }
-  KV_ASSIGN_OR_RETURN(std::vector<double> ids, Numbers(FLAGS_gpus, "gpus"));
+  KV_ASSIGN_OR_RETURN(std::vector<double> ids, ParseNumbers(FLAGS_gpus, "gpus"));
   std::vector<Device> out;
   for (double id : ids) {
     const Device d = Device::GPU(static_cast<int>(id));
@@ -71,33 +50,6 @@ StatusOr<std::vector<Device>> Devices() {
     out.push_back(d);
   }
   return out;
-}
-
-StatusOr<proto::OptimizerSpec> Optimizer(int64_t batches_per_epoch) {
-  proto::OptimizerSpec spec;
-  const std::map<std::string, proto::OptimizerSpec::Type> types = {
-      {"sgd", proto::OptimizerSpec::SGD}, {"nag", proto::OptimizerSpec::NAG},
-      {"adam", proto::OptimizerSpec::ADAM}, {"adagrad", proto::OptimizerSpec::ADAGRAD}};
-  auto it = types.find(FLAGS_optimizer);
-  if (it == types.end()) {
-    return Status::InvalidArgument("--optimizer=" + FLAGS_optimizer +
-                                   ": expected sgd, nag, adam or adagrad");
-  }
-  spec.set_type(it->second);
-  spec.set_learning_rate(static_cast<float>(FLAGS_lr));
-  if (it->second == proto::OptimizerSpec::SGD || it->second == proto::OptimizerSpec::NAG) {
-    spec.set_momentum(static_cast<float>(FLAGS_momentum));
-  }
-  spec.set_weight_decay(static_cast<float>(FLAGS_wd));
-  if (!FLAGS_lr_step_epochs.empty() && FLAGS_lr_factor != 1.0) {
-    KV_ASSIGN_OR_RETURN(std::vector<double> epochs,
-                        Numbers(FLAGS_lr_step_epochs, "lr-step-epochs"));
-    proto::LrSchedule* s = spec.mutable_lr_schedule();
-    s->set_type(proto::LrSchedule::MULTI_FACTOR);
-    s->set_factor(static_cast<float>(FLAGS_lr_factor));
-    for (double e : epochs) s->add_steps(static_cast<int64_t>(e) * batches_per_epoch);
-  }
-  return spec;
 }
 
 // Everything that can be checked before joining a job.
@@ -115,7 +67,7 @@ Status CheckFlags() {
   if (FLAGS_num_epochs < FLAGS_load_epoch) {
     return Status::InvalidArgument("--num-epochs is below --load-epoch");
   }
-  return Optimizer(1).status();
+  return OptimizerFromFlags(1).status();
 }
 
 Status Train(KVStore* kv) {
@@ -145,7 +97,7 @@ Status Train(KVStore* kv) {
   ModuleOptions mo;
   KV_ASSIGN_OR_RETURN(mo.devices, Devices());
   if (!FLAGS_work_load_list.empty()) {
-    KV_ASSIGN_OR_RETURN(mo.work_load_list, Numbers(FLAGS_work_load_list, "work-load-list"));
+    KV_ASSIGN_OR_RETURN(mo.work_load_list, ParseNumbers(FLAGS_work_load_list, "work-load-list"));
   }
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, Module::Create(net, mo));
   KV_RETURN_IF_ERROR(module->Bind(train->data_shape(), {FLAGS_batch_size}));
@@ -162,7 +114,7 @@ Status Train(KVStore* kv) {
   KV_RETURN_IF_ERROR(module->InitParams(init, FLAGS_load_epoch > 0 ? &loaded : nullptr));
   fo.num_epochs = FLAGS_num_epochs;
   fo.epoch_size = kv->type() == "dist_async" ? 0 : epoch_size;
-  KV_ASSIGN_OR_RETURN(fo.optimizer, Optimizer(epoch_size));
+  KV_ASSIGN_OR_RETURN(fo.optimizer, OptimizerFromFlags(epoch_size));
   fo.update_on_kvstore = FLAGS_update_on_kvstore;
   fo.metrics = {"accuracy", "cross-entropy"};
   fo.disp_batches = FLAGS_disp_batches;

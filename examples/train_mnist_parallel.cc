@@ -24,6 +24,7 @@
 #include <glog/logging.h>
 
 #include "engine/io/data_iter.h"
+#include "examples/example_flags.h"
 #include "engine/symbol.h"
 #include "engine/trainer/module.h"
 #include "kvstore/collective/communicator.h"
@@ -34,12 +35,6 @@
 #endif
 
 DEFINE_int32(batch_size, 100, "examples per batch (per data replica)");
-DEFINE_string(optimizer, "sgd", "sgd, nag, adam or adagrad");
-DEFINE_double(lr, 0.05, "learning rate");
-DEFINE_double(momentum, 0.9, "momentum (sgd, nag)");
-DEFINE_double(wd, 0.0001, "weight decay");
-DEFINE_double(lr_factor, 0.2, "multiply the learning rate by this ...");
-DEFINE_string(lr_step_epochs, "6,8", "... after these epochs (empty: never)");
 DEFINE_int32(num_epochs, 10, "epochs to train");
 DEFINE_string(model_prefix, "",
               "checkpoint prefix; each model shard s writes P-shard<s>-NNNN.params");
@@ -68,49 +63,6 @@ int Fail(const Status& s, int code) {
   return code;
 }
 
-StatusOr<std::vector<double>> Numbers(const std::string& text, const char* flag) {
-  std::vector<double> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (item.empty() || *end != '\0') {
-      return Status::InvalidArgument(std::string("--") + flag + "=" + text +
-                                     ": expected comma-separated numbers");
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
-StatusOr<proto::OptimizerSpec> Optimizer(int64_t batches_per_epoch) {
-  proto::OptimizerSpec spec;
-  const std::map<std::string, proto::OptimizerSpec::Type> types = {
-      {"sgd", proto::OptimizerSpec::SGD}, {"nag", proto::OptimizerSpec::NAG},
-      {"adam", proto::OptimizerSpec::ADAM}, {"adagrad", proto::OptimizerSpec::ADAGRAD}};
-  auto it = types.find(FLAGS_optimizer);
-  if (it == types.end()) {
-    return Status::InvalidArgument("--optimizer=" + FLAGS_optimizer +
-                                   ": expected sgd, nag, adam or adagrad");
-  }
-  spec.set_type(it->second);
-  spec.set_learning_rate(static_cast<float>(FLAGS_lr));
-  if (it->second == proto::OptimizerSpec::SGD || it->second == proto::OptimizerSpec::NAG) {
-    spec.set_momentum(static_cast<float>(FLAGS_momentum));
-  }
-  spec.set_weight_decay(static_cast<float>(FLAGS_wd));
-  if (!FLAGS_lr_step_epochs.empty() && FLAGS_lr_factor != 1.0) {
-    KV_ASSIGN_OR_RETURN(std::vector<double> epochs,
-                        Numbers(FLAGS_lr_step_epochs, "lr-step-epochs"));
-    proto::LrSchedule* s = spec.mutable_lr_schedule();
-    s->set_type(proto::LrSchedule::MULTI_FACTOR);
-    s->set_factor(static_cast<float>(FLAGS_lr_factor));
-    for (double e : epochs) s->add_steps(static_cast<int64_t>(e) * batches_per_epoch);
-  }
-  return spec;
-}
-
 Status CheckFlags() {
   if (FLAGS_batch_size < 1) {
     return Status::InvalidArgument("--batch-size=" + std::to_string(FLAGS_batch_size) +
@@ -125,7 +77,7 @@ Status CheckFlags() {
   if (FLAGS_peer_timeout_s < 1) {
     return Status::InvalidArgument("--peer-timeout-s must be at least 1");
   }
-  return Optimizer(1).status();
+  return OptimizerFromFlags(1).status();
 }
 
 // The process count this program accepts.
@@ -224,7 +176,7 @@ Status Train(Placement* p) {
   KV_RETURN_IF_ERROR(module->InitParams(init, FLAGS_load_epoch > 0 ? &loaded : nullptr));
   fo.num_epochs = FLAGS_num_epochs;
   fo.epoch_size = epoch_size;
-  KV_ASSIGN_OR_RETURN(fo.optimizer, Optimizer(epoch_size));
+  KV_ASSIGN_OR_RETURN(fo.optimizer, OptimizerFromFlags(epoch_size));
   fo.update_on_kvstore = FLAGS_update_on_kvstore;
   fo.metrics = {"accuracy", "cross-entropy"};
   // One report per job: from replica 0's output rank.

@@ -98,8 +98,9 @@ StatusOr<std::unique_ptr<Process>> LocalJob::Launch(Role role, int index,
   po.env = options_.env;
   if (options_.secure) {
     po.env[env::kJobKey] = options_.job_key;
-    // KVTRAIN_INSECURE=1 in the caller's environment would win over the key.
-    po.env[env::kInsecure] = "0";
+    // KVTRAIN_INSECURE=1 inherited from the caller's environment would win
+    // over the key; the job's own options.env may still set it.
+    po.env.emplace(env::kInsecure, "0");
   } else {
     po.env[env::kInsecure] = "1";
   }

@@ -1,0 +1,62 @@
+// The example trainers' shared flags and parsing (example_flags.h).
+#include "examples/example_flags.h"
+
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include <gflags/gflags.h>
+
+DEFINE_string(optimizer, "sgd", "sgd, nag, adam or adagrad");
+DEFINE_double(lr, 0.05, "learning rate");
+DEFINE_double(momentum, 0.9, "momentum (sgd, nag)");
+DEFINE_double(wd, 0.0001, "weight decay");
+DEFINE_double(lr_factor, 0.2, "multiply the learning rate by this ...");
+DEFINE_string(lr_step_epochs, "6,8", "... after these epochs (empty: never)");
+
+namespace kvtrain {
+
+StatusOr<std::vector<double>> ParseNumbers(const std::string& text, const char* flag) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0') {
+      return Status::InvalidArgument(std::string("--") + flag + "=" + text +
+                                     ": expected comma-separated numbers");
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+StatusOr<proto::OptimizerSpec> OptimizerFromFlags(int64_t batches_per_epoch) {
+  proto::OptimizerSpec spec;
+  const std::map<std::string, proto::OptimizerSpec::Type> types = {
+      {"sgd", proto::OptimizerSpec::SGD}, {"nag", proto::OptimizerSpec::NAG},
+      {"adam", proto::OptimizerSpec::ADAM}, {"adagrad", proto::OptimizerSpec::ADAGRAD}};
+  auto it = types.find(FLAGS_optimizer);
+  if (it == types.end()) {
+    return Status::InvalidArgument("--optimizer=" + FLAGS_optimizer +
+                                   ": expected sgd, nag, adam or adagrad");
+  }
+  spec.set_type(it->second);
+  spec.set_learning_rate(static_cast<float>(FLAGS_lr));
+  if (it->second == proto::OptimizerSpec::SGD || it->second == proto::OptimizerSpec::NAG) {
+    spec.set_momentum(static_cast<float>(FLAGS_momentum));
+  }
+  spec.set_weight_decay(static_cast<float>(FLAGS_wd));
+  if (!FLAGS_lr_step_epochs.empty() && FLAGS_lr_factor != 1.0) {
+    KV_ASSIGN_OR_RETURN(std::vector<double> epochs,
+                        ParseNumbers(FLAGS_lr_step_epochs, "lr-step-epochs"));
+    proto::LrSchedule* s = spec.mutable_lr_schedule();
+    s->set_type(proto::LrSchedule::MULTI_FACTOR);
+    s->set_factor(static_cast<float>(FLAGS_lr_factor));
+    for (double e : epochs) s->add_steps(static_cast<int64_t>(e) * batches_per_epoch);
+  }
+  return spec;
+}
+
+}  // namespace kvtrain

@@ -1,0 +1,24 @@
+// What the example trainers share: the optimizer flags (--optimizer, --lr,
+// --momentum, --wd, --lr_factor, --lr_step_epochs) and number-list parsing.
+#ifndef KVTRAIN_EXAMPLES_EXAMPLE_FLAGS_H_
+#define KVTRAIN_EXAMPLES_EXAMPLE_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "proto/optimizer.pb.h"
+
+namespace kvtrain {
+
+// "1,2.5,3" -> {1, 2.5, 3}; the error names --`flag`.
+StatusOr<std::vector<double>> ParseNumbers(const std::string& text, const char* flag);
+
+// The optimizer the flags describe; the schedule's steps are counted in
+// batches of `batches_per_epoch` each.
+StatusOr<proto::OptimizerSpec> OptimizerFromFlags(int64_t batches_per_epoch);
+
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_EXAMPLES_EXAMPLE_FLAGS_H_
