@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -37,12 +38,17 @@ StatusOr<std::unique_ptr<LocalJob>> LocalJob::Start(LocalJobOptions options) {
       o.servers_to_start < 0 ? o.num_servers : o.servers_to_start;
   const int workers =
       o.workers_to_start < 0 ? o.num_workers : o.workers_to_start;
+  // A port probed free stays free until its node binds it, so the next probe
+  // may return it again: never hand one port to two nodes.
+  std::set<int> handed_out = {job->root_port_};
   for (Role role : {Role::kServer, Role::kWorker}) {
     const int n = role == Role::kServer ? servers : workers;
     for (int i = 0; i < n; ++i) {
       int port = 0;
-      if (o.fixed_node_ports) {
+      for (int probe = 0; o.fixed_node_ports; ++probe) {
         KV_ASSIGN_OR_RETURN(port, FreeTcpPort());
+        if (handed_out.insert(port).second) break;
+        if (probe == 100) return Status::Internal("no distinct free TCP port for a node");
       }
       KV_ASSIGN_OR_RETURN(std::unique_ptr<Process> p,
                           job->Launch(role, i, port));
