@@ -44,5 +44,32 @@ StatusOr<std::vector<const Node*>> TopoSort(
   return order;
 }
 
+StatusOr<std::map<const Node*, std::vector<Shape>>> InferNodeShapes(
+    const std::vector<const Node*>& order, const std::map<std::string, Shape>& known,
+    std::vector<Shape>* aux) {
+  std::map<const Node*, std::vector<Shape>> shapes;
+  for (const Node* n : order) {
+    if (!n->is_variable()) continue;
+    auto it = known.find(n->name);
+    shapes[n] = {it == known.end() ? Shape() : it->second};
+  }
+  for (const Node* n : order) {
+    if (n->is_variable()) continue;
+    std::vector<Shape> in;
+    for (const NodeEntry& e : n->inputs) in.push_back(shapes[e.node.get()][e.index]);
+    std::vector<Shape> out(n->op->ListOutputs().size());
+    std::vector<Shape> op_aux(n->op->ListAuxiliaryStates().size());
+    KV_RETURN_IF_ERROR(n->op->InferShape(&in, &out, &op_aux));
+    // Shapes inferred for the op's variable inputs (weights) stick.
+    for (size_t i = 0; i < in.size(); ++i) {
+      const NodeEntry& e = n->inputs[i];
+      if (e.node->is_variable()) shapes[e.node.get()][0] = in[i];
+    }
+    shapes[n] = std::move(out);
+    if (aux != nullptr) aux->insert(aux->end(), op_aux.begin(), op_aux.end());
+  }
+  return shapes;
+}
+
 }  // namespace graph
 }  // namespace kvtrain

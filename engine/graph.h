@@ -3,6 +3,7 @@
 #ifndef KVTRAIN_ENGINE_GRAPH_H_
 #define KVTRAIN_ENGINE_GRAPH_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,14 @@ struct Node {
 // order, so arguments come out as data, fc1_weight, fc1_bias, ...). Two
 // different nodes with the same name are an error.
 StatusOr<std::vector<const Node*>> TopoSort(const std::vector<NodeEntry>& heads);
+
+// Every node's output shapes along `order` (a TopoSort), from the variables'
+// shapes in `known` (missing ones are inferred from their readers where the
+// ops can, else stay empty). The ops' auxiliary states' shapes are appended
+// to `aux` when it is not null.
+StatusOr<std::map<const Node*, std::vector<Shape>>> InferNodeShapes(
+    const std::vector<const Node*>& order, const std::map<std::string, Shape>& known,
+    std::vector<Shape>* aux);
 
 }  // namespace graph
 }  // namespace kvtrain

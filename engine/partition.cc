@@ -30,32 +30,6 @@ std::string DimsText(const Shape& s) {
   return t;
 }
 
-// Every node's output shapes, from the input shapes (as Symbol::InferShape).
-StatusOr<std::map<const Node*, std::vector<Shape>>> AllShapes(
-    const std::vector<const Node*>& order,
-    const std::map<std::string, Shape>& known) {
-  std::map<const Node*, std::vector<Shape>> shapes;
-  for (const Node* n : order) {
-    if (!n->is_variable()) continue;
-    auto it = known.find(n->name);
-    shapes[n] = {it == known.end() ? Shape() : it->second};
-  }
-  for (const Node* n : order) {
-    if (n->is_variable()) continue;
-    std::vector<Shape> in;
-    for (const NodeEntry& e : n->inputs) in.push_back(shapes[e.node.get()][e.index]);
-    std::vector<Shape> out(n->op->ListOutputs().size());
-    std::vector<Shape> aux(n->op->ListAuxiliaryStates().size());
-    KV_RETURN_IF_ERROR(n->op->InferShape(&in, &out, &aux));
-    for (size_t i = 0; i < in.size(); ++i) {
-      const NodeEntry& e = n->inputs[i];
-      if (e.node->is_variable()) shapes[e.node.get()][0] = in[i];
-    }
-    shapes[n] = std::move(out);
-  }
-  return shapes;
-}
-
 // The rank of every node: ops by group2rank (else 0), variables by their
 // group, else by their first reader.
 StatusOr<std::map<const Node*, int>> Ranks(
@@ -110,7 +84,7 @@ StatusOr<Symbol> PartitionByRank(const Symbol& symbol,
   }
   KV_ASSIGN_OR_RETURN(std::vector<const Node*> order, graph::TopoSort(symbol.heads()));
   KV_ASSIGN_OR_RETURN(auto ranks, Ranks(order, group2rank, size));
-  KV_ASSIGN_OR_RETURN(auto shapes, AllShapes(order, input_shapes));
+  KV_ASSIGN_OR_RETURN(auto shapes, graph::InferNodeShapes(order, input_shapes, nullptr));
   std::map<const Node*, int> position;
   for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);
 

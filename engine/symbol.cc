@@ -134,13 +134,9 @@ StatusOr<Symbol::Shapes> Symbol::InferShape(
     const std::map<std::string, Shape>& known) const {
   KV_RETURN_IF_ERROR(status_);
   KV_ASSIGN_OR_RETURN(std::vector<const Node*> order, graph::TopoSort(heads_));
-  std::map<const Node*, std::vector<Shape>> shapes;
   std::set<std::string> arguments;
   for (const Node* n : order) {
-    if (!n->is_variable()) continue;
-    arguments.insert(n->name);
-    auto it = known.find(n->name);
-    shapes[n] = {it == known.end() ? Shape() : it->second};
+    if (n->is_variable()) arguments.insert(n->name);
   }
   for (const auto& [name, shape] : known) {
     if (arguments.count(name)) continue;
@@ -151,21 +147,7 @@ StatusOr<Symbol::Shapes> Symbol::InferShape(
                                    "arguments: " + list);
   }
   Shapes result;
-  for (const Node* n : order) {
-    if (n->is_variable()) continue;
-    std::vector<Shape> in;
-    for (const NodeEntry& e : n->inputs) in.push_back(shapes[e.node.get()][e.index]);
-    std::vector<Shape> out(n->op->ListOutputs().size());
-    std::vector<Shape> aux(n->op->ListAuxiliaryStates().size());
-    KV_RETURN_IF_ERROR(n->op->InferShape(&in, &out, &aux));
-    // Shapes inferred for the op's variable inputs (weights) stick.
-    for (size_t i = 0; i < in.size(); ++i) {
-      const NodeEntry& e = n->inputs[i];
-      if (e.node->is_variable()) shapes[e.node.get()][0] = in[i];
-    }
-    shapes[n] = std::move(out);
-    result.aux.insert(result.aux.end(), aux.begin(), aux.end());
-  }
+  KV_ASSIGN_OR_RETURN(auto shapes, graph::InferNodeShapes(order, known, &result.aux));
   for (const Node* n : order) {
     if (!n->is_variable()) continue;
     const Shape& s = shapes[n][0];
