@@ -101,6 +101,10 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "dist_allreduce: gradients are fused into buckets of about this many bytes, each all-reduced as soon as all of its keys are pushed."},
       {env::kAllreducePieceBytes, "4194304",
        "Ring all-reduce: each rank's segment travels in pieces of at most this many bytes, so reducing one piece overlaps receiving the next."},
+      {env::kAllreduceDoublingBytes, "1048576",
+       "All-reduces of at most this many bytes in a group whose size is a power of two use recursive doubling (log2 n rounds) instead of the ring (2(n-1) rounds); 0: always the ring."},
+      {env::kSameHostIpc, "1",
+       "All-reduce groups: ranks on the same host (same kernel boot id, the socket file visible) connect over a Unix-domain ipc:// socket in $TMPDIR or /tmp instead of TCP; 0: always TCP."},
   };
   return kDocs;
 }

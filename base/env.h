@@ -62,6 +62,8 @@ inline constexpr char kPmiSize[] = "PMI_SIZE";
 inline constexpr char kRendezvous[] = "KVTRAIN_RENDEZVOUS";
 inline constexpr char kAllreduceBucketBytes[] = "KVTRAIN_ALLREDUCE_BUCKET_BYTES";
 inline constexpr char kAllreducePieceBytes[] = "KVTRAIN_ALLREDUCE_PIECE_BYTES";
+inline constexpr char kAllreduceDoublingBytes[] = "KVTRAIN_ALLREDUCE_DOUBLING_BYTES";
+inline constexpr char kSameHostIpc[] = "KVTRAIN_SAME_HOST_IPC";
 
 }  // namespace env
 

@@ -104,8 +104,12 @@ Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer)
         return Status::OK();
       };
     }
+    // A fused push only copies the gradient into its bucket and never
+    // blocks: it runs in the thread that produced the gradient, saving a
+    // hand-off to the I/O pool per parameter.
     comms.push_back(engine_->Push(std::move(fn), reads, writes, Device::CPU(),
-                                  Engine::Queue::kIo, "kvstore " + param_names_[p]));
+                                  fused ? Engine::Queue::kInline : Engine::Queue::kIo,
+                                  "kvstore " + param_names_[p]));
   }
   Status first;
   for (const Completion& c : comms) {
@@ -196,6 +200,7 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
       }
       if (report) progress.Batch(n, batch_size_ - batch.pad, metrics.Get());
     }
+    if (report) progress.EndTraining();
     MetricValues validation;
     if (eval != nullptr) {
       KV_ASSIGN_OR_RETURN(validation, Score(eval, o.metrics));

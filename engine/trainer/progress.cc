@@ -58,7 +58,13 @@ void Progress::StartEpoch(int epoch, int64_t batches) {
   epoch_ = epoch;
   batches_ = batches;
   window_samples_ = 0;
+  training_ended_ = false;
   epoch_start_ = window_start_ = std::chrono::steady_clock::now();
+}
+
+void Progress::EndTraining() {
+  train_end_ = std::chrono::steady_clock::now();
+  training_ended_ = true;
 }
 
 void Progress::Batch(int64_t batch, int64_t samples, const MetricValues& train) {
@@ -89,8 +95,9 @@ void Progress::Batch(int64_t batch, int64_t samples, const MetricValues& train) 
 }
 
 void Progress::EndEpoch(const MetricValues& train, const MetricValues& validation) {
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start_).count();
+  const auto end =
+      training_ended_ ? train_end_ : std::chrono::steady_clock::now();
+  const double secs = std::chrono::duration<double>(end - epoch_start_).count();
   if (tty_) std::printf("\r\033[K");
   std::printf("Epoch[%d]%s%s Time cost=%.3f\n", epoch_, Text(train, "Train-").c_str(),
               Text(validation, "Validation-").c_str(), secs);

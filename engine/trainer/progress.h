@@ -31,7 +31,11 @@ class Progress {
   void StartEpoch(int epoch, int64_t batches);
   // After each batch of `samples` examples, with the running train metrics.
   void Batch(int64_t batch, int64_t samples, const MetricValues& train);
-  // The epoch summary: train and validation metrics, time cost.
+  // The epoch's last batch is done: stops the epoch's clock, so "Time cost"
+  // is training time only (as MXNet's; validation runs after this).
+  void EndTraining();
+  // The epoch summary: train and validation metrics, time cost (up to
+  // EndTraining, or up to now when it was not called).
   void EndEpoch(const MetricValues& train, const MetricValues& validation);
 
  private:
@@ -50,6 +54,8 @@ class Progress {
   int64_t window_samples_ = 0;
   double last_speed_ = 0;
   std::chrono::steady_clock::time_point epoch_start_, window_start_;
+  std::chrono::steady_clock::time_point train_end_;
+  bool training_ended_ = false;
 };
 
 }  // namespace kvtrain

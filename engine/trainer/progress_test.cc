@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -26,6 +27,27 @@ TEST(ProgressTest, WritesJsonLinesAndSurvivesMoves) {
   EXPECT_NE(lines[1].find("\"train-accuracy\":0.800000"), std::string::npos) << lines[1];
   EXPECT_NE(lines[2].find("\"validation-accuracy\":0.750000"), std::string::npos) << lines[2];
   EXPECT_NE(lines[2].find("\"time\":"), std::string::npos);
+}
+
+TEST(ProgressTest, TimeCostStopsAtEndTraining) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/t.jsonl";
+  {
+    StatusOr<Progress> created = Progress::Create(0, path, -1);
+    ASSERT_TRUE(created.ok());
+    Progress p = std::move(created).value();
+    p.StartEpoch(0, 1);
+    p.Batch(0, 100, {});
+    p.EndTraining();
+    // Validation time (here a sleep) is not training time.
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    p.EndEpoch({}, {});
+  }
+  std::ifstream in(path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const size_t at = line.find("\"time\":");
+  ASSERT_NE(at, std::string::npos) << line;
+  EXPECT_LT(std::atof(line.c_str() + at + 7), 0.3) << line;
 }
 
 TEST(ProgressTest, UnwritableFileIsAnError) {

@@ -75,6 +75,10 @@ std::string Communicator::PeerName(int peer) const {
   return name;
 }
 
+std::string Communicator::Transport(int peer) const {
+  return mesh_->Transport(members_[peer]);
+}
+
 Status Communicator::Send(int peer, uint64_t tag, const void* data,
                           size_t size) {
   if (peer < 0 || peer >= this->size() || peer == rank_) {
@@ -89,7 +93,8 @@ Status Communicator::Send(int peer, uint64_t tag, const void* data,
 
 Status Communicator::RecvPiece(int peer, uint64_t tag, size_t bytes,
                                TimePoint deadline, const char* what,
-                               void* copy_to, float* add_to) {
+                               void* copy_to, float* add_to,
+                               bool wait_released) {
   const bool user = std::strcmp(what, "Recv") == 0;
   auto got = mesh_->Recv(members_[peer], user ? MsgKind::kUser : MsgKind::kCollective,
                          group_, tag, deadline);
@@ -109,6 +114,8 @@ Status Communicator::RecvPiece(int peer, uint64_t tag, size_t bytes,
         (user ? "" : " (do all ranks call the same collectives with the same "
                      "sizes?)"));
   }
+  // The destination was sent zero-copy: ZeroMQ must be done with it first.
+  if (wait_released) KV_RETURN_IF_ERROR(mesh_->WaitReleased(deadline));
   if (add_to != nullptr) {
     AddInto(add_to, reinterpret_cast<const float*>(p.data()), bytes / 4);
   } else if (bytes > 0) {
@@ -190,10 +197,32 @@ Status Communicator::RingAllReduce(float* data, size_t count, uint64_t tag) {
   return mesh_->WaitReleased(deadline);
 }
 
+// Recursive doubling: at round k rank r swaps its whole tensor with rank
+// r ^ 2^k and adds. Every rank ends with the same bits: float addition is
+// commutative, and after each round both partners hold the same sum.
+Status Communicator::DoublingAllReduce(float* data, size_t count, uint64_t tag) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  const size_t bytes = count * sizeof(float);
+  for (int mask = 1; mask < size(); mask <<= 1) {
+    const int partner = rank_ ^ mask;
+    KV_RETURN_IF_ERROR(mesh_->Send(members_[partner], MsgKind::kCollective, group_,
+                                   tag, data, bytes, /*copy=*/false)
+                           .Annotate("all-reduce on rank " + std::to_string(rank_) +
+                                     " to " + PeerName(partner)));
+    KV_RETURN_IF_ERROR(RecvPiece(partner, tag, bytes, deadline, "all-reduce", nullptr,
+                                 data, /*wait_released=*/true));
+  }
+  return Status::OK();
+}
+
 Status Communicator::AllReduceSum(float* data, size_t count) {
   std::lock_guard<std::mutex> l(coll_mu_);
   const uint64_t tag = NextSeq();
   if (size() == 1 || count == 0) return Status::OK();
+  const bool power_of_two = (size() & (size() - 1)) == 0;
+  if (power_of_two && count * sizeof(float) <= options_.doubling_bytes) {
+    return DoublingAllReduce(data, count, tag);
+  }
   return RingAllReduce(data, count, tag);
 }
 

@@ -46,6 +46,16 @@ struct CommunicatorOptions {
   // 127.0.0.1, 256 KB and 1 MB pieces cost more per message than their
   // overlap saves (bench/allreduce_bench).
   size_t piece_bytes = 4 << 20;
+  // All-reduces of at most this many bytes in a group whose size is a power
+  // of two use recursive doubling (log2(n) rounds, each swapping the whole
+  // tensor with one partner) instead of the ring's 2(n-1) rounds; 0: always
+  // the ring (KVTRAIN_ALLREDUCE_DOUBLING_BYTES). Fewer rounds pay off where
+  // a round's latency outweighs the extra bytes (bench/allreduce_bench).
+  size_t doubling_bytes = 1 << 20;
+  // Ranks on one host connect over Unix-domain (ipc://) sockets instead of
+  // TCP over 127.0.0.1 (KVTRAIN_SAME_HOST_IPC): same bytes, fewer kernel
+  // costs (bench/allreduce_bench).
+  bool same_host_ipc = true;
   // CreateFromEnv tunes glibc malloc to keep freed memory
   // (KVTRAIN_KEEP_FREED_MEMORY, base/malloc_tuning.h): each received piece is
   // then not a fresh mmap whose munmap stalls every thread of the process.
@@ -121,6 +131,8 @@ class Communicator : public PeerLink {
 
   // "rank 1 (10.0.0.2:40123)" for a rank of this communicator.
   std::string PeerName(int peer) const;
+  // How this rank reaches `peer` (not this rank): "ipc" or "tcp".
+  std::string Transport(int peer) const;
   const CommunicatorOptions& options() const { return options_; }
 
   // Leaves: peers' waits on this process fail as "has left". Closes the
@@ -132,11 +144,14 @@ class Communicator : public PeerLink {
                std::vector<int> members, int rank,
                const CommunicatorOptions& options);
   uint64_t NextSeq() REQUIRES(coll_mu_) { return seq_++; }
+  Status DoublingAllReduce(float* data, size_t count, uint64_t tag)
+      REQUIRES(coll_mu_);
   Status RingAllReduce(float* data, size_t count, uint64_t tag)
       REQUIRES(coll_mu_);
   Status RecvPiece(int peer, uint64_t tag, size_t bytes,
                    std::chrono::steady_clock::time_point deadline,
-                   const char* what, void* copy_to, float* add_to);
+                   const char* what, void* copy_to, float* add_to,
+                   bool wait_released = false);
 
   std::shared_ptr<Mesh> mesh_;
   const uint64_t group_;

@@ -1,9 +1,11 @@
 // Communicator on in-process groups (loopback): sums, tags, split, errors,
 // and the environment contract.
 #include "kvstore/collective/communicator.h"
+#include "kvstore/collective/mesh.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <thread>
 
@@ -13,11 +15,14 @@ namespace {
 
 using Comms = std::vector<std::shared_ptr<Communicator>>;
 
-Comms Group(int n, ps::JobKey key = ps::JobKey::Insecure()) {
+// `doubling_bytes` 0: every all-reduce takes the ring.
+Comms Group(int n, ps::JobKey key = ps::JobKey::Insecure(),
+            size_t doubling_bytes = CommunicatorOptions().doubling_bytes) {
   CommunicatorOptions o;
   o.key = key;
   o.timeout = std::chrono::seconds(30);
   o.piece_bytes = 4096;  // many pieces even for small tensors
+  o.doubling_bytes = doubling_bytes;
   auto g = Communicator::CreateLocalGroup(n, o);
   EXPECT_TRUE(g.ok()) << g.status();
   return g.ok() ? *g : Comms();
@@ -37,8 +42,10 @@ void ExpectAllOk(const std::vector<Status>& s) {
 }
 
 TEST(CommunicatorTest, AllReduceSumsEverySize) {
+  // Ring for every size, then recursive doubling up to 16 KB (n = 2, 4).
+  for (size_t doubling : {size_t{0}, size_t{16384}})
   for (int n : {1, 2, 3, 4}) {
-    Comms g = Group(n);
+    Comms g = Group(n, ps::JobKey::Insecure(), doubling);
     ASSERT_EQ(static_cast<int>(g.size()), n);
     for (size_t count : {0, 1, 2, 3, 5, 1000, 5001, 100003}) {
       std::vector<std::vector<float>> data(n, std::vector<float>(count));
@@ -50,9 +57,74 @@ TEST(CommunicatorTest, AllReduceSumsEverySize) {
       for (int r = 0; r < n; ++r) {
         for (size_t i = 0; i < count; ++i) {
           ASSERT_EQ(data[r][i], ranks_sum * (i % 13))
-              << "n " << n << " count " << count << " rank " << r << " index " << i;
+              << "n " << n << " count " << count << " rank " << r << " index " << i
+              << " doubling up to " << doubling << " bytes";
         }
       }
+    }
+  }
+}
+
+TEST(CommunicatorTest, SameHostPeersUseIpcUnlessTurnedOff) {
+  for (bool ipc : {true, false}) {
+    CommunicatorOptions o;
+    o.key = ps::JobKey::Insecure();
+    o.timeout = std::chrono::seconds(30);
+    o.same_host_ipc = ipc;
+    o.doubling_bytes = 0;
+    auto g = Communicator::CreateLocalGroup(3, o);
+    ASSERT_TRUE(g.ok()) << g.status();
+    for (int r = 0; r < 3; ++r) {
+      for (int p = 0; p < 3; ++p) {
+        if (p == r) continue;
+        EXPECT_EQ((*g)[r]->Transport(p), ipc ? "ipc" : "tcp") << r << "->" << p;
+      }
+    }
+    std::vector<std::vector<float>> data(3, std::vector<float>(70000, 1.0f));
+    ExpectAllOk(OnEachRank(3, [&](int r) { return (*g)[r]->AllReduceSum(data[r].data(), 70000); }));
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(data[r][69999], 3.0f);
+  }
+}
+
+TEST(CommunicatorTest, EndpointsTravelAsOneToken) {
+  Endpoint e{"10.0.0.2", 40123, "b00t-1d", "/tmp/kvtrain-mesh-1-2"};
+  Endpoint back;
+  ASSERT_TRUE(Endpoint::Decode(e.Encode(), &back)) << e.Encode();
+  EXPECT_EQ(back.host, "10.0.0.2");
+  EXPECT_EQ(back.port, 40123);
+  EXPECT_EQ(back.boot_id, "b00t-1d");
+  EXPECT_EQ(back.ipc_path, "/tmp/kvtrain-mesh-1-2");
+  ASSERT_TRUE(Endpoint::Decode("host-a:7", &back));
+  EXPECT_EQ(back.host, "host-a");
+  EXPECT_TRUE(back.ipc_path.empty());
+  // A path with a space cannot travel: TCP only.
+  EXPECT_EQ((Endpoint{"h", 1, "b", "/a b"}).Encode(), "h:1");
+  for (const char* bad : {"", "h", ":5", "h:0", "h:x", "h:5@b", "h:5@@/p", "h:5@b@"}) {
+    EXPECT_FALSE(Endpoint::Decode(bad, &back)) << bad;
+  }
+}
+
+// Sums that round: every rank must still end with the same bits (replicas
+// of a model stay identical), by ring and by recursive doubling.
+TEST(CommunicatorTest, AllReduceLeavesEveryRankTheSameBits) {
+  for (size_t doubling : {size_t{0}, size_t{1} << 20}) {
+    for (int n : {2, 4}) {
+      Comms g = Group(n, ps::JobKey::Insecure(), doubling);
+      const size_t count = 3001;
+      std::vector<std::vector<float>> data(n, std::vector<float>(count));
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count; ++i) {
+          data[r][i] = 1.0f / static_cast<float>(3 + 7 * r + i) * (i % 2 ? -1e3f : 1e-3f);
+        }
+      }
+      ExpectAllOk(OnEachRank(n, [&](int r) { return g[r]->AllReduceSum(data[r].data(), count); }));
+      for (int r = 1; r < n; ++r) {
+        ASSERT_EQ(0, std::memcmp(data[0].data(), data[r].data(), count * sizeof(float)))
+            << "rank " << r << " of " << n << ", doubling up to " << doubling << " bytes";
+      }
+      double expect = 0;
+      for (int r = 0; r < n; ++r) expect += 1e-3 / (3 + 7 * r);
+      EXPECT_NEAR(data[0][0], expect, 1e-9);
     }
   }
 }

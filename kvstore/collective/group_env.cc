@@ -91,6 +91,12 @@ StatusOr<CommunicatorOptions> CommunicatorOptions::FromEnv(const EnvLookup& env)
                                                 static_cast<int64_t>(o.piece_bytes),
                                                 4, int64_t{1} << 30));
   o.piece_bytes = static_cast<size_t>(piece);
+  KV_ASSIGN_OR_RETURN(int64_t doubling, GetIntVar(env, env::kAllreduceDoublingBytes,
+                                                   static_cast<int64_t>(o.doubling_bytes),
+                                                   0, int64_t{1} << 40));
+  o.doubling_bytes = static_cast<size_t>(doubling);
+  KV_ASSIGN_OR_RETURN(o.same_host_ipc,
+                      GetBoolVar(env, env::kSameHostIpc, o.same_host_ipc));
   KV_ASSIGN_OR_RETURN(o.keep_freed_memory,
                       GetBoolVar(env, env::kKeepFreedMemory, o.keep_freed_memory));
   KV_ASSIGN_OR_RETURN(o.key, ps::JobKey::FromEnv(env));
@@ -161,6 +167,7 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::Create(
   mo.heartbeat_timeout_s = options.heartbeat_timeout_s;
   mo.startup_timeout_s = options.startup_timeout_s;
   mo.key = options.key;
+  mo.same_host_ipc = options.same_host_ipc;
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Mesh> mesh,
                       Mesh::Bind(group.rank, group.size, mo));
   const auto deadline = After(options.startup_timeout_s);
@@ -174,7 +181,7 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::Create(
   }
   const Endpoint rv{group.rendezvous_host, group.rendezvous_port};
   auto table = Register(rv, group.rank, group.size,
-                        {group.advertise_host, mesh->port()}, deadline,
+                        mesh->Self(group.advertise_host), deadline,
                         options.key);
   if (serving.joinable()) serving.join();
   server.reset();

@@ -2,10 +2,14 @@
 #include "kvstore/collective/mesh.h"
 
 #include <glog/logging.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <random>
 #include <sstream>
 
 namespace kvtrain {
@@ -29,7 +33,51 @@ std::string Seconds(double s) {
   return os.str();
 }
 
+// The running kernel's boot id: equal for processes on one host.
+std::string BootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  in >> id;
+  return id;
+}
+
+// A directory for the ipc:// socket whose path fits sun_path (108 bytes).
+std::string IpcDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  if (tmp != nullptr && *tmp != '\0' && std::strlen(tmp) < 60) return tmp;
+  return "/tmp";
+}
+
+bool Token(const std::string& s) {
+  return !s.empty() && s.find_first_of(" \t\n@") == std::string::npos;
+}
+
 }  // namespace
+
+std::string Endpoint::Encode() const {
+  std::string out = ToString();
+  if (Token(boot_id) && Token(ipc_path)) out += "@" + boot_id + "@" + ipc_path;
+  return out;
+}
+
+bool Endpoint::Decode(const std::string& text, Endpoint* out) {
+  const size_t at = text.find('@');
+  const std::string addr = text.substr(0, at);
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  *out = Endpoint();
+  out->host = addr.substr(0, colon);
+  char* end = nullptr;
+  const long port = std::strtol(addr.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || port < 1 || port > 65535) return false;
+  out->port = static_cast<int>(port);
+  if (at == std::string::npos) return true;
+  const size_t at2 = text.find('@', at + 1);
+  if (at2 == std::string::npos) return false;
+  out->boot_id = text.substr(at + 1, at2 - at - 1);
+  out->ipc_path = text.substr(at2 + 1);
+  return Token(out->boot_id) && Token(out->ipc_path);
+}
 
 void ReleaseZeroCopy(void* /*data*/, void* hint) {
   Mesh* mesh = static_cast<Mesh*>(hint);
@@ -44,6 +92,7 @@ struct Mesh::Peer {
   void* dealer GUARDED_BY(mu) = nullptr;
   void* monitor = nullptr;  // PAIR receiving the DEALER's events; thread only
   Endpoint endpoint;
+  bool ipc = false;  // connected over the peer's ipc:// socket
 };
 
 StatusOr<std::unique_ptr<Mesh>> Mesh::Bind(int rank, int size,
@@ -78,7 +127,37 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::Bind(int rank, int size,
   }
   const std::string bound(last);
   mesh->port_ = std::atoi(bound.c_str() + bound.rfind(':') + 1);
+  if (options.same_host_ipc) {
+    // Best effort: without it same-host peers use TCP.
+    const std::string boot_id = BootId();
+    std::random_device rd;
+    const std::string path = IpcDir() + "/kvtrain-mesh-" + std::to_string(getpid()) +
+                             "-" + std::to_string(rd()) + std::to_string(rd());
+    if (Token(boot_id) && Token(path) &&
+        zmq_bind(router, ("ipc://" + path).c_str()) == 0) {
+      mesh->boot_id_ = boot_id;
+      mesh->ipc_path_ = path;
+    } else {
+      VLOG(1) << "all-reduce rank " << rank << ": no ipc:// socket at " << path << ": "
+              << ZmqError() << "; same-host peers use TCP";
+    }
+  }
   return mesh;
+}
+
+Endpoint Mesh::Self(const std::string& host) const {
+  return {host, port_, boot_id_, ipc_path_};
+}
+
+std::string Mesh::Transport(int peer) const {
+  return peers_[peer]->ipc ? "ipc" : "tcp";
+}
+
+bool Mesh::UseIpc(const Endpoint& peer) const {
+  struct stat st;
+  return options_.same_host_ipc && !boot_id_.empty() && peer.boot_id == boot_id_ &&
+         !peer.ipc_path.empty() && stat(peer.ipc_path.c_str(), &st) == 0 &&
+         S_ISSOCK(st.st_mode);
 }
 
 Mesh::Mesh(int rank, int size, const MeshOptions& options, void* ctx)
@@ -126,7 +205,9 @@ Status Mesh::Connect(const std::vector<Endpoint>& peers) {
     zmq_socket_monitor(s, mon.c_str(), ZMQ_EVENT_DISCONNECTED);
     peer.monitor = zmq_socket(ctx_, ZMQ_PAIR);
     zmq_connect(peer.monitor, mon.c_str());
-    const std::string ep = "tcp://" + peers[p].ToString();
+    peer.ipc = UseIpc(peers[p]);
+    const std::string ep =
+        peer.ipc ? "ipc://" + peers[p].ipc_path : "tcp://" + peers[p].ToString();
     if (zmq_connect(s, ep.c_str()) != 0) {
       const std::string err = ZmqError();
       zmq_close(s);

@@ -109,10 +109,11 @@ Status RendezvousServer::Serve(int size, Clock::time_point deadline) {
     std::string word;
     Registration reg;
     int rank = -1;
-    in >> word >> rank >> reg.size >> reg.endpoint.host >> reg.endpoint.port;
+    std::string self;
+    in >> word >> rank >> reg.size >> self;
     reg.identity = identity;
     std::string error;
-    if (!in || word != "register") {
+    if (!in || word != "register" || !Endpoint::Decode(self, &reg.endpoint)) {
       error = "malformed registration";
     } else if (reg.size != size) {
       error = "rank " + std::to_string(rank) + " (" + reg.endpoint.ToString() +
@@ -133,7 +134,7 @@ Status RendezvousServer::Serve(int size, Clock::time_point deadline) {
     got[rank] = reg;
   }
   std::string table = "ok";
-  for (const auto& g : got) table += " " + g.second.endpoint.ToString();
+  for (const auto& g : got) table += " " + g.second.endpoint.Encode();
   for (const auto& g : got) Reply(socket_, g.second.identity, table);
   return Status::OK();
 }
@@ -160,8 +161,7 @@ StatusOr<std::vector<Endpoint>> Register(const Endpoint& server, int rank,
                                           server.ToString() + ": " + ZmqError()));
   }
   const std::string msg = "register " + std::to_string(rank) + " " +
-                          std::to_string(size) + " " + self.host + " " +
-                          std::to_string(self.port);
+                          std::to_string(size) + " " + self.Encode();
   zmq_send(s, msg.data(), msg.size(), 0);
   std::string reply;
   while (reply.empty()) {
@@ -189,11 +189,12 @@ StatusOr<std::vector<Endpoint>> Register(const Endpoint& server, int rank,
   std::string word, addr;
   in >> word;
   std::vector<Endpoint> table;
+  bool parsed = true;
   while (in >> addr) {
-    const size_t colon = addr.rfind(':');
-    table.push_back({addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1)});
+    table.emplace_back();
+    parsed = Endpoint::Decode(addr, &table.back()) && parsed;
   }
-  if (word != "ok" || static_cast<int>(table.size()) != size) {
+  if (word != "ok" || !parsed || static_cast<int>(table.size()) != size) {
     return finish(Status::DataLoss("rendezvous: malformed answer \"" + reply + "\""));
   }
   return finish(std::move(table));
