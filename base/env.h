@@ -64,6 +64,7 @@ inline constexpr char kAllreduceBucketBytes[] = "KVTRAIN_ALLREDUCE_BUCKET_BYTES"
 inline constexpr char kAllreducePieceBytes[] = "KVTRAIN_ALLREDUCE_PIECE_BYTES";
 inline constexpr char kAllreduceDoublingBytes[] = "KVTRAIN_ALLREDUCE_DOUBLING_BYTES";
 inline constexpr char kSameHostIpc[] = "KVTRAIN_SAME_HOST_IPC";
+inline constexpr char kWaitSpinUs[] = "KVTRAIN_WAIT_SPIN_US";
 
 }  // namespace env
 

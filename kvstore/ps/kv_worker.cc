@@ -1,8 +1,12 @@
 // KVWorker: slices requests by server key range, tracks the responses, and
 // delivers pulled values as views or into caller buffers.
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -14,6 +18,9 @@
 namespace kvtrain {
 namespace ps {
 namespace {
+
+// Requests whose Wait polls before it sleeps (NodeConfig::wait_spin_us).
+constexpr size_t kSmallRequestBytes = 64 << 10;
 
 // Byte offset of each key's value (n + 1 entries) for `lens`, or for an
 // equal split of `total` bytes among n keys.
@@ -64,6 +71,8 @@ class KVWorker::Impl : public Customer {
     std::vector<size_t> dest_off;  // per key, into dest
     std::vector<KVPairs> parts;    // per slice (views)
     std::function<void(const Status&)> callback;
+    // At most kSmallRequestBytes pushed and pulled: Wait polls first.
+    bool small = false;
   };
 
   Status CheckPullDest(const PullDest& dest, size_t n) const;
@@ -82,6 +91,8 @@ class KVWorker::Impl : public Customer {
   const int app_id_;
   std::mutex mu_;
   std::condition_variable cv_;
+  // Requests completed so far: a spinning Wait watches it without the lock.
+  std::atomic<uint64_t> finished_{0};
   std::unordered_map<int64_t, Pending> pending_ GUARDED_BY(mu_);
   int64_t next_ts_ GUARDED_BY(mu_) = 1;
   LogRateLimiter log_;
@@ -183,6 +194,11 @@ StatusOr<int64_t> KVWorker::Impl::Request(const KVPairs& kvs, bool push,
   p.slices = SliceByServer(kvs, ranges);
   p.remaining = static_cast<int>(p.slices.size());
   p.parts.resize(p.slices.size());
+  // Pulled size: the buffer's, or as pushed (a pull without a buffer counts
+  // as small: its size is not known).
+  const size_t pushed = push ? kvs.vals.size() : 0;
+  const size_t pulled = !pull ? 0 : dest.data != nullptr ? dest.size : pushed;
+  p.small = pushed <= kSmallRequestBytes && pulled <= kSmallRequestBytes;
   if (pull && dest.data != nullptr) {
     p.dest_off = Offsets(dest.lens, n, dest.size);
   }
@@ -221,6 +237,7 @@ std::function<void()> KVWorker::Impl::MaybeFinish(int64_t ts) {
   if (p.remaining > 0 || p.copying > 0) return nullptr;
   p.done = true;
   if (!p.callback) {
+    finished_.fetch_add(1, std::memory_order_release);
     cv_.notify_all();
     return nullptr;
   }
@@ -328,6 +345,29 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
     auto i = pending_.find(ts);
     return i == pending_.end() || (i->second.done && i->second.copying == 0);
   };
+  // A small request's answer is usually a round trip (~100 us) away: poll
+  // for it, so that no thread wake-up lies on its path (a large one would
+  // take the CPU its own transfer needs).
+  const int spin_us = po_->config().wait_spin_us;
+  if (spin_us > 0 && it->second.small && !ready()) {
+    const auto spin_end = Clock::now() + std::chrono::microseconds(spin_us);
+    uint64_t seen = finished_.load(std::memory_order_acquire);
+    l.unlock();
+    for (;;) {
+      const uint64_t now_seen = finished_.load(std::memory_order_acquire);
+      if (now_seen != seen) {
+        seen = now_seen;
+        l.lock();
+        if (ready()) break;
+        l.unlock();
+      }
+      if (Clock::now() >= spin_end) {
+        l.lock();
+        break;
+      }
+      sched_yield();
+    }
+  }
   if (!cv_.wait_until(l, deadline, ready)) {
     const Pending& p = pending_.at(ts);
     std::ostringstream os;
