@@ -93,6 +93,9 @@ class KVWorker::Impl : public Customer {
   std::condition_variable cv_;
   // Requests completed so far: a spinning Wait watches it without the lock.
   std::atomic<uint64_t> finished_{0};
+  // Wait's polling back-off: misses in a row, small waits left to skip.
+  int spin_misses_ GUARDED_BY(mu_) = 0;
+  int spin_skip_ GUARDED_BY(mu_) = 0;
   std::unordered_map<int64_t, Pending> pending_ GUARDED_BY(mu_);
   int64_t next_ts_ GUARDED_BY(mu_) = 1;
   LogRateLimiter log_;
@@ -348,24 +351,35 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
   // A small request's answer is usually a round trip (~100 us) away: poll
   // for it, so that no thread wake-up lies on its path (a large one would
   // take the CPU its own transfer needs).
+  // When answers keep outlasting the poll (the CPUs are oversubscribed, or
+  // the servers are slow), polling only takes CPU from them: after each
+  // miss it pauses for twice as many small waits (up to 64) before it polls
+  // again.
   const int spin_us = po_->config().wait_spin_us;
   if (spin_us > 0 && it->second.small && !ready()) {
-    const auto spin_end = Clock::now() + std::chrono::microseconds(spin_us);
-    uint64_t seen = finished_.load(std::memory_order_acquire);
-    l.unlock();
-    for (;;) {
-      const uint64_t now_seen = finished_.load(std::memory_order_acquire);
-      if (now_seen != seen) {
-        seen = now_seen;
-        l.lock();
-        if (ready()) break;
-        l.unlock();
+    if (spin_skip_ > 0) {
+      --spin_skip_;
+    } else {
+      const auto spin_end = Clock::now() + std::chrono::microseconds(spin_us);
+      uint64_t seen = finished_.load(std::memory_order_acquire);
+      bool answered = false;
+      l.unlock();
+      for (;;) {
+        const uint64_t now_seen = finished_.load(std::memory_order_acquire);
+        if (now_seen != seen) {
+          seen = now_seen;
+          l.lock();
+          if ((answered = ready())) break;
+          l.unlock();
+        }
+        if (Clock::now() >= spin_end) {
+          l.lock();
+          break;
+        }
+        sched_yield();
       }
-      if (Clock::now() >= spin_end) {
-        l.lock();
-        break;
-      }
-      sched_yield();
+      spin_misses_ = answered ? 0 : std::min(spin_misses_ + 1, 6);
+      spin_skip_ = answered ? 0 : (1 << spin_misses_) - 1;
     }
   }
   if (!cv_.wait_until(l, deadline, ready)) {
