@@ -3,7 +3,9 @@
 #include "kvstore/collective/communicator.h"
 #include "kvstore/collective/mesh.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <functional>
@@ -84,6 +86,39 @@ TEST(CommunicatorTest, SameHostPeersUseIpcUnlessTurnedOff) {
     ExpectAllOk(OnEachRank(3, [&](int r) { return (*g)[r]->AllReduceSum(data[r].data(), 70000); }));
     for (int r = 0; r < 3; ++r) EXPECT_EQ(data[r][69999], 3.0f);
   }
+}
+
+TEST(CommunicatorTest, SocketFilesAreGoneOnceConnected) {
+  char dir[] = "/tmp/kvtrain-ipc-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const char* old_tmp = std::getenv("TMPDIR");
+  const std::string saved = old_tmp == nullptr ? "" : old_tmp;
+  setenv("TMPDIR", dir, 1);
+  auto count_files = [&] {
+    int n = 0;
+    DIR* d = opendir(dir);
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+  };
+  {
+    CommunicatorOptions o;
+    o.key = ps::JobKey::Insecure();
+    auto g = Communicator::CreateLocalGroup(2, o);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ((*g)[0]->Transport(1), "ipc");
+    // Connected sockets outlive their file.
+    EXPECT_EQ(count_files(), 0);
+    std::vector<std::vector<float>> data(2, std::vector<float>(1000, 2.0f));
+    ExpectAllOk(OnEachRank(2, [&](int r) { return (*g)[r]->AllReduceSum(data[r].data(), 1000); }));
+    EXPECT_EQ(data[1][999], 4.0f);
+  }
+  if (old_tmp == nullptr) {
+    unsetenv("TMPDIR");
+  } else {
+    setenv("TMPDIR", saved.c_str(), 1);
+  }
+  EXPECT_EQ(rmdir(dir), 0) << "files left in " << dir;
 }
 
 TEST(CommunicatorTest, EndpointsTravelAsOneToken) {

@@ -235,7 +235,17 @@ Status Mesh::Connect(const std::vector<Endpoint>& peers) {
       return hello.status().Annotate("connecting to " + PeerName(p));
     }
   }
+  // Every peer's hello came through its connection to this rank: nobody
+  // needs the socket file any more (connected sockets stay up), and a
+  // killed process leaves none behind.
+  RemoveIpcFile();
   return Status::OK();
+}
+
+void Mesh::RemoveIpcFile() {
+  std::lock_guard<std::mutex> l(ipc_mu_);
+  if (!ipc_path_.empty() && !ipc_removed_) unlink(ipc_path_.c_str());
+  ipc_removed_ = true;
 }
 
 Status Mesh::SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
@@ -535,6 +545,7 @@ void Mesh::Close() {
   }
   if (router_ != nullptr) zmq_close(router_);
   router_ = nullptr;
+  RemoveIpcFile();
   zap_.reset();
   zmq_ctx_term(ctx_);
   ctx_ = nullptr;
