@@ -6,7 +6,6 @@
 #include <atomic>
 #include <climits>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -353,8 +352,8 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
   // take the CPU its own transfer needs).
   // When answers keep outlasting the poll (the CPUs are oversubscribed, or
   // the servers are slow), polling only takes CPU from them: after each
-  // miss it pauses for twice as many small waits (up to 64) before it polls
-  // again.
+  // miss it skips polling for twice as many small waits as before, plus
+  // one (up to 63).
   const int spin_us = po_->config().wait_spin_us;
   if (spin_us > 0 && it->second.small && !ready()) {
     if (spin_skip_ > 0) {
@@ -421,6 +420,7 @@ void KVWorker::Impl::Abort(const Status& reason) {
       if (p.copying == 0) p.done = true;
       ++it;
     }
+    finished_.fetch_add(1, std::memory_order_release);
     cv_.notify_all();
   }
   for (auto& cb : callbacks) cb(reason);
