@@ -58,14 +58,11 @@ void Progress::StartEpoch(int epoch, int64_t batches) {
   epoch_ = epoch;
   batches_ = batches;
   window_samples_ = 0;
-  training_ended_ = false;
+  train_end_.reset();
   epoch_start_ = window_start_ = std::chrono::steady_clock::now();
 }
 
-void Progress::EndTraining() {
-  train_end_ = std::chrono::steady_clock::now();
-  training_ended_ = true;
-}
+void Progress::EndTraining() { train_end_ = std::chrono::steady_clock::now(); }
 
 void Progress::Batch(int64_t batch, int64_t samples, const MetricValues& train) {
   window_samples_ += samples;
@@ -95,8 +92,7 @@ void Progress::Batch(int64_t batch, int64_t samples, const MetricValues& train) 
 }
 
 void Progress::EndEpoch(const MetricValues& train, const MetricValues& validation) {
-  const auto end =
-      training_ended_ ? train_end_ : std::chrono::steady_clock::now();
+  const auto end = train_end_.value_or(std::chrono::steady_clock::now());
   const double secs = std::chrono::duration<double>(end - epoch_start_).count();
   if (tty_) std::printf("\r\033[K");
   std::printf("Epoch[%d]%s%s Time cost=%.3f\n", epoch_, Text(train, "Train-").c_str(),

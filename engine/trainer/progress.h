@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,8 +55,7 @@ class Progress {
   int64_t window_samples_ = 0;
   double last_speed_ = 0;
   std::chrono::steady_clock::time_point epoch_start_, window_start_;
-  std::chrono::steady_clock::time_point train_end_;
-  bool training_ended_ = false;
+  std::optional<std::chrono::steady_clock::time_point> train_end_;
 };
 
 }  // namespace kvtrain

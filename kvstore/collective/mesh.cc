@@ -155,7 +155,8 @@ std::string Mesh::Transport(int peer) const {
 
 bool Mesh::UseIpc(const Endpoint& peer) const {
   struct stat st;
-  return options_.same_host_ipc && !boot_id_.empty() && peer.boot_id == boot_id_ &&
+  // boot_id_ is set only when this rank listens on ipc:// itself.
+  return !boot_id_.empty() && peer.boot_id == boot_id_ &&
          !peer.ipc_path.empty() && stat(peer.ipc_path.c_str(), &st) == 0 &&
          S_ISSOCK(st.st_mode);
 }
@@ -243,9 +244,8 @@ Status Mesh::Connect(const std::vector<Endpoint>& peers) {
 }
 
 void Mesh::RemoveIpcFile() {
-  std::lock_guard<std::mutex> l(ipc_mu_);
-  if (!ipc_path_.empty() && !ipc_removed_) unlink(ipc_path_.c_str());
-  ipc_removed_ = true;
+  // Twice is harmless: the name is this process's own, random, never reused.
+  if (!ipc_path_.empty()) unlink(ipc_path_.c_str());
 }
 
 Status Mesh::SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,

@@ -135,8 +135,8 @@ class Mesh {
   Mesh(int rank, int size, const MeshOptions& options, void* ctx);
   // Whether to connect to `peer` over its ipc:// socket.
   bool UseIpc(const Endpoint& peer) const;
-  // Unlinks this rank's socket file (once).
-  void RemoveIpcFile() EXCLUDES(ipc_mu_);
+  // Unlinks this rank's socket file.
+  void RemoveIpcFile();
   void RecvLoop();
   void HandleIncoming(void* router);
   void HandleMonitor(int peer);
@@ -153,9 +153,7 @@ class Mesh {
   std::unique_ptr<ps::ZapHandler> zap_;
   void* router_ = nullptr;
   int port_ = 0;
-  std::string boot_id_, ipc_path_;  // empty: no ipc:// socket
-  std::mutex ipc_mu_;
-  bool ipc_removed_ GUARDED_BY(ipc_mu_) = false;
+  std::string boot_id_, ipc_path_;  // set by Bind; empty: no ipc:// socket
   std::vector<std::unique_ptr<Peer>> peers_;
 
   std::mutex mu_;
