@@ -6,7 +6,7 @@ bin="$(dirname "$0")/allreduce_bench"
 out=$("$bin" --ranks=2,3 --min_bytes=1024 --max_bytes=65536 --seconds=0.01 --torch=false \
       --mlp=false 2>&1)
 echo "$out"
-echo "$out" | grep -q "^2 processes" || { echo "no 2-process table"; exit 1; }
-echo "$out" | grep -q "^3 processes" || { echo "no 3-process table"; exit 1; }
-echo "$out" | grep -q "^ *64 KB " || { echo "no 64 KB row"; exit 1; }
-echo "$out" | tail -n 1 | grep -q "^allreduce_bench: done" || { echo "bad last line"; exit 1; }
+grep -q "^2 processes" <<< "$out" || { echo "no 2-process table"; exit 1; }
+grep -q "^3 processes" <<< "$out" || { echo "no 3-process table"; exit 1; }
+grep -q "^ *64 KB " <<< "$out" || { echo "no 64 KB row"; exit 1; }
+tail -n 1 <<< "$out" | grep -q "^allreduce_bench: done" || { echo "bad last line"; exit 1; }

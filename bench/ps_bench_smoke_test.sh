@@ -10,18 +10,18 @@ fail() { echo "FAILED: $*"; exit 1; }
 for job in 1w1s 2w2s; do
   for size in 4B 1KB 64KB; do
     for k in 1 2; do
-      echo "$out" | grep -Eq "^$job +$size +$k +[0-9.]+ (us|ms) +[0-9.]+ (us|ms) +[0-9.]+ +[0-9.]+$" ||
+      grep -Eq "^$job +$size +$k +[0-9.]+ (us|ms) +[0-9.]+ (us|ms) +[0-9.]+ +[0-9.]+$" <<< "$out" ||
         fail "no $job $size x$k row"
     done
   done
 done
 for job in 1w1s 2w2s; do
   for size in 4B 1KB 64KB; do
-    echo "$out" | grep -Eq "^$job +$size +1 +[0-9.]+ (us|ms) +[0-9.]+ (us|ms) +[0-9.]+ +[0-9.]+ +[0-9.]+$" ||
+    grep -Eq "^$job +$size +1 +[0-9.]+ (us|ms) +[0-9.]+ (us|ms) +[0-9.]+ +[0-9.]+ +[0-9.]+$" <<< "$out" ||
       fail "no CURVE row for $job $size"
   done
 done
-echo "$out" | grep -q "1w1s 1KB push+pull .* x raw 64B round trip" || fail "no 1KB line"
+grep -q "1w1s 1KB push+pull .* x raw 64B round trip" <<< "$out" || fail "no 1KB line"
 last=$(echo "$out" | tail -n 1)
 [[ "$last" =~ ^ps_bench:\ 64KB\ push\+pull\ [0-9.]+\ (us|ms)\ =\ [0-9.]+\ x\ raw\ zmq\ echo$ ]] ||
   fail "last line is not the summary: $last"

@@ -8,8 +8,8 @@ dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 
 out=$("$tool" show "$dir/a.params")
 echo "$out"
-echo "$out" | grep -q "epoch 3, 2 parameters, 1 auxiliary states"
-echo "$out" | grep -Eq "arg +fc1_weight +\(2, 2\) +min 1 +max 4 +mean 2.5"
+grep -q "epoch 3, 2 parameters, 1 auxiliary states" <<< "$out"
+grep -Eq "arg +fc1_weight +\(2, 2\) +min 1 +max 4 +mean 2.5" <<< "$out"
 
 "$tool" diff "$dir/a.params" "$dir/b.params" | tee "$dir/ab"
 grep -q "equal within tolerance" "$dir/ab"

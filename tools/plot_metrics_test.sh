@@ -16,5 +16,5 @@ echo "not json" > "$dir/bad.jsonl"
 set +e
 err=$("$tool" -o "$dir/x.png" "$dir/bad.jsonl" 2>&1); rc=$?
 set -e
-[ $rc -ne 0 ] && echo "$err" | grep -q "bad.jsonl:1: not JSON"
+[ $rc -ne 0 ] && grep -q "bad.jsonl:1: not JSON" <<< "$err"
 echo "plot_metrics_test: ok"

@@ -53,8 +53,8 @@ last=$(echo "$out" | tail -n 1)
 # d: failed to build; e: 1 passed.
 [ "$last" = "5 passed, 3 failed" ] || { echo "wrong closing line: $last"; exit 1; }
 [ $rc -eq 1 ] || { echo "expected exit 1, got $rc"; exit 1; }
-echo "$out" | grep -q "1 skipped (reported, not counted as passed)" || { echo "skip not reported"; exit 1; }
-echo "$out" | grep -q "FAILED //x:d" || { echo "unbuilt target not named"; exit 1; }
+grep -q "1 skipped (reported, not counted as passed)" <<< "$out" || { echo "skip not reported"; exit 1; }
+grep -q "FAILED //x:d" <<< "$out" || { echo "unbuilt target not named"; exit 1; }
 
 # All green: exit 0.
 grep -v '//x:[bcd]' "$dir/bep.json" > "$dir/ok.json"
@@ -68,11 +68,11 @@ rc=$?
 set -e
 [ "$(echo "$out" | tail -n 1)" = "4 passed, 1 failed" ] || { echo "fuzz not counted: $out"; exit 1; }
 [ $rc -eq 1 ] || { echo "expected exit 1 with a failed fuzz target"; exit 1; }
-echo "$out" | grep -q "FAILED //p:b_fuzzer: fuzzing failed" || { echo "fuzz failure not named"; exit 1; }
+grep -q "FAILED //p:b_fuzzer: fuzzing failed" <<< "$out" || { echo "fuzz failure not named"; exit 1; }
 # Fuzz results do not hide a `bazel test` that ran nothing.
 echo '{"id":{"started":{}}}' > "$dir/empty.json"
 set +e
 out=$(python3 "$summary" --bep "$dir/empty.json" --fuzz-results "$dir/fuzz.txt")
 set -e
-echo "$out" | grep -q "no test targets were found" || { echo "empty run not reported: $out"; exit 1; }
+grep -q "no test targets were found" <<< "$out" || { echo "empty run not reported: $out"; exit 1; }
 echo "test_summary_test: ok"
