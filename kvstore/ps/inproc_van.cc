@@ -14,6 +14,11 @@ int64_t InprocNetwork::delivered() {
   return delivered_;
 }
 
+void InprocNetwork::SetTap(std::function<void(const RawMessage&)> tap) {
+  std::lock_guard<std::mutex> l(mu_);
+  tap_ = std::move(tap);
+}
+
 StatusOr<int> InprocNetwork::Register(InprocVan* van, int port) {
   std::lock_guard<std::mutex> l(mu_);
   if (port == 0) {
@@ -39,6 +44,7 @@ void InprocNetwork::Deliver(int from_port, int to_port, RawMessage msg) {
   auto it = vans_.find(to_port);
   if (it == vans_.end()) return;  // like TCP to nobody: lost
   ++delivered_;
+  if (tap_) tap_(msg);
   it->second->Enqueue(std::move(msg));
 }
 

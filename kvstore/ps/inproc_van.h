@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,9 @@ class InprocNetwork {
   void Isolate(int port) EXCLUDES(mu_);
   // Messages delivered so far (for tests).
   int64_t delivered() EXCLUDES(mu_);
+  // Tests: `tap` sees every message delivered from now on (under the
+  // network's lock: it must not use the network).
+  void SetTap(std::function<void(const RawMessage&)> tap) EXCLUDES(mu_);
 
  private:
   friend class InprocVan;
@@ -40,6 +44,7 @@ class InprocNetwork {
   std::set<int> isolated_ GUARDED_BY(mu_);
   int next_port_ GUARDED_BY(mu_) = 30000;
   int64_t delivered_ GUARDED_BY(mu_) = 0;
+  std::function<void(const RawMessage&)> tap_ GUARDED_BY(mu_);
 };
 
 // Thread-safety as Van. Priorities are ignored: delivery is immediate.

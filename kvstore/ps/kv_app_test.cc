@@ -1,6 +1,7 @@
 // KVWorker/KVServer over the in-process van: exact sums across servers,
 // pulls into buffers, errors naming server and key, deadlines, deferred
-// responses, commands, callbacks, per-key order, early requests, aborts.
+// responses, commands, callbacks, per-key order, early requests, aborts,
+// the order of a message's frames.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "kvstore/ps/inproc_job.h"
+#include "kvstore/ps/message.h"
 
 namespace kvtrain {
 namespace ps {
@@ -175,6 +177,37 @@ TEST(KVAppTest, PushPullIntoBufferWithPerKeyLengths) {
   EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("key " + std::to_string(keys[0])));
   EXPECT_THAT(s.message(), HasSubstr("server 0 (127.0.0.1:"));
+}
+
+// A message ends with its values: over TCP, a small frame after a large
+// one arrives as a trailing segment that the receiver wakes up for again.
+TEST(KVAppTest, ValuesAreTheLastFrame) {
+  Cluster c(1, 1);
+  std::mutex mu;
+  std::vector<std::vector<wire::FrameKind>> requests, responses;
+  c.job.net()->SetTap([&](const RawMessage& raw) {
+    Message m;
+    if (!DecodeMessage(raw.frames, &m).ok()) return;
+    if (m.meta.command() != wire::DATA) return;
+    std::vector<wire::FrameKind> kinds;
+    for (const wire::Frame& f : m.meta.data()) kinds.push_back(f.kind());
+    std::lock_guard<std::mutex> l(mu);
+    (m.meta.request() ? requests : responses).push_back(kinds);
+  });
+  const std::vector<uint64_t> keys = SpreadKeys(c.job.worker(0), 2);
+  const std::vector<int64_t> lens = {4000, 8};
+  auto ts = c.workers_[0]->PushPull(KVPairs::From(
+      keys, Blob::FromVector(std::vector<char>(4008, 1)), lens));
+  ASSERT_TRUE(ts.ok()) << ts.status();
+  ASSERT_TRUE(c.workers_[0]->Wait(*ts, kLong).ok());
+  c.job.net()->SetTap(nullptr);
+  const std::vector<wire::FrameKind> want = {wire::KEYS, wire::LENS,
+                                             wire::VALUES};
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_EQ(requests.size(), 1u);
+  ASSERT_EQ(responses.size(), 1u);
+  EXPECT_EQ(requests[0], want);
+  EXPECT_EQ(responses[0], want);
 }
 
 TEST(KVAppTest, BadRequestsAreRejectedUpFront) {

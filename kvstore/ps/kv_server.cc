@@ -110,9 +110,12 @@ Status KVServer::Impl::Respond(const RequestMeta& req, const KVPairs& values) {
   m.meta.set_pull(req.pull);
   m.meta.set_head(req.head);
   m.meta.set_priority(req.priority);
+  // The values go last: a message that ends with its large frame arrives
+  // complete with that frame, not with a small trailing TCP segment that
+  // the receiver has to wake up for again.
   if (!values.keys.empty()) m.AddFrame(wire::KEYS, values.keys);
-  if (!values.vals.empty()) m.AddFrame(wire::VALUES, values.vals);
   if (!values.lens.empty()) m.AddFrame(wire::LENS, values.lens);
+  if (!values.vals.empty()) m.AddFrame(wire::VALUES, values.vals);
   return po_->SendData(req.sender_id, &m);
 }
 

@@ -83,7 +83,8 @@ class KVWorker::Impl : public Customer {
                        bool push, bool pull, const RequestOptions& opts,
                        const std::vector<size_t>& val_off) const;
   Status CheckResponse(const Pending& p, size_t s, const KVPairs& kv) const;
-  // Completes `it` if nothing is outstanding; returns a callback to run.
+  // Completes `ts` if nothing is outstanding; returns what to run once mu_
+  // is released (the request's callback, or the wake-up of its waiter).
   std::function<void()> MaybeFinish(int64_t ts) REQUIRES(mu_);
 
   PostofficeImpl* const po_;
@@ -157,14 +158,15 @@ Message KVWorker::Impl::BuildRequest(int64_t ts, const KVPairs& kvs,
   h.set_head(opts.head);
   h.set_body(opts.body);
   const size_t kb = s.key_begin, ke = s.key_end;
+  // The values go last (see KVServer::Impl::Respond).
   if (ke > kb) m.AddFrame(wire::KEYS, kvs.keys.Slice(kb * 8, (ke - kb) * 8));
   if (push && ke > kb) {
-    m.AddFrame(wire::VALUES,
-               kvs.vals.Slice(val_off[kb], val_off[ke] - val_off[kb]));
-    h.mutable_data(h.data_size() - 1)->set_dtype(opts.dtype);
     if (!kvs.lens.empty()) {
       m.AddFrame(wire::LENS, kvs.lens.Slice(kb * 8, (ke - kb) * 8));
     }
+    m.AddFrame(wire::VALUES,
+               kvs.vals.Slice(val_off[kb], val_off[ke] - val_off[kb]));
+    h.mutable_data(h.data_size() - 1)->set_dtype(opts.dtype);
   } else if (push && kvs.num_keys() == 0 && !kvs.vals.empty()) {
     m.AddFrame(wire::VALUES, kvs.vals);  // a command's payload
   }
@@ -240,8 +242,10 @@ std::function<void()> KVWorker::Impl::MaybeFinish(int64_t ts) {
   p.done = true;
   if (!p.callback) {
     finished_.fetch_add(1, std::memory_order_release);
-    cv_.notify_all();
-    return nullptr;
+    // The waiter is woken after mu_ is released, so that it does not wake
+    // only to block on mu_ again. (This Impl outlives the call: Accept runs
+    // under the Postoffice's customer lock, which ~Impl takes.)
+    return [this] { cv_.notify_all(); };
   }
   auto cb = std::move(p.callback);
   Status status = p.status;
