@@ -1,5 +1,6 @@
 // The receive thread (decode, check, dispatch every message) and the timer
 // thread (heartbeats, start-up deadline, dead peers) of a Postoffice.
+#include <algorithm>
 #include <climits>
 #include <set>
 #include <sstream>
@@ -26,6 +27,34 @@ std::string Seconds(double s) {
 
 void PostofficeImpl::RecvLoop() {
   while (!stop_.load()) {
+    {
+      // Stay out of the socket while a waiter receives, or lingers for one.
+      std::unique_lock<std::mutex> l(lend_mu_);
+      while (!handback_ && !stop_.load() &&
+             (lent_ || Clock::now() < linger_until_)) {
+        if (!parked_) {
+          parked_ = true;
+          lend_cv_.notify_all();  // a waiter may be waiting for this
+        }
+        // During a loan, check back after twice the last loan's length
+        // (within [kLinger, poll interval]): loans that follow each other
+        // then cost the receive thread no wake-up each.
+        lend_cv_.wait_until(
+            l, lent_ ? Clock::now() + std::clamp<Duration>(
+                                          2 * last_loan_, kLinger,
+                                          options_.poll_interval)
+                     : linger_until_);
+      }
+      parked_ = false;
+      if (handback_) {
+        std::pair<std::string, Message> back = std::move(*handback_);
+        handback_.reset();
+        l.unlock();
+        Handle(back.first, std::move(back.second));
+        continue;
+      }
+    }
+    if (stop_.load()) break;
     RawMessage raw;
     StatusOr<bool> got = van_->Recv(&raw);
     if (early_pending_.load()) DeliverEarly();
@@ -43,6 +72,65 @@ void PostofficeImpl::RecvLoop() {
     }
     Handle(raw.token, std::move(msg));
   }
+}
+
+void PostofficeImpl::LingerForWaiter() {
+  std::lock_guard<std::mutex> l(lend_mu_);
+  linger_until_ = Clock::now() + kLinger;
+}
+
+bool PostofficeImpl::ReceiveWhileWaiting(
+    const std::function<bool()>& done,
+    const std::function<bool(const Message&)>& mine,
+    const std::function<bool()>& linger, Clock::time_point deadline) {
+  {
+    std::unique_lock<std::mutex> l(lend_mu_);
+    auto taken = [this] { return lent_ || handback_ || stop_.load(); };
+    if (taken()) return false;
+    if (!parked_) {
+      // Lingering, the receive thread is on its way out of the socket.
+      if (Clock::now() >= linger_until_) return false;
+      lend_cv_.wait_until(l, std::min(deadline, linger_until_),
+                          [&] { return parked_ || taken(); });
+      if (!parked_ || taken()) return false;
+    }
+    lent_ = true;
+  }
+  const auto start = Clock::now();
+  std::optional<std::pair<std::string, Message>> back;
+  while (!stop_.load() && Clock::now() < deadline && !done()) {
+    RawMessage raw;
+    StatusOr<bool> got = van_->Recv(&raw);
+    if (!got.ok()) break;  // the receive thread meets and reports it
+    if (!*got) continue;
+    Message msg;
+    Status s = DecodeMessage(std::move(raw.frames), &msg);
+    if (!s.ok()) {
+      Drop(raw.token, s.message());
+      continue;
+    }
+    if (!mine(msg)) {
+      back.emplace(std::move(raw.token), std::move(msg));
+      break;
+    }
+    Handle(raw.token, std::move(msg));
+  }
+  const bool stay_out = !back && linger();
+  std::lock_guard<std::mutex> l(lend_mu_);
+  lent_ = false;
+  ++loans_;
+  last_loan_ = Clock::now() - start;
+  if (stay_out) {
+    // The receive thread lingers on for kLinger, for this thread's next
+    // Wait to take over again.
+    linger_until_ = Clock::now() + kLinger;
+  } else {
+    // Other traffic or other waiters: the receive thread takes over now.
+    handback_ = std::move(back);
+    linger_until_ = Clock::time_point();
+    lend_cv_.notify_all();
+  }
+  return true;
 }
 
 void PostofficeImpl::Drop(const std::string& token, const std::string& why) {

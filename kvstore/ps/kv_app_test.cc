@@ -1,7 +1,7 @@
 // KVWorker/KVServer over the in-process van: exact sums across servers,
 // pulls into buffers, errors naming server and key, deadlines, deferred
 // responses, commands, callbacks, per-key order, early requests, aborts,
-// the order of a message's frames.
+// the order of a message's frames, waiters receiving their own answers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +11,7 @@
 
 #include "kvstore/ps/inproc_job.h"
 #include "kvstore/ps/message.h"
+#include "kvstore/ps/postoffice_impl.h"
 
 namespace kvtrain {
 namespace ps {
@@ -208,6 +209,66 @@ TEST(KVAppTest, ValuesAreTheLastFrame) {
   ASSERT_EQ(responses.size(), 1u);
   EXPECT_EQ(requests[0], want);
   EXPECT_EQ(responses[0], want);
+}
+
+// After a Wait answered on the receive thread, that thread lingers and the
+// waiter's next Wait receives its own answers (a loan). Meanwhile another
+// thread's large requests, barriers and a callback request all complete:
+// what the borrower does not take goes back to the receive thread, and the
+// linger ends.
+TEST(KVAppTest, WaitersReceiveTheirOwnAnswersAndHandTheRestBack) {
+  Cluster c(2, 1);
+  Postoffice* po = c.job.worker(0);
+  KVWorker* w = c.workers_[0].get();
+  const std::vector<uint64_t> keys = SpreadKeys(po, 2);
+  // Above KVWorker's 64 KB polling size: these waits sleep or borrow.
+  constexpr size_t kFloats = 40000;
+  auto loop = [&](std::vector<uint64_t> my_keys, int rounds) {
+    const std::vector<float> ones(kFloats * my_keys.size(), 1.f);
+    for (int r = 1; r <= rounds; ++r) {
+      auto ts = w->PushPull(KVPairs::From(my_keys, Blob::FromVector(ones)));
+      ASSERT_TRUE(ts.ok()) << ts.status();
+      PullResult got;
+      ASSERT_TRUE(w->Wait(*ts, kLong, &got).ok());
+      ASSERT_EQ(got.total_bytes(), ones.size() * 4);
+      for (const KVPairs& part : got.parts) {
+        const float* v = part.vals.as<float>();
+        for (size_t i = 0; i < part.vals.size() / 4; ++i) {
+          ASSERT_EQ(v[i], static_cast<float>(r)) << "round " << r;
+        }
+      }
+    }
+  };
+  std::thread a(loop, std::vector<uint64_t>{keys[0], keys[2]}, 60);
+  std::thread b(loop, std::vector<uint64_t>{keys[1], keys[3]}, 60);
+  std::thread barriers([&] {
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_TRUE(po->Barrier(kWorkerGroup, kLong).ok());
+    }
+  });
+  a.join();
+  b.join();
+  barriers.join();
+  EXPECT_GT(po->impl()->loans(), 0);
+  // A callback request right after a Wait: answered although no thread
+  // waits to receive it.
+  auto ts = w->Pull(Blob::FromVector(std::vector<uint64_t>{keys[0]}));
+  ASSERT_TRUE(ts.ok());
+  ASSERT_TRUE(w->Wait(*ts, kLong).ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool called = false;
+  RequestOptions opts;
+  opts.callback = [&](const Status& s) {
+    EXPECT_TRUE(s.ok()) << s;
+    std::lock_guard<std::mutex> l(mu);
+    called = true;
+    cv.notify_all();
+  };
+  ASSERT_TRUE(
+      w->Pull(Blob::FromVector(std::vector<uint64_t>{keys[1]}), opts).ok());
+  std::unique_lock<std::mutex> l(mu);
+  EXPECT_TRUE(cv.wait_for(l, kLong, [&] { return called; }));
 }
 
 TEST(KVAppTest, BadRequestsAreRejectedUpFront) {

@@ -72,6 +72,8 @@ class KVWorker::Impl : public Customer {
     std::function<void(const Status&)> callback;
     // At most kSmallRequestBytes pushed and pulled: Wait polls first.
     bool small = false;
+    // A thread sleeps in Wait for it.
+    bool waited = false;
   };
 
   Status CheckPullDest(const PullDest& dest, size_t n) const;
@@ -83,6 +85,9 @@ class KVWorker::Impl : public Customer {
                        bool push, bool pull, const RequestOptions& opts,
                        const std::vector<size_t>& val_off) const;
   Status CheckResponse(const Pending& p, size_t s, const KVPairs& kv) const;
+  // A response to a request without a callback (which Accept completes
+  // without running user code): a waiting thread may receive it itself.
+  bool IsWaitedResponse(const Message& msg) EXCLUDES(mu_);
   // Completes `ts` if nothing is outstanding; returns what to run once mu_
   // is released (the request's callback, or the wake-up of its waiter).
   std::function<void()> MaybeFinish(int64_t ts) REQUIRES(mu_);
@@ -96,6 +101,8 @@ class KVWorker::Impl : public Customer {
   // Wait's polling back-off: misses in a row, small waits left to skip.
   int spin_misses_ GUARDED_BY(mu_) = 0;
   int spin_skip_ GUARDED_BY(mu_) = 0;
+  // Threads asleep in Wait.
+  int sleeping_ GUARDED_BY(mu_) = 0;
   std::unordered_map<int64_t, Pending> pending_ GUARDED_BY(mu_);
   int64_t next_ts_ GUARDED_BY(mu_) = 1;
   LogRateLimiter log_;
@@ -242,10 +249,16 @@ std::function<void()> KVWorker::Impl::MaybeFinish(int64_t ts) {
   p.done = true;
   if (!p.callback) {
     finished_.fetch_add(1, std::memory_order_release);
+    // The only sleeping waiter is likely to wait again soon: the receive
+    // thread lingers for it to receive its next answer itself.
+    const bool linger = p.waited && sleeping_ == 1;
     // The waiter is woken after mu_ is released, so that it does not wake
     // only to block on mu_ again. (This Impl outlives the call: Accept runs
     // under the Postoffice's customer lock, which ~Impl takes.)
-    return [this] { cv_.notify_all(); };
+    return [this, linger] {
+      if (linger) po_->LingerForWaiter();
+      cv_.notify_all();
+    };
   }
   auto cb = std::move(p.callback);
   Status status = p.status;
@@ -278,6 +291,16 @@ Status KVWorker::Impl::CheckResponse(const Pending& p, size_t s,
     }
   }
   return Status::OK();
+}
+
+bool KVWorker::Impl::IsWaitedResponse(const Message& msg) {
+  const wire::Header& h = msg.meta;
+  if (h.command() != wire::DATA || h.request() || h.app_id() != app_id_) {
+    return false;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = pending_.find(h.timestamp());
+  return it != pending_.end() && !it->second.callback;
 }
 
 void KVWorker::Impl::Accept(Message&& msg) {
@@ -351,6 +374,28 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
     auto i = pending_.find(ts);
     return i == pending_.end() || (i->second.done && i->second.copying == 0);
   };
+  // While the receive thread lingers for a waiter (see MaybeFinish), this
+  // thread receives its answer itself: no thread wake-up on its path.
+  if (!ready()) {
+    l.unlock();
+    po_->ReceiveWhileWaiting(
+        [&] {
+          std::lock_guard<std::mutex> g(mu_);
+          return ready();
+        },
+        [this](const Message& m) { return IsWaitedResponse(m); },
+        [this] {
+          std::lock_guard<std::mutex> g(mu_);
+          return sleeping_ == 0;
+        },
+        deadline);
+    l.lock();
+    it = pending_.find(ts);
+    if (it == pending_.end()) {
+      return Status::NotFound("request " + std::to_string(ts) +
+                              " was waited for by another thread");
+    }
+  }
   // A small request's answer is usually a round trip (~100 us) away: poll
   // for it, so that no thread wake-up lies on its path (a large one would
   // take the CPU its own transfer needs).
@@ -385,7 +430,11 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
       spin_skip_ = answered ? 0 : (1 << spin_misses_) - 1;
     }
   }
-  if (!cv_.wait_until(l, deadline, ready)) {
+  if (!ready()) pending_.at(ts).waited = true;
+  ++sleeping_;
+  const bool answered = cv_.wait_until(l, deadline, ready);
+  --sleeping_;
+  if (!answered) {
     const Pending& p = pending_.at(ts);
     std::ostringstream os;
     os << po_->name() << ": " << p.kind << " request " << ts

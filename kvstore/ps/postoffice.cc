@@ -421,6 +421,10 @@ void PostofficeImpl::StopThreads(Duration linger) {
     stop_.store(true);
     timer_cv_.notify_all();
   }
+  {
+    std::lock_guard<std::mutex> l(lend_mu_);
+    lend_cv_.notify_all();
+  }
   if (timer_thread_.joinable()) timer_thread_.join();
   if (recv_thread_.joinable()) recv_thread_.join();
   van_->Close(linger);
