@@ -79,6 +79,13 @@ void PostofficeImpl::LingerForWaiter() {
   linger_until_ = Clock::now() + kLinger;
 }
 
+void PostofficeImpl::EndLinger() {
+  std::lock_guard<std::mutex> l(lend_mu_);
+  if (lent_ || Clock::now() >= linger_until_) return;
+  linger_until_ = Clock::time_point();
+  lend_cv_.notify_all();
+}
+
 bool PostofficeImpl::ReceiveWhileWaiting(
     const std::function<bool()>& done,
     const std::function<bool(const Message&)>& mine,

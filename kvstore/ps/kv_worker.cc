@@ -251,7 +251,7 @@ std::function<void()> KVWorker::Impl::MaybeFinish(int64_t ts) {
     finished_.fetch_add(1, std::memory_order_release);
     // The only sleeping waiter is likely to wait again soon: the receive
     // thread lingers for it to receive its next answer itself.
-    const bool linger = p.waited && sleeping_ == 1;
+    const bool linger = p.waited && !p.small && sleeping_ == 1;
     // The waiter is woken after mu_ is released, so that it does not wake
     // only to block on mu_ again. (This Impl outlives the call: Accept runs
     // under the Postoffice's customer lock, which ~Impl takes.)
@@ -375,8 +375,10 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
     return i == pending_.end() || (i->second.done && i->second.copying == 0);
   };
   // While the receive thread lingers for a waiter (see MaybeFinish), this
-  // thread receives its answer itself: no thread wake-up on its path.
-  if (!ready()) {
+  // thread receives a large answer itself: no thread wake-up on its path.
+  // (A small one is polled for below, which needs no wake-up either, once
+  // the receive thread is back.)
+  if (!ready() && !it->second.small) {
     l.unlock();
     po_->ReceiveWhileWaiting(
         [&] {
@@ -404,6 +406,7 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
   // miss it skips polling for twice as many small waits as before, plus
   // one (up to 63).
   const int spin_us = po_->config().wait_spin_us;
+  if (it->second.small && !ready()) po_->EndLinger();
   if (spin_us > 0 && it->second.small && !ready()) {
     if (spin_skip_ > 0) {
       --spin_skip_;

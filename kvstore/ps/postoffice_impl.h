@@ -133,6 +133,8 @@ class PostofficeImpl {
   // waits for: that thread is likely to wait again soon, so the receive
   // thread stays out of the socket for kLinger, for it to take over.
   void LingerForWaiter() EXCLUDES(lend_mu_);
+  // Brings a lingering receive thread back to the socket now.
+  void EndLinger() EXCLUDES(lend_mu_);
   static constexpr auto kLinger = std::chrono::milliseconds(1);
   // Loans so far (tests).
   int64_t loans() EXCLUDES(lend_mu_) {
