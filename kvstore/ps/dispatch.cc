@@ -55,23 +55,30 @@ void PostofficeImpl::RecvLoop() {
       }
     }
     if (stop_.load()) break;
-    RawMessage raw;
-    StatusOr<bool> got = van_->Recv(&raw);
+    std::string token;
+    Message msg;
+    StatusOr<bool> got = RecvMessage(&token, &msg);
     if (early_pending_.load()) DeliverEarly();
     if (!got.ok()) {
       KV_LOG_LIMITED(WARNING, bad_input_log_) << name() << ": " << got.status();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
-    if (!*got) continue;
-    Message msg;
-    Status s = DecodeMessage(std::move(raw.frames), &msg);
-    if (!s.ok()) {
-      Drop(raw.token, s.message());
-      continue;
-    }
-    Handle(raw.token, std::move(msg));
+    if (*got) Handle(token, std::move(msg));
   }
+}
+
+StatusOr<bool> PostofficeImpl::RecvMessage(std::string* token, Message* msg) {
+  RawMessage raw;
+  KV_ASSIGN_OR_RETURN(bool got, van_->Recv(&raw));
+  if (!got) return false;
+  Status s = DecodeMessage(std::move(raw.frames), msg);
+  if (!s.ok()) {
+    Drop(raw.token, s.message());
+    return false;
+  }
+  *token = std::move(raw.token);
+  return true;
 }
 
 void PostofficeImpl::LingerForWaiter() {
@@ -106,21 +113,16 @@ bool PostofficeImpl::ReceiveWhileWaiting(
   const auto start = Clock::now();
   std::optional<std::pair<std::string, Message>> back;
   while (!stop_.load() && Clock::now() < deadline && !done()) {
-    RawMessage raw;
-    StatusOr<bool> got = van_->Recv(&raw);
+    std::string token;
+    Message msg;
+    StatusOr<bool> got = RecvMessage(&token, &msg);
     if (!got.ok()) break;  // the receive thread meets and reports it
     if (!*got) continue;
-    Message msg;
-    Status s = DecodeMessage(std::move(raw.frames), &msg);
-    if (!s.ok()) {
-      Drop(raw.token, s.message());
-      continue;
-    }
     if (!mine(msg)) {
-      back.emplace(std::move(raw.token), std::move(msg));
+      back.emplace(std::move(token), std::move(msg));
       break;
     }
-    Handle(raw.token, std::move(msg));
+    Handle(token, std::move(msg));
   }
   const bool stay_out = !back && linger();
   std::lock_guard<std::mutex> l(lend_mu_);

@@ -166,6 +166,9 @@ class PostofficeImpl {
   enum class State { kCreated, kStarting, kRunning, kFinalizing, kStopped };
 
   void RecvLoop();
+  // Receives one message and decodes it: false when none arrived or it was
+  // dropped (undecodable: logged).
+  StatusOr<bool> RecvMessage(std::string* token, Message* msg);
   void TimerLoop();
   void Handle(const std::string& token, Message&& msg);
   void HandleBeforeTable(const std::string& token, Message&& msg);
