@@ -30,20 +30,30 @@ void PostofficeImpl::RecvLoop() {
     {
       // Stay out of the socket while a waiter receives, or lingers for one.
       std::unique_lock<std::mutex> l(lend_mu_);
+      Duration check_back{};
       while (!handback_ && !stop_.load() &&
              (lent_ || Clock::now() < linger_until_)) {
         if (!parked_) {
           parked_ = true;
           lend_cv_.notify_all();  // a waiter may be waiting for this
         }
-        // During a loan, check back after twice the last loan's length
-        // (within [kLinger, poll interval]): loans that follow each other
-        // then cost the receive thread no wake-up each.
-        lend_cv_.wait_until(
-            l, lent_ ? Clock::now() + std::clamp<Duration>(
-                                          2 * last_loan_, kLinger,
-                                          options_.poll_interval)
-                     : linger_until_);
+        if (!lent_) {
+          lend_cv_.wait_until(l, linger_until_);
+          continue;
+        }
+        // During a loan, check back after twice the last loan's length,
+        // and while loans keep following each other, after twice as long
+        // as the time before, up to kMaxCheckBack (all within [kLinger,
+        // poll interval]): back-to-back loans then cost the receive
+        // thread a wake-up every few milliseconds, not one each. A thread
+        // that starts waiting meanwhile recalls it (RecallReceiver).
+        const Duration most = std::max<Duration>(
+            kLinger, std::min<Duration>(
+                         std::max<Duration>(kMaxCheckBack, 2 * last_loan_),
+                         options_.poll_interval));
+        check_back = std::clamp<Duration>(
+            std::max<Duration>(2 * last_loan_, 2 * check_back), kLinger, most);
+        lend_cv_.wait_until(l, Clock::now() + check_back);
       }
       parked_ = false;
       if (handback_) {
@@ -86,11 +96,14 @@ void PostofficeImpl::LingerForWaiter() {
   linger_until_ = Clock::now() + kLinger;
 }
 
-void PostofficeImpl::EndLinger() {
+void PostofficeImpl::RecallReceiver() {
   std::lock_guard<std::mutex> l(lend_mu_);
-  if (lent_ || Clock::now() >= linger_until_) return;
   linger_until_ = Clock::time_point();
-  lend_cv_.notify_all();
+  if (lent_) {
+    recall_ = true;  // the loan ends with the receive thread's return
+  } else if (parked_) {
+    lend_cv_.notify_all();
+  }
 }
 
 bool PostofficeImpl::ReceiveWhileWaiting(
@@ -124,17 +137,21 @@ bool PostofficeImpl::ReceiveWhileWaiting(
     }
     Handle(token, std::move(msg));
   }
-  const bool stay_out = !back && linger();
+  bool stay_out = !back && !stop_.load() && linger();
   std::lock_guard<std::mutex> l(lend_mu_);
+  stay_out = stay_out && !recall_;
+  recall_ = false;
   lent_ = false;
   ++loans_;
   last_loan_ = Clock::now() - start;
   if (stay_out) {
+    ++lingered_loans_;
     // The receive thread lingers on for kLinger, for this thread's next
     // Wait to take over again.
     linger_until_ = Clock::now() + kLinger;
   } else {
-    // Other traffic or other waiters: the receive thread takes over now.
+    // Other traffic, other waiters or the end: the receive thread takes
+    // over now (and StopThreads hears that the loan ended).
     handback_ = std::move(back);
     linger_until_ = Clock::time_point();
     lend_cv_.notify_all();

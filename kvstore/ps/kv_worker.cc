@@ -406,7 +406,9 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
   // miss it skips polling for twice as many small waits as before, plus
   // one (up to 63).
   const int spin_us = po_->config().wait_spin_us;
-  if (it->second.small && !ready()) po_->EndLinger();
+  // From here on the receive thread delivers the answer: recall it if it
+  // lingers or is parked (a large wait gets here when it could not borrow).
+  if (!ready()) po_->RecallReceiver();
   if (spin_us > 0 && it->second.small && !ready()) {
     if (spin_skip_ > 0) {
       --spin_skip_;

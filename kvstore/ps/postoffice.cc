@@ -248,6 +248,11 @@ Status PostofficeImpl::WaitFor(std::unique_lock<std::mutex>* lock,
                                const std::function<bool()>& done,
                                const std::string& what) {
   const auto deadline = Clock::now() + timeout;
+  if (!failed_ && !done()) {
+    lock->unlock();
+    RecallReceiver();
+    lock->lock();
+  }
   while (!failed_ && !done()) {
     if (cv_.wait_until(*lock, deadline) == std::cv_status::timeout) {
       if (failed_ || done()) break;
@@ -421,11 +426,14 @@ void PostofficeImpl::StopThreads(Duration linger) {
     stop_.store(true);
     timer_cv_.notify_all();
   }
-  {
-    std::lock_guard<std::mutex> l(lend_mu_);
-    lend_cv_.notify_all();
-  }
   if (timer_thread_.joinable()) timer_thread_.join();
+  {
+    // A thread that borrowed the socket (ReceiveWhileWaiting) leaves it
+    // within a poll interval; the van must not close under it.
+    std::unique_lock<std::mutex> l(lend_mu_);
+    lend_cv_.notify_all();
+    lend_cv_.wait_for(l, 4 * options_.poll_interval, [this] { return !lent_; });
+  }
   if (recv_thread_.joinable()) recv_thread_.join();
   van_->Close(linger);
 }

@@ -121,9 +121,10 @@ class PostofficeImpl {
   // handles the messages `mine` accepts until done() holds, `deadline`
   // passes or the node stops; the first other message goes back to the
   // receive thread, which then takes over again. At the end, the receive
-  // thread lingers on if linger() says so (nobody else waits), or else
-  // resumes at once. Returns false, having done nothing, unless the receive
-  // thread was lingering and nobody else received in its place.
+  // thread lingers on if linger() says so (nobody else waits) and nobody
+  // recalled it meanwhile (RecallReceiver), or else resumes at once. Returns
+  // false, having done nothing, unless the receive thread was lingering and
+  // nobody else received in its place.
   bool ReceiveWhileWaiting(const std::function<bool()>& done,
                            const std::function<bool(const Message&)>& mine,
                            const std::function<bool()>& linger,
@@ -133,13 +134,23 @@ class PostofficeImpl {
   // waits for: that thread is likely to wait again soon, so the receive
   // thread stays out of the socket for kLinger, for it to take over.
   void LingerForWaiter() EXCLUDES(lend_mu_);
-  // Brings a lingering receive thread back to the socket now.
-  void EndLinger() EXCLUDES(lend_mu_);
+  // Called by a thread about to wait for something only the receive
+  // thread delivers: a lingering or parked receive thread goes back to the
+  // socket now, or as soon as the current loan ends.
+  void RecallReceiver() EXCLUDES(lend_mu_);
   static constexpr auto kLinger = std::chrono::milliseconds(1);
-  // Loans so far (tests).
+  // During back-to-back loans the receive thread checks back at least this
+  // often (or after twice the last loan's length, if longer).
+  static constexpr auto kMaxCheckBack = std::chrono::milliseconds(8);
+  // Loans so far, and those after which the receive thread lingered on
+  // (tests).
   int64_t loans() EXCLUDES(lend_mu_) {
     std::lock_guard<std::mutex> l(lend_mu_);
     return loans_;
+  }
+  int64_t lingered_loans() EXCLUDES(lend_mu_) {
+    std::lock_guard<std::mutex> l(lend_mu_);
+    return lingered_loans_;
   }
   // Ok while the node is running (started, not failed nor finalized).
   Status CheckRunning() const EXCLUDES(mu_);
@@ -225,10 +236,13 @@ class PostofficeImpl {
   std::condition_variable lend_cv_;
   bool parked_ GUARDED_BY(lend_mu_) = false;
   bool lent_ GUARDED_BY(lend_mu_) = false;
+  // Somebody waits for the receive thread: the current loan hands back.
+  bool recall_ GUARDED_BY(lend_mu_) = false;
   Clock::time_point linger_until_ GUARDED_BY(lend_mu_);
-  // How long the last loan lasted; loans so far.
+  // How long the last loan lasted; loans so far (tests).
   Duration last_loan_ GUARDED_BY(lend_mu_){};
   int64_t loans_ GUARDED_BY(lend_mu_) = 0;
+  int64_t lingered_loans_ GUARDED_BY(lend_mu_) = 0;
   std::optional<std::pair<std::string, Message>> handback_
       GUARDED_BY(lend_mu_);
   std::thread timer_thread_;
