@@ -63,14 +63,15 @@ for t in "${targets[@]}"; do
       -artifact_prefix="$artifacts/${name}-" "$work" "$corpus" > "$log" 2>&1
   rc=$?
   rm -rf "$work"
-  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -n 1)
+  # -a: a target's log may hold raw bytes of the inputs it logged.
+  runs=$(grep -a -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -n 1)
   if [ $rc -eq 0 ]; then
     echo "fuzz: $t PASSED (${runs:-?} inputs in ${seconds} s)"
     [ -n "$results" ] && echo "$t PASSED" >> "$results"
   else
     failed=1
     echo "fuzz: $t FAILED (exit $rc); the input is under $artifacts, the log:"
-    grep -E 'ERROR|SUMMARY|Check failed|Test unit written|#0 |#1 |#2 |#3 ' "$log" | head -20
+    grep -a -E 'ERROR|SUMMARY|Check failed|Test unit written|#0 |#1 |#2 |#3 ' "$log" | head -20
     [ -n "$results" ] && echo "$t FAILED" >> "$results"
   fi
 done
