@@ -104,7 +104,7 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
       {env::kAllreduceDoublingBytes, "1048576",
        "All-reduces of at most this many bytes in a group whose size is a power of two use recursive doubling (log2 n rounds) instead of the ring (2(n-1) rounds); 0: always the ring."},
       {env::kSameHostIpc, "1",
-       "All-reduce groups: ranks on the same host (same kernel boot id, the socket file visible) connect over a Unix-domain ipc:// socket in $TMPDIR or /tmp instead of TCP; 0: always TCP."},
+       "Processes of a job on the same host (same kernel and network namespace) connect over an abstract Unix-domain socket that only the job's user id may open, without CURVE (the kernel vouches for the peer), instead of TCP; parameter servers and all-reduce groups alike. 0: always TCP (with CURVE unless insecure)."},
       {env::kWaitSpinUs, "200",
        "A worker's Wait for a small push/pull (at most 64 KB each way) polls for this many microseconds, yielding the CPU, before it sleeps: the response then needs no thread wake-up; 0: sleep at once."},
   };

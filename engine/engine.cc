@@ -1,5 +1,6 @@
 // Dependency engine: per-var FIFO queues of pending ops (readers share,
 // writers are exclusive), one compute worker per device, an I/O pool.
+#include "base/trace.h"
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -260,6 +261,7 @@ void Engine::Execute(Op* op) {
     }
   }
   if (status.ok()) {
+    trace::Scope span("engine", op->done->name);
     status = op->fn();
     if (status.ok() && op->sync_gpu) {
       StatusOr<DeviceContext*> ctx = DeviceContext::Get(op->device);

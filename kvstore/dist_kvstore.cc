@@ -4,6 +4,7 @@
 #include <glog/logging.h>
 
 #include "base/malloc_tuning.h"
+#include "base/trace.h"
 
 #include "kvstore/server.h"
 #include "ops/optimizer.h"
@@ -49,6 +50,8 @@ StatusOr<std::unique_ptr<KVStore>> DistKVStore::Create(
     KV_ASSIGN_OR_RETURN(NodeConfig config, NodeConfig::FromEnv(options.env));
     ps::PostofficeOptions po_options;
     KV_ASSIGN_OR_RETURN(po_options.job_key, ps::JobKey::FromEnv(options.env));
+    KV_ASSIGN_OR_RETURN(po_options.same_host,
+                        GetBoolVar(options.env, env::kSameHostIpc, po_options.same_host));
     KV_ASSIGN_OR_RETURN(owned, ps::Postoffice::Create(config, po_options));
     KV_RETURN_IF_ERROR(owned->Start());
     po = owned.get();
@@ -232,6 +235,8 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
     ts = worker_->Pull(keys, opts, dest);
   }
   KV_RETURN_IF_ERROR(ts.status().Annotate("key " + g.name));
+  trace::Instant("kvstore", std::string(push ? (pull ? "pushpull " : "push ") : "pull ") + g.name,
+                 *ts);
   pending->timestamps.push_back(*ts);
   pending->names.push_back(g.name);
   if (pull) {
@@ -312,6 +317,7 @@ Status DistKVStore::Wait(KVHandle handle) {
   }
   Status first;
   for (size_t i = 0; i < p.timestamps.size(); ++i) {
+    trace::Scope span("kvstore", "wait " + p.names[i], p.timestamps[i]);
     Status s = worker_->Wait(p.timestamps[i], settings_.timeout);
     if (!s.ok() && first.ok()) {
       // Server errors name the key already; transport errors do not.

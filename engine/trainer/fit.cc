@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/trace.h"
 #include "engine/trainer/module.h"
 
 namespace kvtrain {
@@ -54,6 +55,7 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o,
 }
 
 Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer) {
+  trace::Scope span("trainer", "step");
   KV_RETURN_IF_ERROR(Feed(batch));
   for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartForward(true).status());
   for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartBackward().status());

@@ -88,7 +88,7 @@ TEST(CommunicatorTest, SameHostPeersUseIpcUnlessTurnedOff) {
   }
 }
 
-TEST(CommunicatorTest, SocketFilesAreGoneOnceConnected) {
+TEST(CommunicatorTest, SameHostSocketsLeaveNoFiles) {
   char dir[] = "/tmp/kvtrain-ipc-test-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   const char* old_tmp = std::getenv("TMPDIR");
@@ -107,7 +107,7 @@ TEST(CommunicatorTest, SocketFilesAreGoneOnceConnected) {
     auto g = Communicator::CreateLocalGroup(2, o);
     ASSERT_TRUE(g.ok()) << g.status();
     EXPECT_EQ((*g)[0]->Transport(1), "ipc");
-    // Connected sockets outlive their file.
+    // Abstract sockets: nothing in the file system, nothing left by a kill.
     EXPECT_EQ(count_files(), 0);
     std::vector<std::vector<float>> data(2, std::vector<float>(1000, 2.0f));
     ExpectAllOk(OnEachRank(2, [&](int r) { return (*g)[r]->AllReduceSum(data[r].data(), 1000); }));
@@ -122,18 +122,17 @@ TEST(CommunicatorTest, SocketFilesAreGoneOnceConnected) {
 }
 
 TEST(CommunicatorTest, EndpointsTravelAsOneToken) {
-  Endpoint e{"10.0.0.2", 40123, "b00t-1d", "/tmp/kvtrain-mesh-1-2"};
+  Endpoint e{"10.0.0.2", 40123, "b00t-1d.4026531840@kvtrain-mesh-1-2"};
   Endpoint back;
   ASSERT_TRUE(Endpoint::Decode(e.Encode(), &back)) << e.Encode();
   EXPECT_EQ(back.host, "10.0.0.2");
   EXPECT_EQ(back.port, 40123);
-  EXPECT_EQ(back.boot_id, "b00t-1d");
-  EXPECT_EQ(back.ipc_path, "/tmp/kvtrain-mesh-1-2");
+  EXPECT_EQ(back.same_host, "b00t-1d.4026531840@kvtrain-mesh-1-2");
   ASSERT_TRUE(Endpoint::Decode("host-a:7", &back));
   EXPECT_EQ(back.host, "host-a");
-  EXPECT_TRUE(back.ipc_path.empty());
-  // A path with a space cannot travel: TCP only.
-  EXPECT_EQ((Endpoint{"h", 1, "b", "/a b"}).Encode(), "h:1");
+  EXPECT_TRUE(back.same_host.empty());
+  // A name with a space cannot travel: TCP only.
+  EXPECT_EQ((Endpoint{"h", 1, "b@a b"}).Encode(), "h:1");
   for (const char* bad : {"", "h", ":5", "h:0", "h:x", "h:5@b", "h:5@@/p", "h:5@b@"}) {
     EXPECT_FALSE(Endpoint::Decode(bad, &back)) << bad;
   }

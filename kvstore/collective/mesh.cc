@@ -2,15 +2,14 @@
 #include "kvstore/collective/mesh.h"
 
 #include <glog/logging.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <random>
 #include <sstream>
+
+#include "kvstore/ps/same_host.h"
 
 namespace kvtrain {
 namespace collective {
@@ -33,21 +32,6 @@ std::string Seconds(double s) {
   return os.str();
 }
 
-// The running kernel's boot id: equal for processes on one host.
-std::string BootId() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  in >> id;
-  return id;
-}
-
-// A directory for the ipc:// socket whose path fits sun_path (108 bytes).
-std::string IpcDir() {
-  const char* tmp = std::getenv("TMPDIR");
-  if (tmp != nullptr && *tmp != '\0' && std::strlen(tmp) < 60) return tmp;
-  return "/tmp";
-}
-
 bool Token(const std::string& s) {
   return !s.empty() && s.find_first_of(" \t\n@") == std::string::npos;
 }
@@ -56,7 +40,10 @@ bool Token(const std::string& s) {
 
 std::string Endpoint::Encode() const {
   std::string out = ToString();
-  if (Token(boot_id) && Token(ipc_path)) out += "@" + boot_id + "@" + ipc_path;
+  if (Token(same_host.substr(same_host.find('@') + 1)) &&
+      same_host.find('@') != std::string::npos && same_host.find('@') > 0) {
+    out += "@" + same_host;
+  }
   return out;
 }
 
@@ -73,10 +60,9 @@ bool Endpoint::Decode(const std::string& text, Endpoint* out) {
   out->port = static_cast<int>(port);
   if (at == std::string::npos) return true;
   const size_t at2 = text.find('@', at + 1);
-  if (at2 == std::string::npos) return false;
-  out->boot_id = text.substr(at + 1, at2 - at - 1);
-  out->ipc_path = text.substr(at2 + 1);
-  return Token(out->boot_id) && Token(out->ipc_path);
+  if (at2 == std::string::npos || at2 == at + 1) return false;
+  out->same_host = text.substr(at + 1);
+  return Token(text.substr(at2 + 1)) && text.find_first_of(" \t\n") == std::string::npos;
 }
 
 void ReleaseZeroCopy(void* /*data*/, void* hint) {
@@ -129,24 +115,19 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::Bind(int rank, int size,
   mesh->port_ = std::atoi(bound.c_str() + bound.rfind(':') + 1);
   if (options.same_host_ipc) {
     // Best effort: without it same-host peers use TCP.
-    const std::string boot_id = BootId();
-    std::random_device rd;
-    const std::string path = IpcDir() + "/kvtrain-mesh-" + std::to_string(getpid()) +
-                             "-" + std::to_string(rd()) + std::to_string(rd());
-    if (Token(boot_id) && Token(path) &&
-        zmq_bind(router, ("ipc://" + path).c_str()) == 0) {
-      mesh->boot_id_ = boot_id;
-      mesh->ipc_path_ = path;
+    StatusOr<std::string> local = ps::BindSameHost(router, "mesh");
+    if (local.ok()) {
+      mesh->same_host_ = *local;
     } else {
-      VLOG(1) << "all-reduce rank " << rank << ": no ipc:// socket at " << path << ": "
-              << ZmqError() << "; same-host peers use TCP";
+      VLOG(1) << "all-reduce rank " << rank << ": " << local.status().message()
+              << "; same-host peers use TCP";
     }
   }
   return mesh;
 }
 
 Endpoint Mesh::Self(const std::string& host) const {
-  return {host, port_, boot_id_, ipc_path_};
+  return {host, port_, same_host_};
 }
 
 std::string Mesh::Transport(int peer) const {
@@ -154,11 +135,8 @@ std::string Mesh::Transport(int peer) const {
 }
 
 bool Mesh::UseIpc(const Endpoint& peer) const {
-  struct stat st;
-  // boot_id_ is set only when this rank listens on ipc:// itself.
-  return !boot_id_.empty() && peer.boot_id == boot_id_ &&
-         !peer.ipc_path.empty() && stat(peer.ipc_path.c_str(), &st) == 0 &&
-         S_ISSOCK(st.st_mode);
+  // Both ends must listen on a same-host socket (either may have it off).
+  return !same_host_.empty() && !ps::SameHostEndpoint(peer.same_host).empty();
 }
 
 Mesh::Mesh(int rank, int size, const MeshOptions& options, void* ctx)
@@ -191,7 +169,9 @@ Status Mesh::Connect(const std::vector<Endpoint>& peers) {
     void* s = zmq_socket(ctx_, ZMQ_DEALER);
     if (s == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
     zmq_setsockopt(s, ZMQ_ROUTING_ID, &id, sizeof(id));
-    {
+    peer.ipc = UseIpc(peers[p]);
+    // Same-host links are vouched for by the kernel (the peer's uid), not CURVE.
+    if (!peer.ipc) {
       const Status secured = ps::SecureSocket(s, options_.key, /*is_server=*/false);
       if (!secured.ok()) {
         zmq_close(s);
@@ -206,9 +186,8 @@ Status Mesh::Connect(const std::vector<Endpoint>& peers) {
     zmq_socket_monitor(s, mon.c_str(), ZMQ_EVENT_DISCONNECTED);
     peer.monitor = zmq_socket(ctx_, ZMQ_PAIR);
     zmq_connect(peer.monitor, mon.c_str());
-    peer.ipc = UseIpc(peers[p]);
     const std::string ep =
-        peer.ipc ? "ipc://" + peers[p].ipc_path : "tcp://" + peers[p].ToString();
+        peer.ipc ? ps::SameHostEndpoint(peers[p].same_host) : "tcp://" + peers[p].ToString();
     if (zmq_connect(s, ep.c_str()) != 0) {
       const std::string err = ZmqError();
       zmq_close(s);
@@ -236,16 +215,7 @@ Status Mesh::Connect(const std::vector<Endpoint>& peers) {
       return hello.status().Annotate("connecting to " + PeerName(p));
     }
   }
-  // Every peer's hello came through its connection to this rank: nobody
-  // needs the socket file any more (connected sockets stay up), and a
-  // killed process leaves none behind.
-  RemoveIpcFile();
   return Status::OK();
-}
-
-void Mesh::RemoveIpcFile() {
-  // Twice is harmless: the name is this process's own, random, never reused.
-  if (!ipc_path_.empty()) unlink(ipc_path_.c_str());
 }
 
 Status Mesh::SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
@@ -545,7 +515,6 @@ void Mesh::Close() {
   }
   if (router_ != nullptr) zmq_close(router_);
   router_ = nullptr;
-  RemoveIpcFile();
   zap_.reset();
   zmq_ctx_term(ctx_);
   ctx_ = nullptr;

@@ -35,13 +35,12 @@ using Clock = std::chrono::steady_clock;
 struct Endpoint {
   std::string host;
   int port = 0;
-  // Same-host shortcut: the kernel's boot id and the ipc:// socket path the
-  // rank also listens on (both empty: TCP only). A peer with the same boot
-  // id that can see the path connects there instead of over TCP.
-  std::string boot_id;
-  std::string ipc_path;
+  // Same-host shortcut: the abstract socket the rank also listens on,
+  // "<host identity>@<name>" (kvstore/ps/same_host.h; empty: TCP only). A
+  // peer on the same host connects there instead of over TCP.
+  std::string same_host;
   std::string ToString() const { return host + ":" + std::to_string(port); }
-  // "host:port" or "host:port@boot_id@path" (one token, no spaces).
+  // "host:port" or "host:port@<host identity>@<name>" (one token).
   std::string Encode() const;
   static bool Decode(const std::string& text, Endpoint* out);
 };
@@ -82,9 +81,10 @@ struct MeshOptions {
   double disconnect_grace_s = 0.5;
   // Secures the ROUTER and every DEALER (insecure: plain ZeroMQ).
   ps::JobKey key;
-  // Also listen on an ipc:// socket, which peers on the same host use: a
-  // Unix-domain socket moves large messages several times faster than TCP
-  // over 127.0.0.1 (KVTRAIN_SAME_HOST_IPC).
+  // Also listen on a same-host socket (abstract Unix-domain, this user id
+  // only, no CURVE), which peers on the same host use: it moves large
+  // messages several times faster than TCP over 127.0.0.1, and without
+  // encryption (KVTRAIN_SAME_HOST_IPC).
   bool same_host_ipc = true;
 };
 
@@ -136,7 +136,6 @@ class Mesh {
   // Whether to connect to `peer` over its ipc:// socket.
   bool UseIpc(const Endpoint& peer) const;
   // Unlinks this rank's socket file.
-  void RemoveIpcFile();
   void RecvLoop();
   void HandleIncoming(void* router);
   void HandleMonitor(int peer);
@@ -153,7 +152,7 @@ class Mesh {
   std::unique_ptr<ps::ZapHandler> zap_;
   void* router_ = nullptr;
   int port_ = 0;
-  std::string boot_id_, ipc_path_;  // set by Bind; empty: no ipc:// socket
+  std::string same_host_;  // set by Bind; empty: no same-host socket
   std::vector<std::unique_ptr<Peer>> peers_;
 
   std::mutex mu_;

@@ -96,7 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // restart replaces that network.
     InprocVan rogue(h->job->net(), token);
     CHECK(rogue.Bind(0).ok());
-    CHECK(rogue.Connect(1, "127.0.0.1", to->port()).ok());
+    CHECK(rogue.Connect(1, "127.0.0.1", to->port(), "").ok());
     CHECK(rogue.Send(1, 0, std::move(frames)).ok());
     healthy = h->BarrierAll() && h->job->Failures().empty();
   }

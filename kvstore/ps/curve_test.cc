@@ -147,7 +147,7 @@ struct Sender {
         });
   }
   Status SendTo(int port, const std::string& text) {
-    KV_RETURN_IF_ERROR(van->Connect(1, "127.0.0.1", port));
+    KV_RETURN_IF_ERROR(van->Connect(1, "127.0.0.1", port, ""));
     return van->Send(1, 0, {Blob::Copy(text.data(), text.size())});
   }
   bool WaitRefused(int times) {

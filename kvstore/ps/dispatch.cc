@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kvstore/ps/postoffice_impl.h"
+#include "kvstore/ps/same_host.h"
 #include "kvstore/ps/scheduler.h"
 
 namespace kvtrain {
@@ -258,6 +259,7 @@ void PostofficeImpl::HandleNodeTable(const std::string& token,
     e.host = n.host();
     e.port = n.port();
     e.token = n.token();
+    e.same_host = n.same_host();
     e.pid = n.pid();
     e.name = NodeName(e.role, e.rank, e.host, e.port);
     const int want = e.role == Role::kScheduler ? kSchedulerId
@@ -284,10 +286,14 @@ void PostofficeImpl::HandleNodeTable(const std::string& token,
   auto t = std::make_unique<NodeTable>(std::move(entries), msg.meta.job_id());
   for (const NodeEntry& e : t->nodes()) {
     if (e.id == kSchedulerId || e.token == this->token()) continue;
-    Status s = van_->Connect(e.id, e.host, e.port);
+    Status s = van_->Connect(e.id, e.host, e.port, e.same_host);
     if (!s.ok())
       return Fail(s.Annotate(name() + ": connecting to " + e.name), false);
-    LOG_IF(INFO, verbose() >= 1) << name() << ": connecting to " << e.name;
+    LOG_IF(INFO, verbose() >= 1)
+        << name() << ": connecting to " << e.name
+        << (van_->SameHostAddress().empty() || SameHostEndpoint(e.same_host).empty()
+                ? " over TCP"
+                : " over the same-host socket");
   }
   LOG_IF(INFO, verbose() >= 1)
       << NodeName(role(), my_rank, host_, port_) << ": assigned rank "

@@ -61,7 +61,8 @@ StatusOr<int> InprocVan::Bind(int port) {
   return bound;
 }
 
-Status InprocVan::Connect(int conn, const std::string& /*host*/, int port) {
+Status InprocVan::Connect(int conn, const std::string& /*host*/, int port,
+                          const std::string& /*same_host*/) {
   std::lock_guard<std::mutex> l(mu_);
   conns_[conn] = port;
   return Status::OK();

@@ -56,7 +56,8 @@ class InprocVan : public Van {
 
   const std::string& token() const override { return token_; }
   StatusOr<int> Bind(int port) override;
-  Status Connect(int conn, const std::string& host, int port) override;
+  Status Connect(int conn, const std::string& host, int port,
+                 const std::string& same_host) override;
   void Disconnect(int conn) override;
   Status Send(int conn, int priority, std::vector<Blob> frames) override;
   StatusOr<bool> Recv(RawMessage* msg) override;

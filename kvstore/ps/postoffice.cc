@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "base/trace.h"
 #include "kvstore/ps/net_util.h"
 #include "kvstore/ps/postoffice_impl.h"
 
@@ -113,6 +114,7 @@ StatusOr<std::unique_ptr<Postoffice>> Postoffice::Create(
   ZmqVanOptions vo;
   vo.send_window_bytes = options.send_window_bytes;
   vo.poll_interval = options.poll_interval;
+  vo.same_host = options.same_host;
   if (options.job_key) {
     vo.key = *options.job_key;
   } else {
@@ -279,7 +281,7 @@ Status PostofficeImpl::Start() {
   timer_thread_ = std::thread([this] { TimerLoop(); });
   if (!scheduler_) {
     KV_RETURN_IF_ERROR(
-        van_->Connect(kSchedulerId, root_ip_, config_.root_port));
+        van_->Connect(kSchedulerId, root_ip_, config_.root_port, ""));
     Message reg;
     reg.meta.set_command(wire::REGISTER);
     wire::NodeInfo* me = reg.meta.mutable_control()->add_nodes();
@@ -291,6 +293,7 @@ Status PostofficeImpl::Start() {
     me->set_num_servers(config_.num_servers);
     me->set_pid(getpid());
     me->set_token(token());
+    me->set_same_host(van_->SameHostAddress());
     me->set_launch_job_id(config_.job_id);
     LOG_IF(INFO, verbose() >= 1)
         << name() << ": registering with the scheduler at " << config_.root_uri
@@ -317,6 +320,7 @@ void PostofficeImpl::InstallTable(std::unique_ptr<NodeTable> table,
   CHECK(me != nullptr) << "node table without this node";
   rank_.store(my_rank);
   my_id_.store(me->id);
+  trace::SetProcessName(std::string(RoleName(me->role)) + " " + std::to_string(my_rank));
   table_owned_ = std::move(table);
   table_.store(table_owned_.get());
   if (state_ == State::kStarting) state_ = State::kRunning;

@@ -47,6 +47,7 @@ struct NodeEntry {
   std::string host;
   int port = 0;
   std::string token;
+  std::string same_host;  // Van::SameHostAddress of the node ("" = none)
   int64_t pid = 0;
   std::string name;  // "server 1 (10.0.0.2:41233)"
 };

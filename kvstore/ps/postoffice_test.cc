@@ -229,8 +229,8 @@ TEST(PostofficeTest, StrangersAndGarbageAreDroppedAndTheJobGoesOn) {
   Postoffice* server = job.server(0);
   InprocVan rogue(job.net(), "rogue");
   ASSERT_TRUE(rogue.Bind(0).ok());
-  ASSERT_TRUE(rogue.Connect(1, "127.0.0.1", server->port()).ok());
-  ASSERT_TRUE(rogue.Connect(2, "127.0.0.1", job.scheduler()->port()).ok());
+  ASSERT_TRUE(rogue.Connect(1, "127.0.0.1", server->port(), "").ok());
+  ASSERT_TRUE(rogue.Connect(2, "127.0.0.1", job.scheduler()->port(), "").ok());
   Message m;
   m.meta.set_command(wire::BARRIER);
   m.meta.set_sender(kSchedulerId);

@@ -135,6 +135,10 @@ struct PostofficeOptions {
   // (a peer holding another key, or none) fails the job, naming the peer;
   // at once when ZeroMQ gives the connection up (a protocol error).
   int handshake_failures_fatal = 3;
+  // Peers on this host connect over an abstract Unix-domain socket open to
+  // this user id only, without CURVE (kvstore/ps/same_host.h); false: TCP.
+  // Only Create (ZeroMQ) uses it.
+  bool same_host = true;
 };
 
 class Van;

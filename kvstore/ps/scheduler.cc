@@ -78,7 +78,7 @@ void SchedulerCore::Reject(const wire::NodeInfo& info, const std::string& why) {
       << RoleWord(info.role()) << " at " << Addr(info) << ": " << why;
   if (++rejected_ > kMaxRejectReplies) return;
   const int conn = next_conn_++;
-  if (!po_->van()->Connect(conn, info.host(), info.port()).ok()) return;
+  if (!po_->van()->Connect(conn, info.host(), info.port(), info.same_host()).ok()) return;
   Message m;
   m.meta.set_command(wire::ABORT);
   *m.meta.mutable_control()->add_nodes() = info;
@@ -141,7 +141,7 @@ void SchedulerCore::OnRegister(const std::string& token, const Message& msg) {
   Pending p;
   p.info = info;
   p.conn = next_conn_++;
-  Status s = po_->van()->Connect(p.conn, info.host(), info.port());
+  Status s = po_->van()->Connect(p.conn, info.host(), info.port(), info.same_host());
   if (!s.ok()) {
     LOG(WARNING) << po_->name() << ": " << s;
     return;
@@ -201,6 +201,7 @@ std::vector<NodeEntry> SchedulerCore::RankNodes() {
   me.host = po_->host();
   me.port = po_->port();
   me.token = po_->token();
+  me.same_host = po_->van()->SameHostAddress();
   me.pid = getpid();
   me.name = NodeName(me.role, 0, me.host, me.port);
   entries.push_back(me);
@@ -214,6 +215,7 @@ std::vector<NodeEntry> SchedulerCore::RankNodes() {
     e.host = p.info.host();
     e.port = p.info.port();
     e.token = p.info.token();
+    e.same_host = p.info.same_host();
     e.pid = p.info.pid();
     e.name = NodeName(e.role, e.rank, e.host, e.port);
     po_->AliasConn(e.id, p.conn);
@@ -236,6 +238,7 @@ Message SchedulerCore::TableMessage(const std::vector<NodeEntry>& entries) {
     n->set_host(e.host);
     n->set_port(e.port);
     n->set_token(e.token);
+    n->set_same_host(e.same_host);
     n->set_pid(e.pid);
     n->set_num_workers(po_->config().num_workers);
     n->set_num_servers(po_->config().num_servers);

@@ -33,9 +33,15 @@ class Van {
   // Binds the receiving endpoint on `port` (0: any free port) and returns
   // the port bound. A port in use is AlreadyExists.
   virtual StatusOr<int> Bind(int port) = 0;
+  // After Bind: the address peers on this host connect to instead of the
+  // port (kvstore/ps/same_host.h), or "" when there is none.
+  virtual std::string SameHostAddress() const { return ""; }
   // Opens the outgoing connection `conn` to host:port (asynchronously: it
-  // may come up later; messages wait for it).
-  virtual Status Connect(int conn, const std::string& host, int port) = 0;
+  // may come up later; messages wait for it). `same_host` is what the peer
+  // advertised from its SameHostAddress(): a peer on this host is reached
+  // through that instead of TCP ("" = TCP).
+  virtual Status Connect(int conn, const std::string& host, int port,
+                         const std::string& same_host) = 0;
   virtual void Disconnect(int conn) = 0;
   // Queues `frames` on connection `conn`. Larger `priority` leaves first
   // when the connection has a backlog. The blobs are referenced, not copied,

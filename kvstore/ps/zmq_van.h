@@ -29,6 +29,9 @@ struct ZmqVanOptions {
   // The job's key: secure (CURVE on every socket, a ZAP handler admitting
   // only the job's key) unless insecure. See kvstore/ps/curve.h.
   JobKey key;
+  // Peers on this host connect over an abstract Unix-domain socket open to
+  // this user id only, without CURVE (kvstore/ps/same_host.h); false: TCP.
+  bool same_host = true;
 };
 
 // Thread-safety as Van. Messages a caller sends go out on the caller's
@@ -42,7 +45,9 @@ class ZmqVan : public Van {
 
   const std::string& token() const override { return token_; }
   StatusOr<int> Bind(int port) override;
-  Status Connect(int conn, const std::string& host, int port) override;
+  std::string SameHostAddress() const override { return same_host_; }
+  Status Connect(int conn, const std::string& host, int port,
+                 const std::string& same_host) override;
   void Disconnect(int conn) override;
   Status Send(int conn, int priority, std::vector<Blob> frames) override;
   StatusOr<bool> Recv(RawMessage* msg) override;
@@ -65,6 +70,7 @@ class ZmqVan : public Van {
   const ZmqVanOptions options_;
   void* ctx_ = nullptr;
   void* router_ = nullptr;  // used by Bind/Recv/Close only
+  std::string same_host_;   // set by Bind
   std::unique_ptr<ZapHandler> zap_;  // when secure
   std::unique_ptr<HandshakeMonitor> monitor_;
   std::mutex handler_mu_;

@@ -43,7 +43,7 @@ TEST(ZmqVanTest, FramesTravelWithoutCopiesAndAreReleased) {
   StatusOr<int> port = b->Bind(0);
   ASSERT_TRUE(port.ok()) << port.status();
   ASSERT_GT(*port, 0);
-  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port).ok());
+  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, "").ok());
   std::vector<float> big(1 << 20);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i);
   Blob payload = Blob::FromVector(big);
@@ -84,7 +84,7 @@ TEST(ZmqVanTest, BacklogLeavesHighestPriorityFirst) {
   auto b = MakeVan("b");
   StatusOr<int> port = b->Bind(0);
   ASSERT_TRUE(port.ok());
-  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port).ok());
+  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, "").ok());
   // The first message fills the window; the rest wait and are reordered.
   Blob big = Blob::FromVector(std::vector<char>(32 << 20, 'x'));
   ASSERT_TRUE(a->Send(1, 0, {Blob::FromString("big"), big}).ok());
@@ -106,7 +106,7 @@ TEST(ZmqVanTest, SendsWaitForAPeerThatBindsLater) {
   StatusOr<int> port = probe->Bind(0);
   ASSERT_TRUE(port.ok());
   probe->Close(Duration::zero());
-  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port).ok());
+  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, "").ok());
   ASSERT_TRUE(a->Send(1, 0, {Blob::FromString("early")}).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   auto b = MakeVan("b");

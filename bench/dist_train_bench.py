@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""dist_train_bench: end-to-end training throughput through the servers.
+
+Runs examples/train_mnist as a user does (tracker/launch.py --launcher local,
+or ssh into an emulated cluster with --link) for every row below, with the
+default security and again with --insecure, and prints samples/s per row
+(the median over runs of the epochs after the first) with the ratios that
+matter: each row against `local` in the same run, default security against
+--insecure, dist_sync 2w2s against dist_allreduce 2w, dist_async against
+dist_sync. With --link=1gbit|10gbit every process runs in its own network
+namespace joined through a rate-limited bridge (bench/emulated_cluster.py)
+and each row is also shown against its ideal: compute time plus the bytes
+on the busiest link over the link's rate.
+
+Python stdlib only. Example:
+  bench/dist_train_bench.py --train bazel-bin/examples/train_mnist
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tracker"))
+
+# (name, kv-store, workers, servers)
+ROWS = [
+    ("local", "local", 1, 0),
+    ("dist_sync 1w1s", "dist_sync", 1, 1),
+    ("dist_sync 2w1s", "dist_sync", 2, 1),
+    ("dist_sync 2w2s", "dist_sync", 2, 2),
+    ("dist_async 2w2s", "dist_async", 2, 2),
+    ("dist_allreduce 2w", "dist_allreduce", 2, 0),
+]
+ROW_KEYS = {"local": "local", "sync1w1s": "dist_sync 1w1s",
+            "sync2w1s": "dist_sync 2w1s", "sync2w2s": "dist_sync 2w2s",
+            "async2w2s": "dist_async 2w2s", "allreduce2w": "dist_allreduce 2w"}
+LINKS = {"loopback": None, "1gbit": 1e9, "10gbit": 10e9}
+# Parameter bytes per model (float32), for the ideal under --link.
+PARAM_FLOATS = {"mlp": 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10,
+                "lenet": None}  # filled from the job's log when known
+TIME_COST = re.compile(r"^(?:\[(\w+) (\d+)\] )?Epoch\[(\d+)\].* Time cost=([0-9.]+)")
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--train", default=os.path.join(ROOT, "bazel-bin/examples/train_mnist"),
+                    help="the train_mnist binary")
+    ap.add_argument("--launch", default=os.path.join(ROOT, "tracker/launch.py"))
+    ap.add_argument("--nets", default="mlp,lenet", help="mlp, lenet")
+    ap.add_argument("--rows", default=",".join(ROW_KEYS),
+                    help="rows to run: " + ", ".join(ROW_KEYS))
+    ap.add_argument("--security", default="default,insecure",
+                    help="default (CURVE / same-host ipc, what a user gets), insecure")
+    ap.add_argument("--runs", type=int, default=3, help="jobs per row; the median is shown")
+    ap.add_argument("--epochs", type=int, default=3,
+                    help="epochs per job; the first is warm-up and not counted")
+    ap.add_argument("--num-examples", type=int, default=0,
+                    help="training examples per epoch (0: all 60,000)")
+    ap.add_argument("--batch-size", type=int, default=100)
+    ap.add_argument("--link", default="loopback", choices=sorted(LINKS),
+                    help="loopback, or an emulated cluster with links of this rate")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per job")
+    ap.add_argument("--verbose", action="store_true", help="print every job's command")
+    return ap.parse_args(argv)
+
+
+class Job:
+    """One train_mnist job; returns per-worker epoch times (epoch >= 1)."""
+
+    def __init__(self, args, cluster=None):
+        self.args = args
+        self.cluster = cluster
+
+    def command(self, net, store, workers, servers, secure):
+        a = self.args
+        train = [a.train, "--network", net, "--kv-store", store,
+                 "--num-epochs", str(a.epochs), "--disp-batches", "0",
+                 "--batch-size", str(a.batch_size)]
+        if a.num_examples:
+            train += ["--num-examples", str(a.num_examples)]
+        if store == "local":
+            return train
+        argv = [sys.executable, a.launch, "-n", str(workers), "-s", str(servers)]
+        if not secure:
+            argv.append("--insecure")
+        if self.cluster:
+            argv += self.cluster.launch_args(workers, servers)
+        else:
+            argv += ["--launcher", "local"]
+        return argv + ["--timeout", str(a.timeout)] + train
+
+    def run(self, net, store, workers, servers, secure):
+        argv = self.command(net, store, workers, servers, secure)
+        if self.args.verbose:
+            print("  $ " + " ".join(argv), flush=True)
+        env = dict(os.environ)
+        env.pop("KVTRAIN_INSECURE", None)
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        p = subprocess.run(argv, env=env, capture_output=True, text=True,
+                           timeout=self.args.timeout + 60)
+        if p.returncode != 0:
+            tail = "\n".join((p.stdout + p.stderr).strip().splitlines()[-15:])
+            raise RuntimeError("job failed (exit %d): %s\n%s" %
+                               (p.returncode, " ".join(argv), tail))
+        times = {}
+        for line in p.stdout.splitlines():
+            m = TIME_COST.match(line.strip())
+            if m and int(m.group(3)) >= 1:
+                rank = int(m.group(2) or 0)
+                times.setdefault(rank, []).append(float(m.group(4)))
+        if len(times) != workers:
+            raise RuntimeError("expected Time cost lines from %d workers, got %d:\n%s" %
+                               (workers, len(times), p.stdout[-2000:]))
+        return times
+
+
+def samples_per_epoch(args):
+    return args.num_examples or 60000
+
+
+def row_rate(args, times_by_rank, workers):
+    """Samples/s of one job: per epoch, the sum of each worker's rate."""
+    per_worker = samples_per_epoch(args) / workers
+    epochs = min(len(t) for t in times_by_rank.values())
+    rates = []
+    for e in range(epochs):
+        rates.append(sum(per_worker / t[e] for t in times_by_rank.values()))
+    return statistics.median(rates)
+
+
+def ideal_rate(local_rate, net, workers, servers, bits_per_s):
+    """Compute time plus the busiest link's bytes over its rate. Every
+    process has its own link: a worker's carries the whole model each way
+    per step; a server's carries its share of the model from and to every
+    worker (full duplex: the larger direction counts)."""
+    floats = PARAM_FLOATS.get(net)
+    if not floats or not bits_per_s or servers == 0:
+        return None
+    model_bytes = 4.0 * floats
+    busiest = max(model_bytes, workers * model_bytes / servers)
+    batch = 100.0
+    step_compute = batch / local_rate
+    step_wire = busiest * 8 / bits_per_s
+    return workers * batch / (step_compute + step_wire)
+
+
+def fmt_rate(r):
+    return "%8.0f" % r if r is not None else "       -"
+
+
+def fmt_ratio(x):
+    return "%6.2fx" % x if x is not None else "      -"
+
+
+def main(argv):
+    args = parse_args(argv)
+    nets = [n for n in args.nets.split(",") if n]
+    rows = [ROW_KEYS[r] for r in args.rows.split(",") if r]
+    modes = [m for m in args.security.split(",") if m]
+    for m in modes:
+        if m not in ("default", "insecure"):
+            sys.exit("dist_train_bench: --security: unknown mode %r (default, insecure)" % m)
+    if "local" not in rows:
+        rows.insert(0, "local")
+    args.train = os.path.abspath(args.train)
+    if not os.access(args.train, os.X_OK):
+        sys.exit("dist_train_bench: %s is not an executable (bazel build //examples:train_mnist)"
+                 % args.train)
+    cluster = None
+    if LINKS[args.link]:
+        import emulated_cluster
+        if not emulated_cluster.available():
+            print("dist_train_bench: --link=%s skipped: network namespaces cannot be made "
+                  "here (needs root and iproute2)" % args.link)
+            return 0
+        cluster = emulated_cluster.Cluster(hosts=4, rate=args.link).up()
+    try:
+        return report(args, nets, rows, modes, cluster)
+    finally:
+        if cluster:
+            cluster.down()
+
+
+def report(args, nets, rows, modes, cluster):
+    job = Job(args, cluster)
+    print("dist_train_bench: train_mnist through tracker/launch.py (%s), batch %d per worker, "
+          "%d examples per epoch, %d epochs (the first not counted), median of %d runs"
+          % ("emulated cluster, %s links" % args.link if cluster else "--launcher local",
+             args.batch_size, samples_per_epoch(args), args.epochs, args.runs))
+    print("samples/s of the whole job (the sum over its workers); 'default' is what a user "
+          "gets (CURVE across hosts, same-host peers over private Unix sockets)")
+    spec = {name: (store, w, s) for name, store, w, s in ROWS}
+    results = {}
+    for net in nets:
+        for name in rows:
+            store, w, s = spec[name]
+            for mode in (["local"] if store == "local" else modes):
+                rates = []
+                for _ in range(args.runs):
+                    rates.append(row_rate(args, job.run(net, store, w, s, mode == "default"), w))
+                results[(net, name, mode)] = statistics.median(rates)
+                print("  %-5s %-18s %-8s %8.0f samples/s  (runs: %s)" %
+                      (net, name, mode, results[(net, name, mode)],
+                       ", ".join("%.0f" % r for r in rates)), flush=True)
+    print()
+    for net in nets:
+        local = results.get((net, "local", "local"))
+        head = "%-18s" % net
+        for m in modes:
+            head += " | %8s  vs local" % m
+        if len(modes) == 2:
+            head += " | default/insecure"
+        if cluster:
+            head += " |    ideal  default/ideal"
+        print(head)
+        for name in rows:
+            store, w, s = spec[name]
+            line = "%-18s" % name
+            for m in modes:
+                r = results.get((net, name, "local" if store == "local" else m))
+                line += " | %s %s" % (fmt_rate(r), fmt_ratio(r / local if r and local else None))
+            if len(modes) == 2:
+                d = results.get((net, name, "default" if store != "local" else "local"))
+                i = results.get((net, name, "insecure" if store != "local" else "local"))
+                line += " | %16s" % fmt_ratio(d / i if d and i else None).strip()
+            if cluster:
+                ideal = ideal_rate(local, net, w, s, LINKS[args.link]) if local else None
+                d = results.get((net, name, "default"))
+                line += " | %s %13s" % (fmt_rate(ideal),
+                                        fmt_ratio(d / ideal if d and ideal else None).strip())
+            print(line)
+        for m in modes:
+            sync = results.get((net, "dist_sync 2w2s", m))
+            ar = results.get((net, "dist_allreduce 2w", m))
+            asy = results.get((net, "dist_async 2w2s", m))
+            parts = []
+            if sync and ar:
+                parts.append("dist_sync 2w2s / dist_allreduce 2w = %.2fx" % (sync / ar))
+            if sync and asy:
+                parts.append("dist_async 2w2s / dist_sync 2w2s = %.2fx" % (asy / sync))
+            if parts:
+                print("  %s: %s" % (m, "; ".join(parts)))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

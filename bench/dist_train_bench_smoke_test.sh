@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# dist_train_bench runs every row end to end with tiny sizes: default
+# security and --insecure, the ratio columns and the comparison lines.
+set -euo pipefail
+here="$(dirname "$0")"
+train="examples/train_mnist"
+[ -x "$train" ] || train="bazel-bin/examples/train_mnist"
+out=$(/usr/bin/python3 "$here/dist_train_bench.py" --train "$train" --launch tracker/launch.py \
+      --nets mlp --runs 1 --epochs 2 --num-examples 2000 --timeout 120 2>&1)
+echo "$out"
+for row in "local" "dist_sync 1w1s" "dist_sync 2w1s" "dist_sync 2w2s" "dist_async 2w2s" \
+           "dist_allreduce 2w"; do
+  grep -q "^$row *|" <<< "$out" || { echo "no table row for $row"; exit 1; }
+done
+grep -q "default/insecure" <<< "$out" || { echo "no default/insecure column"; exit 1; }
+grep -q "default: dist_sync 2w2s / dist_allreduce 2w = [0-9.]*x" <<< "$out" ||
+  { echo "no dist_sync vs dist_allreduce line"; exit 1; }
+grep -q "insecure: .*dist_async 2w2s / dist_sync 2w2s = [0-9.]*x" <<< "$out" ||
+  { echo "no dist_async vs dist_sync line"; exit 1; }
+# Every figure is a measured rate, not a placeholder.
+if grep -E "^dist_sync 1w1s *\| *(-|0) " <<< "$out"; then echo "no rate measured"; exit 1; fi

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""An emulated cluster on one machine: N "hosts", each a network namespace
+with its own sshd, joined through a bridge by veth pairs whose both
+directions are rate-limited with `tc ... tbf` (this kernel has tbf and htb,
+not netem). Traffic between namespaces is traffic between hosts: no
+same-host socket, CURVE applies. The scheduler runs in this namespace, on
+the bridge's address. Root only.
+
+  bench/emulated_cluster.py --hosts 4 --rate 1gbit
+prints the launch.py arguments that use it and keeps it up until Enter
+(dist_train_bench.py --link=1gbit brings one up around its runs).
+Python stdlib only."""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tracker"))
+import testbed  # noqa: E402  (tracker/testbed.py: namespaces and sshd)
+
+RATES = {"1gbit": 1e9, "10gbit": 10e9}
+
+
+def available():
+    return testbed.NetnsBed.available() and shutil.which("tc") is not None
+
+
+def _tc(argv):
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("%s failed: %s" % (" ".join(argv), r.stderr.strip()))
+
+
+def shape(dev, rate, netns=None):
+    """Rate-limits what `dev` sends. The bucket holds 0.5 ms at the rate
+    (at least one 64 KB segment), so a step's message cannot slip through
+    as one burst; tbf splits larger GSO segments itself."""
+    bits = RATES[rate]
+    burst = max(64 * 1024, int(bits / 8 * 0.0005))
+    argv = ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+            "burst", str(burst), "latency", "50ms"]
+    if netns:
+        argv = ["ip", "netns", "exec", netns] + argv
+    _tc(argv)
+
+
+class Cluster:
+    """`hosts` namespaces with links of `rate`; up() / down()."""
+
+    def __init__(self, hosts=4, rate="1gbit", ifname="kvb0"):
+        if rate not in RATES:
+            raise ValueError("rate %r: expected one of %s" % (rate, ", ".join(RATES)))
+        self.rate = rate
+        self.bed = testbed.NetnsBed(hosts, ifname=ifname)
+        self.workdir = testbed.temp_dir()
+        self.sshd = []
+        self.hostfile = os.path.join(self.workdir, "hosts")
+
+    def up(self):
+        self.bed.setup()
+        try:
+            for i, (ns, addr) in enumerate(zip(self.bed.namespaces, self.bed.addrs), 1):
+                shape(self.bed.ifname, self.rate, netns=ns)      # host -> bridge
+                shape("kvth%s%d" % (self.bed.tag, i), self.rate)  # bridge -> host
+                self.sshd.append(testbed.SshServer(self.workdir, addr=addr, port=22,
+                                                   netns=ns).start())
+            with open(self.hostfile, "w") as f:
+                f.write("".join(a + "\n" for a in self.bed.addrs))
+        except Exception:
+            self.down()
+            raise
+        return self
+
+    def launch_args(self, workers=None, servers=None):
+        """launch.py arguments that place one process per host."""
+        return (["--launcher", "ssh", "-H", self.hostfile, "--host-ip", self.bed.root_addr,
+                 "--env", "DMLC_INTERFACE=" + self.bed.ifname]
+                + ["--ssh-arg=%s" % a for a in self.sshd[0].client_args()])
+
+    def down(self):
+        for s in self.sshd:
+            s.stop()
+        self.sshd = []
+        for ns in self.bed.namespaces:  # anything a job left running there
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                  text=True).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), 9)
+                except (OSError, ValueError):
+                    pass
+        self.bed.teardown()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hosts", type=int, default=4)
+    ap.add_argument("--rate", default="1gbit", choices=sorted(RATES))
+    args = ap.parse_args(argv)
+    if not available():
+        print("emulated_cluster: skipped: network namespaces cannot be made here "
+              "(needs root, iproute2 and tc)")
+        return 0
+    c = Cluster(args.hosts, args.rate).up()
+    try:
+        print("hosts: %s (links of %s); launch with:" % (" ".join(c.bed.addrs), args.rate))
+        print("  tracker/launch.py " + " ".join(c.launch_args()) + " -n N -s M PROGRAM ...")
+        input("press Enter to take the cluster down ")
+    except (EOFError, KeyboardInterrupt):
+        pass
+    finally:
+        c.down()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,38 @@
+// Same-host links: peers that share a kernel and a network namespace talk
+// over Unix-domain sockets in the abstract namespace instead of TCP. Such a
+// socket admits only processes of this process's user id (the kernel's
+// SO_PEERCRED, checked by ZeroMQ before any byte is read), so it needs no
+// CURVE: the job's key is no secret from a process of the same user (it can
+// read our environment and memory), and no other user can connect at all.
+// Abstract sockets live in the network namespace, so a peer in another
+// namespace is "another host" and keeps TCP + CURVE.
+#ifndef KVTRAIN_KVSTORE_PS_SAME_HOST_H_
+#define KVTRAIN_KVSTORE_PS_SAME_HOST_H_
+
+#include <string>
+
+#include "base/status.h"
+
+namespace kvtrain {
+namespace ps {
+
+// "<kernel boot id>.<network namespace inode>": equal exactly for
+// processes that can reach each other's abstract sockets. "" if unknown.
+std::string HostIdentity();
+
+// Also binds `socket` (a ROUTER already bound on TCP) on a fresh abstract
+// ipc endpoint named after `prefix`, open to this user id only and without
+// CURVE. Call it after the socket's other binds: it switches the socket's
+// mechanism to NULL for binds that follow (earlier listeners keep theirs).
+// Returns the address to advertise, "<host identity>@<name>".
+StatusOr<std::string> BindSameHost(void* socket, const std::string& prefix);
+
+// For a peer that advertised `address` (BindSameHost's result, or ""): the
+// endpoint to connect to, "ipc://@name", when the peer is on this host;
+// else "" (use TCP).
+std::string SameHostEndpoint(const std::string& address);
+
+}  // namespace ps
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_PS_SAME_HOST_H_
