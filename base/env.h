@@ -45,6 +45,7 @@ inline constexpr char kCheckNan[] = "KVTRAIN_CHECK_NAN";
 inline constexpr char kBigArrayBound[] = "KVTRAIN_BIGARRAY_BOUND";
 inline constexpr char kMxnetBigArrayBound[] = "MXNET_KVSTORE_BIGARRAY_BOUND";
 inline constexpr char kServerThreads[] = "KVTRAIN_SERVER_THREADS";
+inline constexpr char kPsBucketBytes[] = "KVTRAIN_PS_BUCKET_BYTES";
 inline constexpr char kKVStoreTimeout[] = "KVTRAIN_KVSTORE_TIMEOUT";
 inline constexpr char kKeepFreedMemory[] = "KVTRAIN_KEEP_FREED_MEMORY";
 // Security (kvstore/ps/curve.h): the job's CURVE secret key, in the

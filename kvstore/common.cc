@@ -124,6 +124,8 @@ StatusOr<StoreSettings> StoreSettings::FromEnv(const EnvLookup& env) {
   KV_ASSIGN_OR_RETURN(int64_t threads,
                       GetIntVar(env, env::kServerThreads, s.server_threads, 0, 256));
   s.server_threads = static_cast<int>(threads);
+  KV_ASSIGN_OR_RETURN(s.bucket_bytes,
+                      GetIntVar(env, env::kPsBucketBytes, s.bucket_bytes, 0, int64_t{1} << 40));
   KV_ASSIGN_OR_RETURN(double timeout,
                       GetSecondsVar(env, env::kKVStoreTimeout, 600, 0.01, 86400 * 30));
   s.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));

@@ -3,6 +3,9 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "base/malloc_tuning.h"
 #include "base/trace.h"
 
@@ -106,12 +109,14 @@ Status DistKVStore::CheckWorker(const char* call) const {
 
 Status DistKVStore::Barrier() {
   KV_RETURN_IF_ERROR(CheckWorker("Barrier"));
+  KV_RETURN_IF_ERROR(FlushBucket());
   return po_->Barrier(ps::kWorkerGroup, settings_.timeout);
 }
 
 Status DistKVStore::Init(const std::vector<Key>& keys,
                          const std::vector<Tensor>& values) {
   KV_RETURN_IF_ERROR(CheckWorker("Init"));
+  KV_RETURN_IF_ERROR(FlushBucket());
   KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> groups,
                       GroupByKey(keys, values, "init", &keys_));
   std::vector<int64_t> sizes;
@@ -257,6 +262,7 @@ StatusOr<KVHandle> DistKVStore::PushAsync(const std::vector<Key>& keys,
                                           const std::vector<Tensor>& values,
                                           int priority) {
   KV_RETURN_IF_ERROR(CheckWorker("Push"));
+  KV_RETURN_IF_ERROR(FlushBucket());
   KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> groups,
                       GroupByKey(keys, values, "push", &keys_));
   Pending pending;
@@ -270,6 +276,7 @@ StatusOr<KVHandle> DistKVStore::PullAsync(const std::vector<Key>& keys,
                                           const std::vector<Tensor>& outs,
                                           int priority) {
   KV_RETURN_IF_ERROR(CheckWorker("Pull"));
+  KV_RETURN_IF_ERROR(FlushBucket());
   KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> groups,
                       GroupByKey(keys, outs, "pull", &keys_));
   Pending pending;
@@ -290,9 +297,156 @@ StatusOr<KVHandle> DistKVStore::PushPullAsync(const std::vector<Key>& keys,
                       GroupByKey(keys, outs, "pull", &keys_));
   Pending pending;
   for (size_t i = 0; i < pushes.size(); ++i) {
-    KV_RETURN_IF_ERROR(Issue(&pushes[i], &pulls[i], priority, &pending));
+    KV_ASSIGN_OR_RETURN(KeyInfo * ki, Lookup(pushes[i], "push"));
+    if (Bucketed(*ki)) {
+      KV_RETURN_IF_ERROR(AddToBucket(pushes[i], pulls[i], priority, &pending));
+    } else {
+      // Requests leave in the order they were made.
+      KV_RETURN_IF_ERROR(FlushBucket());
+      KV_RETURN_IF_ERROR(Issue(&pushes[i], &pulls[i], priority, &pending));
+    }
   }
   return Track(std::move(pending));
+}
+
+bool DistKVStore::Bucketed(const KeyInfo& ki) const {
+  return settings_.bucket_bytes > 0 && ki.parts.size() == 1 &&
+         ki.part_bytes[0] < settings_.bucket_bytes;
+}
+
+Status DistKVStore::AddToBucket(const KeyGroup& push, const KeyGroup& pull, int priority,
+                                Pending* pending) {
+  KV_ASSIGN_OR_RETURN(KeyInfo * ki, Lookup(push, "push"));
+  KV_RETURN_IF_ERROR(Lookup(pull, "pull").status());
+  // Zero-copy (PushAsync's contract): copied when the bucket is sent.
+  KV_ASSIGN_OR_RETURN(Tensor sum, Reduce(push.tensors));
+  int64_t step;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    step = ++ki->pushes;
+  }
+  const uint64_t server_key = ki->server_keys[0];
+  for (;;) {
+    std::shared_ptr<Bucket> b;
+    bool full = false;
+    {
+      std::lock_guard<std::mutex> lock(bucket_mu_);
+      if (open_ == nullptr) {
+        open_ = std::make_shared<Bucket>();
+        open_->priority = priority;
+      }
+      b = open_;
+      bool again = false;
+      for (const Bucket::Entry& e : b->entries) again = again || e.server_key == server_key;
+      if (!again) {
+        b->entries.push_back({push.name, server_key, step, sum, pull.tensors});
+        b->bytes += ki->part_bytes[0];
+        b->priority = std::max(b->priority, priority);
+        full = b->bytes >= settings_.bucket_bytes;
+      } else {
+        b = nullptr;  // the key waits in this bucket already: send it first
+      }
+    }
+    if (b == nullptr) {
+      KV_RETURN_IF_ERROR(FlushBucket());
+      continue;
+    }
+    if (pending->buckets.empty() || pending->buckets.back() != b) pending->buckets.push_back(b);
+    trace::Instant("kvstore", "bucket " + push.name, step);
+    return full ? FlushBucket() : Status::OK();
+  }
+}
+
+Status DistKVStore::FlushBucket() {
+  std::shared_ptr<Bucket> b;
+  {
+    std::lock_guard<std::mutex> lock(bucket_mu_);
+    b.swap(open_);
+  }
+  if (b == nullptr) return Status::OK();
+  std::lock_guard<std::mutex> l(b->mu);
+  const size_t n = b->entries.size();
+  b->order.resize(n);
+  for (size_t i = 0; i < n; ++i) b->order[i] = i;
+  std::sort(b->order.begin(), b->order.end(), [&](size_t x, size_t y) {
+    return b->entries[x].server_key < b->entries[y].server_key;
+  });
+  std::vector<uint64_t> keys;
+  std::vector<int64_t> lens;
+  auto vals = std::make_shared<std::vector<char>>(b->bytes);
+  proto::RequestInfo info;
+  info.set_command(proto::KV_PUSH);
+  info.set_mode(sync_ ? proto::KV_SYNC : proto::KV_ASYNC);
+  std::string names;
+  size_t off = 0;
+  for (size_t i : b->order) {
+    Bucket::Entry& e = b->entries[i];
+    keys.push_back(e.server_key);
+    lens.push_back(static_cast<int64_t>(e.value.nbytes()));
+    std::memcpy(vals->data() + off, e.value.raw_data(), e.value.nbytes());
+    off += e.value.nbytes();
+    e.value = Tensor();  // copied: the caller may reuse it once Wait returns
+    proto::KeyEntry* k = info.add_keys();
+    k->set_key(e.server_key);
+    k->set_step(e.step);
+    k->set_name(e.name);
+    names += (names.empty() ? "" : ", ") + e.name;
+  }
+  b->landing = Tensor::Empty(Shape({b->bytes / 4}));
+  ps::RequestOptions opts;
+  opts.head = proto::KV_PUSH;
+  opts.body = info.SerializeAsString();
+  opts.priority = b->priority;
+  opts.dtype = "float32";
+  ps::PullDest dest;
+  dest.data = static_cast<char*>(b->landing.raw_data());
+  dest.size = b->landing.nbytes();
+  dest.lens = ps::Blob::FromVector(lens);
+  StatusOr<int64_t> ts = worker_->PushPull(
+      ps::KVPairs::From(std::move(keys), ps::Blob(vals, vals->data(), vals->size()),
+                        std::move(lens)),
+      opts, dest);
+  b->sent = true;
+  if (!ts.ok()) {
+    b->status = ts.status().Annotate("keys " + names);
+    return b->status;
+  }
+  b->ts = *ts;
+  trace::Instant("kvstore", "pushpull bucket of " + std::to_string(n), *ts);
+  return Status::OK();
+}
+
+Status DistKVStore::WaitBucket(Bucket* b) {
+  std::lock_guard<std::mutex> l(b->mu);
+  if (b->waited || !b->status.ok()) return b->status;
+  b->waited = true;
+  CHECK(b->sent) << "waiting for a bucket that was never sent";
+  {
+    trace::Scope span("kvstore", "wait bucket", b->ts);
+    b->status = worker_->Wait(b->ts, settings_.timeout);
+  }
+  std::string names;
+  for (const Bucket::Entry& e : b->entries) names += (names.empty() ? "" : ", ") + e.name;
+  if (!b->status.ok()) {
+    // Server errors name the key already; transport errors do not.
+    if (b->status.message().find("key ") == std::string::npos) {
+      b->status = b->status.Annotate("keys " + names);
+    }
+    return b->status;
+  }
+  int64_t off = 0;
+  for (size_t i : b->order) {
+    const Bucket::Entry& e = b->entries[i];
+    const int64_t count = e.outs.empty() ? 0 : e.outs[0].size();
+    KV_ASSIGN_OR_RETURN(Tensor flat, b->landing.Slice(off, off + count));
+    off += count;
+    for (const Tensor& out : e.outs) {
+      KV_ASSIGN_OR_RETURN(Tensor view, flat.Reshape(out.shape()));
+      b->status = Tensor(out).CopyFrom(view).Annotate("key " + e.name);
+      if (!b->status.ok()) return b->status;
+    }
+  }
+  return Status::OK();
 }
 
 KVHandle DistKVStore::Track(Pending pending) {
@@ -315,6 +469,14 @@ Status DistKVStore::Wait(KVHandle handle) {
     p = std::move(it->second);
     pending_.erase(it);
   }
+  bool open = false;
+  if (!p.buckets.empty()) {
+    std::lock_guard<std::mutex> lock(bucket_mu_);
+    for (const auto& b : p.buckets) open = open || b == open_;
+  }
+  // A bucket this handle needs is still open: send it now (a failed send
+  // is the bucket's status, which WaitBucket returns).
+  if (open) (void)FlushBucket();
   Status first;
   for (size_t i = 0; i < p.timestamps.size(); ++i) {
     trace::Scope span("kvstore", "wait " + p.names[i], p.timestamps[i]);
@@ -326,12 +488,17 @@ Status DistKVStore::Wait(KVHandle handle) {
                   ? s.Annotate("key " + p.names[i]) : s;
     }
   }
+  for (const auto& b : p.buckets) {
+    Status s = WaitBucket(b.get());
+    if (!s.ok() && first.ok()) first = s;
+  }
   if (!first.ok()) return first;
   return p.finish ? p.finish() : Status::OK();
 }
 
 Status DistKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
   KV_RETURN_IF_ERROR(CheckWorker("SetOptimizer"));
+  KV_RETURN_IF_ERROR(FlushBucket());
   // Every worker checks the spec, so a bad one fails everywhere alike.
   KV_RETURN_IF_ERROR(Optimizer::Create(spec).status());
   if (rank() == 0) {
@@ -354,6 +521,7 @@ Status DistKVStore::SetUpdater(Updater /*updater*/) {
 
 Status DistKVStore::SaveOptimizerStates(const std::string& path) {
   KV_RETURN_IF_ERROR(CheckWorker("SaveOptimizerStates"));
+  KV_RETURN_IF_ERROR(FlushBucket());
   ps::RequestOptions opts;
   opts.head = proto::KV_SAVE_STATES;
   opts.body = Info(proto::KV_SAVE_STATES, proto::KV_SYNC_UNSPECIFIED, 0, "");
@@ -368,6 +536,7 @@ Status DistKVStore::SaveOptimizerStates(const std::string& path) {
 
 Status DistKVStore::LoadOptimizerStates(const std::string& path) {
   KV_RETURN_IF_ERROR(CheckWorker("LoadOptimizerStates"));
+  KV_RETURN_IF_ERROR(FlushBucket());
   KV_ASSIGN_OR_RETURN(std::vector<std::string> states, ReadStatesFile(path));
   if (static_cast<int>(states.size()) != po_->num_servers()) {
     return Status::InvalidArgument(
@@ -421,6 +590,7 @@ Status DistKVStore::RunServer() {
 
 Status DistKVStore::Finalize() {
   if (finalized_) return Status::OK();
+  if (worker_ != nullptr) (void)FlushBucket();
   finalized_ = true;
   return po_->Finalize(settings_.timeout);
 }

@@ -31,6 +31,9 @@ class DistKVStore : public KVStore {
   ~DistKVStore() override;
 
   Role role() const override;
+  // Push-pulls of small keys are bucketed: push every key of a step, then
+  // wait (a Wait sends a bucket that is not yet full).
+  bool FusesPushes() const override { return settings_.bucket_bytes > 0; }
   int rank() const override;
   int num_workers() const override;
   Status Barrier() override;
@@ -63,10 +66,33 @@ class DistKVStore : public KVStore {
     std::vector<int64_t> part_bytes;
     int64_t pushes = 0;                 // this worker's push count
   };
+  // Push-pulls of small keys that travel as one request (one message per
+  // server): filled by PushPullAsync, sent by FlushBucket, and answered
+  // once, by the first Wait of any handle it serves.
+  struct Bucket {
+    struct Entry {
+      std::string name;
+      uint64_t server_key = 0;
+      int64_t step = 0;
+      Tensor value;              // the reduced push, on the host
+      std::vector<Tensor> outs;  // where the key's new value goes
+    };
+    std::vector<Entry> entries;  // until sent: guarded by bucket_mu_
+    int64_t bytes = 0;
+    int priority = 0;
+    std::mutex mu;
+    bool sent GUARDED_BY(mu) = false;
+    bool waited GUARDED_BY(mu) = false;
+    int64_t ts GUARDED_BY(mu) = -1;
+    Status status GUARDED_BY(mu);  // the send's error, then the answer's
+    Tensor landing GUARDED_BY(mu);  // the answers, in server-key order
+    std::vector<size_t> order GUARDED_BY(mu);  // entry of each answer
+  };
   // Requests in flight for one handle, and what to do when they are done.
   struct Pending {
     std::vector<int64_t> timestamps;
     std::vector<std::string> names;  // the key of each request
+    std::vector<std::shared_ptr<Bucket>> buckets;
     std::function<Status()> finish;
   };
 
@@ -80,6 +106,15 @@ class DistKVStore : public KVStore {
   Status Issue(const KeyGroup* push, const KeyGroup* pull, int priority,
                Pending* pending);
   StatusOr<Tensor> Reduce(const std::vector<Tensor>& values);
+  // Whether a push-pull of `ki` joins the bucket rather than going alone.
+  bool Bucketed(const KeyInfo& ki) const;
+  // Adds one key's push-pull to the open bucket (sending it when full).
+  Status AddToBucket(const KeyGroup& push, const KeyGroup& pull, int priority,
+                     Pending* pending) EXCLUDES(bucket_mu_);
+  // Sends the open bucket, if any: one request per server.
+  Status FlushBucket() EXCLUDES(bucket_mu_);
+  // The bucket's answer, written into every entry's outs (first call).
+  Status WaitBucket(Bucket* b);
   KVHandle Track(Pending pending) EXCLUDES(handles_mu_);
   std::string Mode() const;
 
@@ -95,6 +130,9 @@ class DistKVStore : public KVStore {
   std::mutex mu_;
   std::map<uint64_t, KeyInfo> info_ GUARDED_BY(mu_);
   Placement placement_ GUARDED_BY(mu_);
+
+  std::mutex bucket_mu_;
+  std::shared_ptr<Bucket> open_ GUARDED_BY(bucket_mu_);
 
   std::mutex handles_mu_;
   KVHandle next_handle_ GUARDED_BY(handles_mu_) = 1;

@@ -29,6 +29,8 @@ class DistFixture {
     return o;
   }
 
+  ps::InprocJob& job() { return job_; }
+
   Status Run(const std::string& type,
              const std::function<Status(KVStore*, int)>& worker) {
     KV_RETURN_IF_ERROR(job_.CreateAll());
@@ -188,6 +190,112 @@ TEST(DistKVStoreTest, OptimizerStatesSaveAndLoadThroughTheServers) {
   }).ok());
   EXPECT_EQ(saved_then_two, -6.125f);
   EXPECT_EQ(resumed, saved_then_two);
+}
+
+// A trainer's step: one push-pull per parameter, issued as backward makes
+// each gradient, then every wait. Small keys travel together, one request
+// per server; a key of at least KVTRAIN_PS_BUCKET_BYTES goes alone.
+int64_t KVRequestsOfAStep(const std::string& bucket_bytes, int64_t* big_alone) {
+  DistFixture f(1, 1, {{"KVTRAIN_PS_BUCKET_BYTES", bucket_bytes}});
+  std::mutex mu;
+  int64_t requests = 0;
+  *big_alone = 0;
+  bool counting = false;
+  f.job().net()->SetTap([&](const ps::RawMessage& raw) {
+    size_t keys = 0, bytes = 0;
+    if (!ps::IsDataRequest(raw, &keys, &bytes)) return;
+    std::lock_guard<std::mutex> l(mu);
+    if (!counting) return;
+    ++requests;
+    if (keys == 1 && bytes == 4 * 20000) ++*big_alone;
+  });
+  const std::vector<int64_t> sizes = {10, 640, 8192, 64, 20000, 128};
+  Status s = f.Run("dist_sync", [&](KVStore* kv, int) -> Status {
+    std::vector<Key> keys;
+    std::vector<Tensor> init;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      keys.push_back("p" + std::to_string(i));
+      init.push_back(Filled(sizes[i], 1.0f));
+    }
+    KV_RETURN_IF_ERROR(kv->Init(keys, init));
+    std::vector<Tensor> outs;
+    for (int64_t n : sizes) outs.push_back(Tensor::Zeros({n}));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      counting = true;
+    }
+    std::vector<KVHandle> handles;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      KV_ASSIGN_OR_RETURN(KVHandle h, kv->PushPullAsync({keys[i]}, {Filled(sizes[i], 2.0f)},
+                                                        {outs[i]}, -static_cast<int>(i)));
+      handles.push_back(h);
+    }
+    for (KVHandle h : handles) KV_RETURN_IF_ERROR(kv->Wait(h));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      counting = false;
+    }
+    // No optimizer: the step's sum (one worker) is the new value.
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::vector<float> got = outs[i].ToVector();
+      if (got.front() != 2.0f || got.back() != 2.0f) {
+        return Status::Internal("key " + keys[i].ToString() + ": got " +
+                                std::to_string(got.back()));
+      }
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  f.job().net()->SetTap(nullptr);
+  return requests;
+}
+
+TEST(DistKVStoreTest, SmallKeysOfAStepTravelAsOneRequest) {
+  int64_t big_alone = 0;
+  // 10 + 640 + 8192 + 64 floats wait; the 80 KB key flushes them and goes
+  // alone; the last (128 floats) is sent by the wait.
+  EXPECT_EQ(KVRequestsOfAStep("65536", &big_alone), 3);
+  EXPECT_EQ(big_alone, 1);
+  EXPECT_EQ(KVRequestsOfAStep("0", &big_alone), 6);
+  EXPECT_EQ(KVRequestsOfAStep("1000000000", &big_alone), 1);
+  EXPECT_EQ(big_alone, 0);
+}
+
+// Buckets keep each key's own step: a key pushed again before the first
+// push's answer goes out in a second request, and sync and async servers
+// apply both in order.
+TEST(DistKVStoreTest, AKeyPushedTwiceBeforeAWaitKeepsItsSteps) {
+  for (const std::string type : {"dist_sync", "dist_async"}) {
+    DistFixture f(2, 2);
+    Status s = f.Run(type, [&](KVStore* kv, int rank) -> Status {
+      KV_RETURN_IF_ERROR(kv->Init({"a", "b"}, {Filled(5, 0), Filled(7, 0)}));
+      proto::OptimizerSpec sgd;
+      sgd.set_type(proto::OptimizerSpec::SGD);
+      sgd.set_learning_rate(1.0f);
+      KV_RETURN_IF_ERROR(kv->SetOptimizer(sgd));
+      Tensor a1 = Tensor::Zeros({5}), b1 = Tensor::Zeros({7}), a2 = Tensor::Zeros({5});
+      KV_ASSIGN_OR_RETURN(KVHandle h1, kv->PushPullAsync({"a", "b"}, {Filled(5, 1), Filled(7, 1)},
+                                                         {a1, b1}));
+      KV_ASSIGN_OR_RETURN(KVHandle h2, kv->PushPullAsync({"a"}, {Filled(5, 1)}, {a2}));
+      KV_RETURN_IF_ERROR(kv->Wait(h2));
+      KV_RETURN_IF_ERROR(kv->Wait(h1));
+      KV_RETURN_IF_ERROR(kv->Barrier());
+      Tensor a = Tensor::Zeros({5});
+      KV_RETURN_IF_ERROR(kv->Pull({"a"}, {a}));
+      // Every worker pushed `a` twice with gradient 1 and lr 1.
+      if (a.ToVector()[4] != -4.0f) {
+        return Status::Internal(type + ": a = " + std::to_string(a.ToVector()[4]));
+      }
+      if (type == "dist_sync" && (a1.ToVector()[0] != -2.0f || a2.ToVector()[0] != -4.0f ||
+                                  b1.ToVector()[6] != -2.0f)) {
+        return Status::Internal("sync answers " + std::to_string(a1.ToVector()[0]) + ", " +
+                                std::to_string(a2.ToVector()[0]) + ", " +
+                                std::to_string(b1.ToVector()[6]));
+      }
+      return Status::OK();
+    });
+    EXPECT_TRUE(s.ok()) << s;
+  }
 }
 
 TEST(DistKVStoreTest, BadInputIsAnErrorAndTheServersKeepServing) {

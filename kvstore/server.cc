@@ -1,5 +1,4 @@
 // ServerHandler: the KVStore commands on a parameter server.
-#include "base/trace.h"
 #include "kvstore/server.h"
 
 #include <cstring>
@@ -7,6 +6,7 @@
 
 #include <glog/logging.h>
 
+#include "base/trace.h"
 #include "ops/tensor/blas.h"
 
 namespace kvtrain {
@@ -45,6 +45,9 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
   const bool keyed = info.command() == proto::KV_INIT ||
                      info.command() == proto::KV_PUSH ||
                      info.command() == proto::KV_PULL;
+  if (info.command() == proto::KV_PUSH && info.keys_size() > 0) {
+    return MultiPush(meta, data, info, server);
+  }
   if (keyed && data.num_keys() != 1) {
     server->RespondError(meta, Status::InvalidArgument(
         "KVStore requests carry one key per server, got " +
@@ -138,14 +141,14 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
   const int64_t step = push.info.step();
   const std::string who = push.meta.sender_name;
   if (rank < 0 || rank >= num_workers_) {
-    server->RespondError(push.meta, NamedError(st->name, "push from " + who +
-                                                             ", which is not a worker"));
+    Fail(push, NamedError(st->name, "push from " + who + ", which is not a worker"), server);
     return;
   }
   if (step <= st->step) {
-    server->RespondError(push.meta, NamedError(
-        st->name, who + " pushed step " + std::to_string(step) +
-                      " again (step " + std::to_string(st->step) + " is applied)"));
+    Fail(push,
+         NamedError(st->name, who + " pushed step " + std::to_string(step) +
+                                  " again (step " + std::to_string(st->step) + " is applied)"),
+         server);
     return;
   }
   if (step > st->step + 1) {  // an early push: its step has not begun
@@ -153,8 +156,8 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
     return;
   }
   if (st->pushed[rank]) {
-    server->RespondError(push.meta, NamedError(
-        st->name, who + " pushed step " + std::to_string(step) + " twice"));
+    Fail(push, NamedError(st->name, who + " pushed step " + std::to_string(step) + " twice"),
+         server);
     return;
   }
   const Tensor grad = View(push.data.vals);
@@ -169,7 +172,7 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
   if (push.meta.pull) {
     st->pulls.push_back(push);  // answered with this step's result
   } else {
-    server->Respond(push.meta);
+    Ack(push, server);
   }
   if (st->num_pushed == num_workers_) CompleteStep(st, key, server);
 }
@@ -194,9 +197,9 @@ void ServerHandler::CompleteStep(KeyState* st, uint64_t key, ps::KVServer* serve
     if (p.info.step() > st->step) {
       st->pulls.push_back(std::move(p));
     } else if (!s.ok()) {
-      server->RespondError(p.meta, s);
+      Fail(p, s, server);
     } else {
-      RespondValue(st, key, p.meta, server);
+      Answer(p, st, key, server);
     }
   }
   auto range = st->later.equal_range(st->step + 1);
@@ -222,6 +225,123 @@ void ServerHandler::RespondValue(KeyState* st, uint64_t key,
   const Tensor& v = st->value;
   ps::Blob vals(v.storage(), v.raw_data(), v.nbytes());
   server->Respond(meta, ps::KVPairs::From({key}, vals));
+}
+
+// The answer to one multi-key push-pull, filled as its keys' steps complete
+// (in any order, on any handler thread). Values are copied in when known:
+// a key's value may change again before the last key is done.
+struct ServerHandler::Gather {
+  std::mutex mu;
+  ps::RequestMeta meta;
+  ps::Blob keys, lens;
+  std::vector<size_t> offsets;  // per key, into `values` (one more at the end)
+  std::shared_ptr<std::vector<char>> values;
+  int remaining = 0;
+  Status error;
+};
+
+void ServerHandler::Answer(const Deferred& d, KeyState* st, uint64_t key,
+                           ps::KVServer* server) {
+  if (d.gather == nullptr) return RespondValue(st, key, d.meta, server);
+  Gather& g = *d.gather;
+  std::lock_guard<std::mutex> lock(g.mu);
+  const size_t off = g.offsets[d.index], bytes = g.offsets[d.index + 1] - off;
+  if (bytes == st->value.nbytes()) {
+    std::memcpy(g.values->data() + off, st->value.raw_data(), bytes);
+  } else if (g.error.ok()) {
+    g.error = NamedError(st->name, "answer of " + std::to_string(bytes / 4) +
+                                       " values requested but this server holds " +
+                                       std::to_string(st->value.size()));
+  }
+  if (--g.remaining > 0) return;
+  if (!g.error.ok()) {
+    server->RespondError(g.meta, g.error);
+    return;
+  }
+  ps::KVPairs out;
+  out.keys = g.keys;
+  out.lens = g.lens;
+  out.vals = ps::Blob(g.values, g.values->data(), g.values->size());
+  server->Respond(g.meta, out);
+}
+
+void ServerHandler::Fail(const Deferred& d, const Status& error, ps::KVServer* server) {
+  if (d.gather == nullptr) {
+    server->RespondError(d.meta, error);
+    return;
+  }
+  Gather& g = *d.gather;
+  std::lock_guard<std::mutex> lock(g.mu);
+  if (g.error.ok()) g.error = error;
+  if (--g.remaining == 0) server->RespondError(g.meta, g.error);
+}
+
+void ServerHandler::Ack(const Deferred& d, ps::KVServer* server) {
+  // Multi-key requests are push-pulls: they are answered with values.
+  if (d.gather == nullptr) server->Respond(d.meta);
+}
+
+void ServerHandler::MultiPush(const ps::RequestMeta& meta, const ps::KVPairs& data,
+                              const proto::RequestInfo& info, ps::KVServer* server) {
+  const size_t n = data.num_keys();
+  if (!meta.pull || n == 0) {
+    server->RespondError(meta, Status::InvalidArgument(
+        "a multi-key push from " + meta.sender_name + " must be a push-pull of some keys"));
+    return;
+  }
+  std::map<uint64_t, const proto::KeyEntry*> entries;
+  for (const proto::KeyEntry& e : info.keys()) entries[e.key()] = &e;
+  auto g = std::make_shared<Gather>();
+  g->meta = meta;
+  g->keys = data.keys;
+  g->lens = data.lens;
+  g->offsets.push_back(0);
+  std::vector<KeyState*> states(n);
+  std::vector<proto::RequestInfo> infos(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t key = data.key(i);
+    auto e = entries.find(key);
+    if (e == entries.end()) {
+      server->RespondError(meta, Status::InvalidArgument(
+          "multi-key push from " + meta.sender_name + ": no entry for key " +
+          std::to_string(key)));
+      return;
+    }
+    infos[i] = info;
+    infos[i].clear_keys();
+    infos[i].set_step(e->second->step());
+    infos[i].set_key_name(e->second->name());
+    states[i] = FindOrRespond(key, e->second->name(), meta, server);
+    if (states[i] == nullptr) return;
+    const size_t bytes = data.lens.empty() ? data.vals.size() / n
+                                           : static_cast<size_t>(data.lens.as<int64_t>()[i]);
+    g->offsets.push_back(g->offsets.back() + bytes);
+  }
+  g->values = std::make_shared<std::vector<char>>(g->offsets.back());
+  g->remaining = static_cast<int>(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t key = data.key(i);
+    KeyState* st = states[i];
+    Deferred d{meta, {}, infos[i], g, static_cast<int>(i)};
+    d.data.keys = data.keys.Slice(i * sizeof(uint64_t), sizeof(uint64_t));
+    d.data.vals = data.vals.Slice(g->offsets[i], g->offsets[i + 1] - g->offsets[i]);
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (d.data.vals.size() != st->value.nbytes()) {
+      Fail(d, NamedError(st->name, "pushed " + std::to_string(d.data.vals.size() / 4) +
+                                       " values but this server holds " +
+                                       std::to_string(st->value.size()) + " of it"),
+           server);
+    } else if (info.mode() == proto::KV_ASYNC) {
+      const Status s = Apply(st, key, View(d.data.vals), /*accumulate=*/true);
+      if (s.ok()) {
+        Answer(d, st, key, server);
+      } else {
+        Fail(d, s, server);
+      }
+    } else {
+      SyncPush(st, key, d, server);
+    }
+  }
 }
 
 void ServerHandler::Pull(const ps::RequestMeta& meta, const ps::KVPairs& data,

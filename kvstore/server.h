@@ -33,11 +33,15 @@ class ServerHandler {
               ps::KVServer* server);
 
  private:
-  // A request waiting for a later step.
+  struct Gather;
+  // A request waiting for a later step. For one key of a multi-key
+  // push-pull, `gather` collects the answer and `index` is the key's place.
   struct Deferred {
     ps::RequestMeta meta;
     ps::KVPairs data;
     proto::RequestInfo info;
+    std::shared_ptr<Gather> gather;
+    int index = -1;
   };
   struct KeyState {
     std::mutex mu;
@@ -57,6 +61,16 @@ class ServerHandler {
             const proto::RequestInfo& info, ps::KVServer* server);
   void Pull(const ps::RequestMeta& meta, const ps::KVPairs& data,
             const proto::RequestInfo& info, ps::KVServer* server);
+  // A push-pull of several keys (RequestInfo.keys): each key as its own
+  // push; one answer once every key's value is known.
+  void MultiPush(const ps::RequestMeta& meta, const ps::KVPairs& data,
+                 const proto::RequestInfo& info, ps::KVServer* server);
+  // Answers a deferred request: with the key's value, an error, or (a push
+  // without pull) an empty acknowledgement.
+  void Answer(const Deferred& d, KeyState* st, uint64_t key, ps::KVServer* server)
+      REQUIRES(st->mu);
+  void Fail(const Deferred& d, const Status& error, ps::KVServer* server);
+  void Ack(const Deferred& d, ps::KVServer* server);
   void SetOptimizer(const ps::RequestMeta& meta, const proto::RequestInfo& info,
                     ps::KVServer* server);
   void SaveStates(const ps::RequestMeta& meta, ps::KVServer* server);

@@ -3,6 +3,8 @@
 
 #include <thread>
 
+#include "kvstore/ps/message.h"
+
 namespace kvtrain {
 namespace ps {
 
@@ -113,6 +115,17 @@ std::vector<std::string> InprocJob::Failures() {
 bool InprocJob::WaitForFailures(size_t count, Duration timeout) {
   std::unique_lock<std::mutex> l(mu_);
   return cv_.wait_for(l, timeout, [&] { return failures_.size() >= count; });
+}
+
+bool IsDataRequest(const RawMessage& raw, size_t* num_keys, size_t* value_bytes) {
+  Message m;
+  if (!DecodeMessage(raw.frames, &m).ok() || m.meta.command() != wire::DATA ||
+      !m.meta.request()) {
+    return false;
+  }
+  *num_keys = m.Frame(wire::KEYS).size() / sizeof(uint64_t);
+  *value_bytes = m.Frame(wire::VALUES).size();
+  return true;
 }
 
 }  // namespace ps

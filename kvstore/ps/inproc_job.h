@@ -62,6 +62,10 @@ class InprocJob {
   std::vector<std::string> failures_;
 };
 
+// For a network tap: whether `raw` is an application request (a push or
+// pull), and if so how many keys and value bytes it carries.
+bool IsDataRequest(const RawMessage& raw, size_t* num_keys, size_t* value_bytes);
+
 }  // namespace ps
 }  // namespace kvtrain
 
