@@ -103,7 +103,7 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "Ring all-reduce: each rank's segment travels in pieces of at most this many bytes, so reducing one piece overlaps receiving the next."},
       {env::kAllreduceDoublingBytes, "1048576",
        "All-reduces of at most this many bytes in a group whose size is a power of two use recursive doubling (log2 n rounds) instead of the ring (2(n-1) rounds); 0: always the ring."},
-      {env::kPsBucketBytes, "65536",
+      {env::kPsBucketBytes, "1048576",
        "Dist stores: push-pulls of keys smaller than this many bytes wait in a bucket and travel as one request per server (ps-lite's multi-key messages), sent when the bucket holds this many bytes or its results are waited for; larger keys go alone, without a copy. 0: one request per key."},
       {env::kSameHostIpc, "1",
        "Processes of a job on the same host (same kernel and network namespace) connect over an abstract Unix-domain socket that only the job's user id may open, without CURVE (the kernel vouches for the peer), instead of TCP; parameter servers and all-reduce groups alike. 0: always TCP (with CURVE unless insecure)."},

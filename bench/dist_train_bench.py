@@ -197,18 +197,22 @@ def report(args, nets, rows, modes, cluster):
     print("samples/s of the whole job (the sum over its workers); 'default' is what a user "
           "gets (CURVE across hosts, same-host peers over private Unix sockets)")
     spec = {name: (store, w, s) for name, store, w, s in ROWS}
-    results = {}
-    for net in nets:
-        for name in rows:
+    # Rounds over every row, so that a slow spell of the machine falls on
+    # all rows alike rather than on one row's runs.
+    cells = [(net, name, mode) for net in nets for name in rows
+             for mode in (["local"] if spec[name][0] == "local" else modes)]
+    rates = {c: [] for c in cells}
+    for r in range(args.runs):
+        for net, name, mode in cells:
             store, w, s = spec[name]
-            for mode in (["local"] if store == "local" else modes):
-                rates = []
-                for _ in range(args.runs):
-                    rates.append(row_rate(args, job.run(net, store, w, s, mode == "default"), w))
-                results[(net, name, mode)] = statistics.median(rates)
-                print("  %-5s %-18s %-8s %8.0f samples/s  (runs: %s)" %
-                      (net, name, mode, results[(net, name, mode)],
-                       ", ".join("%.0f" % r for r in rates)), flush=True)
+            rates[(net, name, mode)].append(
+                row_rate(args, job.run(net, store, w, s, mode == "default"), w))
+        print("  round %d of %d done" % (r + 1, args.runs), flush=True)
+    results = {}
+    for c in cells:
+        results[c] = statistics.median(rates[c])
+        print("  %-5s %-18s %-8s %8.0f samples/s  (runs: %s)" %
+              (c + (results[c], ", ".join("%.0f" % x for x in rates[c]))))
     print()
     for net in nets:
         local = results.get((net, "local", "local"))

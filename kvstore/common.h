@@ -70,7 +70,7 @@ struct StoreSettings {
   int server_threads = 2;
   // Dist stores: push-pulls of keys below this many bytes travel together,
   // one request per server (0: one request per key).
-  int64_t bucket_bytes = 64 << 10;
+  int64_t bucket_bytes = 1 << 20;
   // Longest wait for one push/pull/command.
   std::chrono::milliseconds timeout = std::chrono::seconds(600);
   // Tune glibc malloc for large messages (base/malloc_tuning.h).
