@@ -392,20 +392,17 @@ Status DistKVStore::FlushBucket() {
     k->set_name(e.name);
     names += (names.empty() ? "" : ", ") + e.name;
   }
-  b->landing = Tensor::Empty(Shape({b->bytes / 4}));
   ps::RequestOptions opts;
   opts.head = proto::KV_PUSH;
   opts.body = info.SerializeAsString();
   opts.priority = b->priority;
   opts.dtype = "float32";
-  ps::PullDest dest;
-  dest.data = static_cast<char*>(b->landing.raw_data());
-  dest.size = b->landing.nbytes();
-  dest.lens = ps::Blob::FromVector(lens);
+  // The answers stay in the received messages until WaitBucket copies each
+  // key's part straight into its outputs.
   StatusOr<int64_t> ts = worker_->PushPull(
       ps::KVPairs::From(std::move(keys), ps::Blob(vals, vals->data(), vals->size()),
                         std::move(lens)),
-      opts, dest);
+      opts);
   b->sent = true;
   if (!ts.ok()) {
     b->status = ts.status().Annotate("keys " + names);
@@ -421,9 +418,10 @@ Status DistKVStore::WaitBucket(Bucket* b) {
   if (b->waited || !b->status.ok()) return b->status;
   b->waited = true;
   CHECK(b->sent) << "waiting for a bucket that was never sent";
+  ps::PullResult answer;
   {
     trace::Scope span("kvstore", "wait bucket", b->ts);
-    b->status = worker_->Wait(b->ts, settings_.timeout);
+    b->status = worker_->Wait(b->ts, settings_.timeout, &answer);
   }
   std::string names;
   for (const Bucket::Entry& e : b->entries) names += (names.empty() ? "" : ", ") + e.name;
@@ -434,16 +432,30 @@ Status DistKVStore::WaitBucket(Bucket* b) {
     }
     return b->status;
   }
-  int64_t off = 0;
-  for (size_t i : b->order) {
-    const Bucket::Entry& e = b->entries[i];
-    const int64_t count = e.outs.empty() ? 0 : e.outs[0].size();
-    KV_ASSIGN_OR_RETURN(Tensor flat, b->landing.Slice(off, off + count));
-    off += count;
-    for (const Tensor& out : e.outs) {
-      KV_ASSIGN_OR_RETURN(Tensor view, flat.Reshape(out.shape()));
-      b->status = Tensor(out).CopyFrom(view).Annotate("key " + e.name);
-      if (!b->status.ok()) return b->status;
+  // The parts come in server-key order, as the entries were sent.
+  size_t next = 0;
+  for (const ps::KVPairs& part : answer.parts) {
+    size_t off = 0;
+    for (size_t k = 0; k < part.num_keys(); ++k, ++next) {
+      if (next >= b->order.size()) {
+        b->status = Status::DataLoss("a bucket's answer holds more keys than were sent");
+        return b->status;
+      }
+      const Bucket::Entry& e = b->entries[b->order[next]];
+      const size_t bytes = part.lens.empty() ? part.vals.size() / part.num_keys()
+                                             : static_cast<size_t>(part.lens.as<int64_t>()[k]);
+      if (part.key(k) != e.server_key || (!e.outs.empty() && bytes != e.outs[0].nbytes())) {
+        b->status = Status::DataLoss("key " + e.name + ": the server's answer does not match");
+        return b->status;
+      }
+      const ps::Blob value = part.vals.Slice(off, bytes);
+      off += bytes;
+      for (const Tensor& out : e.outs) {
+        Tensor view = Tensor::Wrap(const_cast<char*>(value.data()), out.shape(), DType::kFloat32,
+                                   Device::CPU(), [value] {});
+        b->status = Tensor(out).CopyFrom(view).Annotate("key " + e.name);
+        if (!b->status.ok()) return b->status;
+      }
     }
   }
   return Status::OK();

@@ -85,7 +85,6 @@ class DistKVStore : public KVStore {
     bool waited GUARDED_BY(mu) = false;
     int64_t ts GUARDED_BY(mu) = -1;
     Status status GUARDED_BY(mu);  // the send's error, then the answer's
-    Tensor landing GUARDED_BY(mu);  // the answers, in server-key order
     std::vector<size_t> order GUARDED_BY(mu);  // entry of each answer
   };
   // Requests in flight for one handle, and what to do when they are done.

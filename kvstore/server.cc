@@ -162,9 +162,13 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
   }
   const Tensor grad = View(push.data.vals);
   if (st->num_pushed == 0) {
-    if (!st->merge.defined()) st->merge = Tensor::Empty(grad.shape());
-    CHECK(st->merge.CopyFrom(grad).ok());
+    st->first = grad;  // a single worker's push is used as it arrived
   } else {
+    if (st->first.defined()) {
+      if (!st->merge.defined()) st->merge = Tensor::Empty(grad.shape());
+      CHECK(st->merge.CopyFrom(st->first).ok());
+      st->first = Tensor();
+    }
     CHECK(blas::Axpy(1.0f, grad, &st->merge).ok());
   }
   st->pushed[rank] = true;
@@ -179,7 +183,11 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
 
 void ServerHandler::CompleteStep(KeyState* st, uint64_t key, ps::KVServer* server) {
   Status s;
-  if (optimizer() == nullptr) {
+  if (st->first.defined()) {
+    // One push this step: update straight from the received message.
+    s = Apply(st, key, st->first, /*accumulate=*/false);
+    st->first = Tensor();
+  } else if (optimizer() == nullptr) {
     // The sum is the new value: swap buffers instead of copying. The old
     // value becomes next step's sum buffer unless a response still sends it.
     std::swap(st->value, st->merge);

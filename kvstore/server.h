@@ -49,6 +49,8 @@ class ServerHandler {
     Tensor value;              // float32 (n), CPU
     int64_t step = 0;          // sync: completed steps
     Tensor merge;              // sync: sum of this step's pushes
+    Tensor first;              // sync: the step's only push so far, unsummed
+                               // (a view of the received message: no copy)
     std::vector<bool> pushed;  // sync: by worker rank, this step
     int num_pushed = 0;
     std::multimap<int64_t, Deferred> later;  // sync: pushes for later steps

@@ -62,7 +62,10 @@ def report(events, names, skip_fraction):
     if not workers:
         workers = [p for p in by_pid if any(e["name"] == "step" for e in by_pid[p])]
     handles = {}  # (worker name, ts) -> (begin, end)
+    answered = {}  # (pid, ts) -> when the worker had the whole answer
     for e in events:
+        if e.get("cat") == "van" and e["name"] == "answered":
+            answered[(e["pid"], e.get("args", {}).get("n"))] = e["ts"]
         if e.get("cat") == "server" and e["name"].startswith("handle from "):
             sender = e["name"][len("handle from "):].split(" (")[0]
             handles[(sender, e.get("args", {}).get("n"))] = (e["ts"], e["ts"] + e["dur"])
@@ -100,11 +103,13 @@ def report(events, names, skip_fraction):
                         h = handles.get((wname, ts))
                         st = stages.setdefault(key, {})
                         done = e["ts"] + e["dur"]
+                        got = answered.get((pid, ts), done)
                         if h:
                             st.setdefault("to server", []).append(h[0] - t_issue)
                             st.setdefault("server", []).append(h[1] - h[0])
-                            st.setdefault("back", []).append(done - h[1])
-                        st.setdefault("round trip", []).append(done - t_issue)
+                            st.setdefault("back", []).append(got - h[1])
+                        st.setdefault("round trip", []).append(got - t_issue)
+                        st.setdefault("answer to wait's end", []).append(max(0, done - got))
                 j += 1
             step_us.append(s["dur"])
             compute_us.append(compute)
@@ -117,7 +122,7 @@ def report(events, names, skip_fraction):
         print("  %-34s %s" % ("after backward (not hidden)", summary(tail_us)))
         for key in sorted(stages, key=lambda k: -statistics.median(stages[k]["round trip"])):
             st = stages[key]
-            for stage in ("to server", "server", "back", "round trip"):
+            for stage in ("to server", "server", "back", "round trip", "answer to wait's end"):
                 if stage in st:
                     print("  %-34s %s" % ("%s: %s" % (key, stage), summary(st[stage])))
         print()

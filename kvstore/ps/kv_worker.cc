@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "base/logging.h"
+#include "base/trace.h"
 #include "kvstore/ps/postoffice_impl.h"
 
 namespace kvtrain {
@@ -247,6 +248,7 @@ std::function<void()> KVWorker::Impl::MaybeFinish(int64_t ts) {
   Pending& p = it->second;
   if (p.remaining > 0 || p.copying > 0) return nullptr;
   p.done = true;
+  trace::Instant("van", "answered", ts);
   if (!p.callback) {
     finished_.fetch_add(1, std::memory_order_release);
     // The only sleeping waiter is likely to wait again soon: the receive
