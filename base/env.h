@@ -66,6 +66,7 @@ inline constexpr char kAllreducePieceBytes[] = "KVTRAIN_ALLREDUCE_PIECE_BYTES";
 inline constexpr char kAllreduceDoublingBytes[] = "KVTRAIN_ALLREDUCE_DOUBLING_BYTES";
 inline constexpr char kSameHostIpc[] = "KVTRAIN_SAME_HOST_IPC";
 inline constexpr char kWaitSpinUs[] = "KVTRAIN_WAIT_SPIN_US";
+inline constexpr char kTrace[] = "KVTRAIN_TRACE";
 
 }  // namespace env
 

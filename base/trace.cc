@@ -1,6 +1,8 @@
 // The process's trace buffer and its JSON file (see trace.h).
 #include "base/trace.h"
 
+#include "base/env.h"
+
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -77,7 +79,7 @@ void WriteOut() {
 }
 
 bool Init() {
-  const char* prefix = std::getenv("KVTRAIN_TRACE");
+  const char* prefix = std::getenv(env::kTrace);
   if (prefix == nullptr || *prefix == '\0') return false;
   Get()->path = std::string(prefix) + "." + std::to_string(getpid()) + ".json";
   Get()->process_name = "pid " + std::to_string(getpid());

@@ -5,7 +5,10 @@
 // DEALER/ROUTER echo of the same size between two processes on loopback.
 // Every row prints ours/raw; the last line is a one-line summary. With
 // --curve (default), each job also runs with CURVE security on (the default
-// of real jobs) and a second table prints its cost next to the plain run.
+// between hosts) and a second table prints its cost next to the plain run;
+// with --same_host (default), a third table shows the jobs as a user gets
+// them on one host (security on: the same-host socket, no CURVE). The main
+// and CURVE tables run over TCP, like the raw echo.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <malloc.h>
@@ -46,6 +49,9 @@ DEFINE_bool(keep_freed_memory, true,
 DEFINE_bool(curve, true,
             "also run every job with CURVE security (KVTRAIN_JOB_KEY) and "
             "print its cost; the main table is without (like the raw echo)");
+DEFINE_bool(same_host, true,
+            "also run every job as a user gets it on one host (security on, peers "
+            "over the same-host socket) and print it next to the plain TCP run");
 DEFINE_int32(raw_echo_port, 0, "internal: run the echo server on this port");
 DEFINE_int32(echo_client_port, 0, "internal: the echo server a job uses");
 DEFINE_string(results_dir, "", "internal: where job workers write results");
@@ -263,11 +269,14 @@ struct Row {
 };
 using Rows = std::map<std::pair<size_t, int>, Row>;
 
+// `same_host`: peers talk over the same-host socket (the default on one
+// host); else over TCP, as between hosts and as the raw echo does.
 StatusOr<Rows> MeasureJob(int workers, int servers, int echo_port,
-                          bool secure) {
+                          bool secure, bool same_host) {
   testutil::LocalJobOptions o;
   o.binary = SelfPath();
   o.secure = secure;
+  o.env["KVTRAIN_SAME_HOST_IPC"] = same_host ? "1" : "0";
   o.num_workers = workers;
   o.num_servers = servers;
   o.log_dir = testutil::NewTempDir("ps_bench-");
@@ -383,7 +392,7 @@ int RunDriver() {
   std::printf("%-6s %7s %9s %12s %12s %9s %12s\n", "job", "size", "in flight",
               "raw echo", "push+pull", "ours/raw", "GB/s (ours)");
   std::vector<std::pair<std::string, Rows>> jobs;
-  std::vector<Rows> curve_jobs;
+  std::vector<Rows> curve_jobs, same_host_jobs;
   std::stringstream js(FLAGS_jobs);
   std::string spec;
   while (std::getline(js, spec, ',')) {
@@ -392,16 +401,21 @@ int RunDriver() {
       return Fail(Status::InvalidArgument("--jobs: bad entry \"" + spec +
                                           "\" (want <workers>x<servers>)"));
     }
-    StatusOr<Rows> rows = MeasureJob(w, s, *port, /*secure=*/false);
+    StatusOr<Rows> rows = MeasureJob(w, s, *port, /*secure=*/false, /*same_host=*/false);
     if (!rows.ok()) return Fail(rows.status());
     jobs.emplace_back(std::to_string(w) + "w" + std::to_string(s) + "s",
                       std::move(*rows));
     PrintRows(jobs.back().first, jobs.back().second, sizes);
     std::fflush(stdout);
     if (FLAGS_curve) {
-      StatusOr<Rows> secure = MeasureJob(w, s, *port, /*secure=*/true);
+      StatusOr<Rows> secure = MeasureJob(w, s, *port, /*secure=*/true, /*same_host=*/false);
       if (!secure.ok()) return Fail(secure.status());
       curve_jobs.push_back(std::move(*secure));
+    }
+    if (FLAGS_same_host) {
+      StatusOr<Rows> local = MeasureJob(w, s, *port, /*secure=*/true, /*same_host=*/true);
+      if (!local.ok()) return Fail(local.status());
+      same_host_jobs.push_back(std::move(*local));
     }
   }
   if (FLAGS_curve) {
@@ -413,6 +427,16 @@ int RunDriver() {
                 "GB/s CURVE");
     for (size_t i = 0; i < curve_jobs.size(); ++i) {
       PrintCurveRows(jobs[i].first, jobs[i].second, curve_jobs[i], sizes);
+    }
+  }
+  if (FLAGS_same_host) {
+    std::printf(
+        "\nDefault settings on one host (security on: the same-host socket, no CURVE) vs "
+        "plain TCP, the same jobs in this run:\n");
+    std::printf("%-6s %7s %9s %12s %12s %11s %10s %10s\n", "job", "size", "in flight",
+                "plain TCP", "same-host", "same/TCP", "GB/s TCP", "GB/s same");
+    for (size_t i = 0; i < same_host_jobs.size(); ++i) {
+      PrintCurveRows(jobs[i].first, jobs[i].second, same_host_jobs[i], sizes);
     }
   }
   if (StatusOr<EchoClient*> c = EchoClient::Connect(*port); c.ok()) {

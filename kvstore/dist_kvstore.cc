@@ -54,7 +54,7 @@ StatusOr<std::unique_ptr<KVStore>> DistKVStore::Create(
     ps::PostofficeOptions po_options;
     KV_ASSIGN_OR_RETURN(po_options.job_key, ps::JobKey::FromEnv(options.env));
     KV_ASSIGN_OR_RETURN(po_options.same_host,
-                        GetBoolVar(options.env, env::kSameHostIpc, po_options.same_host));
+                        GetBoolVar(options.env, env::kSameHostIpc, true));
     KV_ASSIGN_OR_RETURN(owned, ps::Postoffice::Create(config, po_options));
     KV_RETURN_IF_ERROR(owned->Start());
     po = owned.get();

@@ -114,7 +114,11 @@ StatusOr<std::unique_ptr<Postoffice>> Postoffice::Create(
   ZmqVanOptions vo;
   vo.send_window_bytes = options.send_window_bytes;
   vo.poll_interval = options.poll_interval;
-  vo.same_host = options.same_host;
+  if (options.same_host) {
+    vo.same_host = *options.same_host;
+  } else {
+    KV_ASSIGN_OR_RETURN(vo.same_host, GetBoolVar(ProcessEnv(), env::kSameHostIpc, true));
+  }
   if (options.job_key) {
     vo.key = *options.job_key;
   } else {

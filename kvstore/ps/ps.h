@@ -137,8 +137,9 @@ struct PostofficeOptions {
   int handshake_failures_fatal = 3;
   // Peers on this host connect over an abstract Unix-domain socket open to
   // this user id only, without CURVE (kvstore/ps/same_host.h); false: TCP.
+  // Unset: KVTRAIN_SAME_HOST_IPC of the process's environment (default on).
   // Only Create (ZeroMQ) uses it.
-  bool same_host = true;
+  std::optional<bool> same_host;
 };
 
 class Van;
