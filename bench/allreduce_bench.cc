@@ -3,7 +3,10 @@
 // training samples/s with 2 workers (train_mnist --kv-store dist_allreduce),
 // each against PyTorch's gloo backend measured in the same run
 // (bench/allreduce_torch.py: dist.all_reduce and DistributedDataParallel).
-// GB/s is algorithm bandwidth: tensor bytes / seconds per all-reduce.
+// GB/s is algorithm bandwidth: tensor bytes / seconds per all-reduce. The
+// main columns are without security, like gloo; "default" runs the same
+// ranks as a user gets them (a job key; ranks on one host then talk over
+// the same-host socket, without CURVE).
 //
 //   bazel run -c opt //bench:allreduce_bench
 //   bazel run //bench:allreduce_bench -- --ranks=2 --max_bytes=65536 --mlp=false
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "kvstore/collective/communicator.h"
+#include "kvstore/ps/curve.h"
 
 DEFINE_string(ranks, "2,4", "process counts to measure");
 DEFINE_int64(min_bytes, 1024, "smallest all-reduce");
@@ -189,12 +193,21 @@ std::string Human(int64_t bytes) {
 // kvtrain MLP samples/s: 1 process (local) or n (dist_allreduce), 1 thread
 // each, batch 100 per process; from train_mnist's second epoch (the first
 // warms up, as the PyTorch side's first steps do).
-double KvtrainMlp(const std::string& train, int n) {
+// The environment of a job with security on, as launch.py gives it.
+std::map<std::string, std::string> Secure(std::map<std::string, std::string> env) {
+  env["KVTRAIN_INSECURE"] = "0";
+  env["KVTRAIN_JOB_KEY"] = ps::JobKey::Generate().secret_z85();
+  return env;
+}
+
+double KvtrainMlp(const std::string& train, int n, bool secure = false) {
   const std::vector<std::string> argv = {
       train, "--network=mlp", "--num-epochs=2", "--disp-batches=0", "--batch-size=100",
       "--num-examples=" + std::to_string(FLAGS_mlp_examples),
       n == 1 ? "--kv-store=local" : "--kv-store=dist_allreduce"};
-  auto out = RunRanks(n, argv, {{"KVTRAIN_NUM_THREADS", "1"}, {"OMP_NUM_THREADS", "1"}});
+  std::map<std::string, std::string> env = {{"KVTRAIN_NUM_THREADS", "1"},
+                                             {"OMP_NUM_THREADS", "1"}};
+  auto out = RunRanks(n, argv, secure ? Secure(env) : env);
   double worst = 0;
   for (const std::string& o : out) {
     const size_t at = o.rfind("Time cost=");
@@ -239,6 +252,14 @@ int DriverMain(const char* argv0) {
       return 1;
     }
     const auto kv = ParseTimes(kv_out[0]);
+    const auto sec_out = RunRanks(n, {"/proc/self/exe", "--worker_sizes=" + Join(sizes),
+                                      "--seconds=" + std::to_string(FLAGS_seconds)},
+                                  Secure({{"KVTRAIN_KVSTORE_TIMEOUT", "120"}}));
+    if (sec_out.empty()) {
+      std::fprintf(stderr, "allreduce_bench: the %d kvtrain ranks with a job key failed\n", n);
+      return 1;
+    }
+    const auto sec = ParseTimes(sec_out[0]);
     std::map<int64_t, double> gloo;
     if (torch) {
       int code = 0;
@@ -257,18 +278,20 @@ int DriverMain(const char* argv0) {
         gloo = ParseTimes(out);
       }
     }
-    std::printf("\n%d processes\n%10s %12s %12s %12s %12s %8s\n", n, "size", "kvtrain us",
-                "kvtrain GB/s", "gloo us", "gloo GB/s", "ratio");
+    std::printf("\n%d processes\n%10s %12s %12s %12s %16s %12s %12s %8s\n", n, "size",
+                "kvtrain us", "kvtrain GB/s", "default us", "default/insecure", "gloo us",
+                "gloo GB/s", "ratio");
     for (int64_t b : sizes) {
       const double k = kv.count(b) ? kv.at(b) : 0;
+      const double d = sec.count(b) ? sec.at(b) : 0;
       const double g = gloo.count(b) ? gloo.at(b) : 0;
+      std::printf("%10s %12.1f %12.3f %12.1f %15.2fx", Human(b).c_str(), k * 1e6, b / k / 1e9,
+                  d * 1e6, k > 0 ? d / k : 0);
       if (g > 0 && k > 0) {
-        std::printf("%10s %12.1f %12.3f %12.1f %12.3f %7.2fx\n", Human(b).c_str(), k * 1e6,
-                    b / k / 1e9, g * 1e6, b / g / 1e9, g / k);
+        std::printf(" %12.1f %12.3f %7.2fx\n", g * 1e6, b / g / 1e9, g / k);
         if (b >= (1 << 20)) min_ratio_1mb = std::min(min_ratio_1mb, g / k);
       } else {
-        std::printf("%10s %12.1f %12.3f %12s %12s %8s\n", Human(b).c_str(), k * 1e6,
-                    b / k / 1e9, "-", "-", "-");
+        std::printf(" %12s %12s %8s\n", "-", "-", "-");
       }
     }
   }
@@ -276,6 +299,7 @@ int DriverMain(const char* argv0) {
   if (FLAGS_mlp) {
     const std::string train = Find(FLAGS_train_mnist, argv0, "examples/train_mnist");
     const double k1 = KvtrainMlp(train, 1), k2 = KvtrainMlp(train, 2);
+    const double k2s = KvtrainMlp(train, 2, /*secure=*/true);
     const double t1 = torch ? TorchMlp(script, 1) : 0, t2 = torch ? TorchMlp(script, 2) : 0;
     std::printf("\nMLP 784-128-64-10 training, batch 100 per process, 1 thread each "
                 "(samples/s, all processes)\n%-34s %12s %12s %8s\n", "", "kvtrain",
@@ -284,6 +308,9 @@ int DriverMain(const char* argv0) {
                 t1 > 0 ? k1 / t1 : 0);
     std::printf("%-34s %12.0f %12.0f %7.2fx\n", "2 processes (dist_allreduce / DDP)", k2, t2,
                 t2 > 0 ? k2 / t2 : 0);
+    std::printf("%-34s %12.0f %12.0f %7.2fx   (default/insecure %.2fx)\n",
+                "2 processes, default security", k2s, t2, t2 > 0 ? k2s / t2 : 0,
+                k2 > 0 ? k2s / k2 : 0);
     mlp_ratio = t2 > 0 ? k2 / t2 : 0;
   }
   if (torch && min_ratio_1mb < 1e9) {
