@@ -26,21 +26,26 @@ inline bool Enabled() { return internal::enabled.load(std::memory_order_relaxed)
 int64_t NowUs();
 // Names this process's track ("worker 0", "server 1").
 void SetProcessName(const std::string& name);
-// A point in time; `arg` (e.g. bytes) is shown with it (-1: none).
-inline void Instant(const char* cat, const std::string& name, int64_t arg = -1) {
-  if (Enabled()) internal::Record('i', cat, name, NowUs(), 0, arg);
+// A point in time named `prefix` + `suffix` (joined only when tracing, so
+// an untraced call allocates nothing); `arg` (e.g. bytes) is shown with it
+// (-1: none). `cat` and `prefix` must outlive the call.
+inline void Instant(const char* cat, const char* prefix, const std::string& suffix = "",
+                    int64_t arg = -1) {
+  if (Enabled()) internal::Record('i', cat, prefix + suffix, NowUs(), 0, arg);
 }
 // Writes what was recorded so far (also done at exit).
 void Flush();
 
-// A span on the calling thread, from construction to destruction.
-// Thread-compatible; `cat` must be a string literal.
+// A span on the calling thread, from construction to destruction, named
+// `prefix` + `suffix` as Instant. Thread-compatible; `cat` must be a string
+// literal.
 class Scope {
  public:
-  Scope(const char* cat, std::string name, int64_t arg = -1) {
+  Scope(const char* cat, const char* prefix, const std::string& suffix = "",
+        int64_t arg = -1) {
     if (Enabled()) {
       cat_ = cat;
-      name_ = std::move(name);
+      name_ = prefix + suffix;
       arg_ = arg;
       begin_ = NowUs();
     }

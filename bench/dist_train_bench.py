@@ -44,7 +44,7 @@ ROW_KEYS = {"local": "local", "sync1w1s": "dist_sync 1w1s",
 LINKS = {"loopback": None, "1gbit": 1e9, "10gbit": 10e9}
 # Parameter bytes per model (float32), for the ideal under --link.
 PARAM_FLOATS = {"mlp": 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10,
-                "lenet": None}  # filled from the job's log when known
+                "lenet": (20 * 25 + 20) + (50 * 20 * 25 + 50) + (800 * 500 + 500) + (500 * 10 + 10)}
 TIME_COST = re.compile(r"^(?:\[(\w+) (\d+)\] )?Epoch\[(\d+)\].* Time cost=([0-9.]+)")
 
 
@@ -62,7 +62,8 @@ def parse_args(argv):
     ap.add_argument("--epochs", type=int, default=3,
                     help="epochs per job; the first is warm-up and not counted")
     ap.add_argument("--num-examples", type=int, default=0,
-                    help="training examples per epoch (0: all 60,000)")
+                    help="training examples per epoch (0: all 60,000 for the MLP, "
+                    "12,000 for LeNet, whose steps are 40 times longer)")
     ap.add_argument("--batch-size", type=int, default=100)
     ap.add_argument("--link", default="loopback", choices=sorted(LINKS),
                     help="loopback, or an emulated cluster with links of this rate")
@@ -82,9 +83,8 @@ class Job:
         a = self.args
         train = [a.train, "--network", net, "--kv-store", store,
                  "--num-epochs", str(a.epochs), "--disp-batches", "0",
-                 "--batch-size", str(a.batch_size)]
-        if a.num_examples:
-            train += ["--num-examples", str(a.num_examples)]
+                 "--batch-size", str(a.batch_size),
+                 "--num-examples", str(samples_per_epoch(a, net))]
         if store == "local":
             return train
         argv = [sys.executable, a.launch, "-n", str(workers), "-s", str(servers)]
@@ -121,13 +121,13 @@ class Job:
         return times
 
 
-def samples_per_epoch(args):
-    return args.num_examples or 60000
+def samples_per_epoch(args, net):
+    return args.num_examples or (60000 if net == "mlp" else 12000)
 
 
-def row_rate(args, times_by_rank, workers):
+def row_rate(args, net, times_by_rank, workers):
     """Samples/s of one job: per epoch, the sum of each worker's rate."""
-    per_worker = samples_per_epoch(args) / workers
+    per_worker = samples_per_epoch(args, net) / workers
     epochs = min(len(t) for t in times_by_rank.values())
     rates = []
     for e in range(epochs):
@@ -191,9 +191,10 @@ def main(argv):
 def report(args, nets, rows, modes, cluster):
     job = Job(args, cluster)
     print("dist_train_bench: train_mnist through tracker/launch.py (%s), batch %d per worker, "
-          "%d examples per epoch, %d epochs (the first not counted), median of %d runs"
+          "%s examples per epoch, %d epochs (the first not counted), median of %d runs"
           % ("emulated cluster, %s links" % args.link if cluster else "--launcher local",
-             args.batch_size, samples_per_epoch(args), args.epochs, args.runs))
+             args.batch_size, ", ".join("%d (%s)" % (samples_per_epoch(args, n), n) for n in nets),
+             args.epochs, args.runs))
     print("samples/s of the whole job (the sum over its workers); 'default' is what a user "
           "gets (CURVE across hosts, same-host peers over private Unix sockets)")
     spec = {name: (store, w, s) for name, store, w, s in ROWS}
@@ -206,7 +207,7 @@ def report(args, nets, rows, modes, cluster):
         for net, name, mode in cells:
             store, w, s = spec[name]
             rates[(net, name, mode)].append(
-                row_rate(args, job.run(net, store, w, s, mode == "default"), w))
+                row_rate(args, net, job.run(net, store, w, s, mode == "default"), w))
         print("  round %d of %d done" % (r + 1, args.runs), flush=True)
     results = {}
     for c in cells:

@@ -261,7 +261,7 @@ void Engine::Execute(Op* op) {
     }
   }
   if (status.ok()) {
-    trace::Scope span("engine", op->done->name);
+    trace::Scope span("engine", "", op->done->name);
     status = op->fn();
     if (status.ok() && op->sync_gpu) {
       StatusOr<DeviceContext*> ctx = DeviceContext::Get(op->device);

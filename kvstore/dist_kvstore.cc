@@ -240,8 +240,7 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
     ts = worker_->Pull(keys, opts, dest);
   }
   KV_RETURN_IF_ERROR(ts.status().Annotate("key " + g.name));
-  trace::Instant("kvstore", std::string(push ? (pull ? "pushpull " : "push ") : "pull ") + g.name,
-                 *ts);
+  trace::Instant("kvstore", push ? (pull ? "pushpull " : "push ") : "pull ", g.name, *ts);
   pending->timestamps.push_back(*ts);
   pending->names.push_back(g.name);
   if (pull) {
@@ -352,19 +351,22 @@ Status DistKVStore::AddToBucket(const KeyGroup& push, const KeyGroup& pull, int 
       continue;
     }
     if (pending->buckets.empty() || pending->buckets.back() != b) pending->buckets.push_back(b);
-    trace::Instant("kvstore", "bucket " + push.name, step);
+    trace::Instant("kvstore", "bucket ", push.name, step);
     return full ? FlushBucket() : Status::OK();
   }
 }
 
 Status DistKVStore::FlushBucket() {
   std::shared_ptr<Bucket> b;
+  std::unique_lock<std::mutex> l;
   {
+    // b->mu is taken before the bucket stops being open_: a waiter that
+    // finds it no longer open blocks on b->mu until it is sent.
     std::lock_guard<std::mutex> lock(bucket_mu_);
     b.swap(open_);
+    if (b == nullptr) return Status::OK();
+    l = std::unique_lock<std::mutex>(b->mu);
   }
-  if (b == nullptr) return Status::OK();
-  std::lock_guard<std::mutex> l(b->mu);
   const size_t n = b->entries.size();
   b->order.resize(n);
   for (size_t i = 0; i < n; ++i) b->order[i] = i;
@@ -409,7 +411,7 @@ Status DistKVStore::FlushBucket() {
     return b->status;
   }
   b->ts = *ts;
-  trace::Instant("kvstore", "pushpull bucket of " + std::to_string(n), *ts);
+  if (trace::Enabled()) trace::Instant("kvstore", "pushpull bucket of ", std::to_string(n), *ts);
   return Status::OK();
 }
 
@@ -417,10 +419,10 @@ Status DistKVStore::WaitBucket(Bucket* b) {
   std::lock_guard<std::mutex> l(b->mu);
   if (b->waited || !b->status.ok()) return b->status;
   b->waited = true;
-  CHECK(b->sent) << "waiting for a bucket that was never sent";
+  if (!b->sent) return Status::Internal("waiting for a bucket that was never sent");
   ps::PullResult answer;
   {
-    trace::Scope span("kvstore", "wait bucket", b->ts);
+    trace::Scope span("kvstore", "wait bucket", "", b->ts);
     b->status = worker_->Wait(b->ts, settings_.timeout, &answer);
   }
   std::string names;
@@ -491,7 +493,7 @@ Status DistKVStore::Wait(KVHandle handle) {
   if (open) (void)FlushBucket();
   Status first;
   for (size_t i = 0; i < p.timestamps.size(); ++i) {
-    trace::Scope span("kvstore", "wait " + p.names[i], p.timestamps[i]);
+    trace::Scope span("kvstore", "wait ", p.names[i], p.timestamps[i]);
     Status s = worker_->Wait(p.timestamps[i], settings_.timeout);
     if (!s.ok() && first.ok()) {
       // Server errors name the key already; transport errors do not.

@@ -34,7 +34,7 @@ Status NamedError(const std::string& key, const std::string& message,
 
 void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
                            ps::KVServer* server) {
-  trace::Scope span("server", "handle from " + meta.sender_name, meta.timestamp);
+  trace::Scope span("server", "handle from ", meta.sender_name, meta.timestamp);
   proto::RequestInfo info;
   if (!info.ParseFromString(meta.body) ||
       static_cast<int>(info.command()) != meta.head) {

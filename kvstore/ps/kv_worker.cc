@@ -248,7 +248,7 @@ std::function<void()> KVWorker::Impl::MaybeFinish(int64_t ts) {
   Pending& p = it->second;
   if (p.remaining > 0 || p.copying > 0) return nullptr;
   p.done = true;
-  trace::Instant("van", "answered", ts);
+  trace::Instant("van", "answered", "", ts);
   if (!p.callback) {
     finished_.fetch_add(1, std::memory_order_release);
     // The only sleeping waiter is likely to wait again soon: the receive

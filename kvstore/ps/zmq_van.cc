@@ -283,7 +283,7 @@ Status ZmqVan::Send(int conn, int priority, std::vector<Blob> frames) {
   OutMessage m;
   m.priority = priority;
   for (const Blob& b : frames) m.bytes += static_cast<int64_t>(b.size());
-  trace::Scope span("van", "send " + c->endpoint, m.bytes);
+  trace::Scope span("van", "send ", c->endpoint, m.bytes);
   m.frames = std::move(frames);
   std::vector<zmq_msg_t> unsent;
   Status status;
@@ -362,7 +362,7 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
   if (trace::Enabled()) {
     int64_t bytes = 0;
     for (const Blob& b : msg->frames) bytes += static_cast<int64_t>(b.size());
-    trace::Instant("van", "recv", bytes);
+    trace::Instant("van", "recv", "", bytes);
   }
   return true;
 }
