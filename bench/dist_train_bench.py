@@ -19,6 +19,7 @@ Python stdlib only. Example:
 import argparse
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -42,9 +43,23 @@ ROW_KEYS = {"local": "local", "sync1w1s": "dist_sync 1w1s",
             "sync2w1s": "dist_sync 2w1s", "sync2w2s": "dist_sync 2w2s",
             "async2w2s": "dist_async 2w2s", "allreduce2w": "dist_allreduce 2w"}
 LINKS = {"loopback": None, "1gbit": 1e9, "10gbit": 10e9}
-# Parameter bytes per model (float32), for the ideal under --link.
-PARAM_FLOATS = {"mlp": 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10,
-                "lenet": (20 * 25 + 20) + (50 * 20 * 25 + 50) + (800 * 500 + 500) + (500 * 10 + 10)}
+# Each model's parameter arrays (float32 elements), for the ideal under --link.
+PARAMS = {"mlp": [784 * 128, 128, 128 * 64, 64, 64 * 10, 10],
+          "lenet": [20 * 25, 20, 50 * 20 * 25, 50, 800 * 500, 500, 500 * 10, 10]}
+BIGARRAY_BOUND = 1000000  # KVTRAIN_BIGARRAY_BOUND's default
+
+
+def server_floats(net, servers):
+    """Elements each server holds, by the stores' placement rule: arrays of
+    at least BIGARRAY_BOUND split evenly, the others whole to the server
+    holding the fewest, largest first."""
+    held = [0.0] * servers
+    for n in sorted(PARAMS[net], reverse=True):
+        if n >= BIGARRAY_BOUND:
+            held = [h + n / servers for h in held]
+        else:
+            held[held.index(min(held))] += n
+    return held
 TIME_COST = re.compile(r"^(?:\[(\w+) (\d+)\] )?Epoch\[(\d+)\].* Time cost=([0-9.]+)")
 
 
@@ -138,13 +153,12 @@ def row_rate(args, net, times_by_rank, workers):
 def ideal_rate(local_rate, net, workers, servers, bits_per_s):
     """Compute time plus the busiest link's bytes over its rate. Every
     process has its own link: a worker's carries the whole model each way
-    per step; a server's carries its share of the model from and to every
-    worker (full duplex: the larger direction counts)."""
-    floats = PARAM_FLOATS.get(net)
-    if not floats or not bits_per_s or servers == 0:
+    per step; a server's carries what it holds from and to every worker
+    (full duplex: one direction counts)."""
+    if net not in PARAMS or not bits_per_s or servers == 0:
         return None
-    model_bytes = 4.0 * floats
-    busiest = max(model_bytes, workers * model_bytes / servers)
+    model_bytes = 4.0 * sum(PARAMS[net])
+    busiest = max(model_bytes, workers * 4.0 * max(server_floats(net, servers)))
     batch = 100.0
     step_compute = batch / local_rate
     step_wire = busiest * 8 / bits_per_s
@@ -180,6 +194,8 @@ def main(argv):
             print("dist_train_bench: --link=%s skipped: network namespaces cannot be made "
                   "here (needs root and iproute2)" % args.link)
             return 0
+        # A SIGTERM still takes the cluster down (through the finally below).
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit("dist_train_bench: terminated"))
         cluster = emulated_cluster.Cluster(hosts=4, rate=args.link).up()
     try:
         return report(args, nets, rows, modes, cluster)
