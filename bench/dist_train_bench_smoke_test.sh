@@ -17,5 +17,5 @@ grep -q "default: dist_sync 2w2s / dist_allreduce 2w = [0-9.]*x" <<< "$out" ||
   { echo "no dist_sync vs dist_allreduce line"; exit 1; }
 grep -q "insecure: .*dist_async 2w2s / dist_sync 2w2s = [0-9.]*x" <<< "$out" ||
   { echo "no dist_async vs dist_sync line"; exit 1; }
-# Every figure is a measured rate, not a placeholder.
+# Every figure is a measured rate, not a dash or zero.
 if grep -E "^dist_sync 1w1s *\| *(-|0) " <<< "$out"; then echo "no rate measured"; exit 1; fi

@@ -3,9 +3,6 @@
 
 #include <glog/logging.h>
 
-#include <algorithm>
-#include <cstring>
-
 #include "base/malloc_tuning.h"
 #include "base/trace.h"
 
@@ -298,7 +295,7 @@ StatusOr<KVHandle> DistKVStore::PushPullAsync(const std::vector<Key>& keys,
   for (size_t i = 0; i < pushes.size(); ++i) {
     KV_ASSIGN_OR_RETURN(KeyInfo * ki, Lookup(pushes[i], "push"));
     if (Bucketed(*ki)) {
-      KV_RETURN_IF_ERROR(AddToBucket(pushes[i], pulls[i], priority, &pending));
+      KV_RETURN_IF_ERROR(AddToBucket(ki, pushes[i], pulls[i], priority, &pending));
     } else {
       // Requests leave in the order they were made.
       KV_RETURN_IF_ERROR(FlushBucket());

@@ -86,6 +86,8 @@ class DistKVStore : public KVStore {
     int64_t ts GUARDED_BY(mu) = -1;
     Status status GUARDED_BY(mu);  // the send's error, then the answer's
     std::vector<size_t> order GUARDED_BY(mu);  // entry of each answer
+    // "fc1_weight, fc1_bias": the keys, for error messages.
+    std::string Names() const;
   };
   // Requests in flight for one handle, and what to do when they are done.
   struct Pending {
@@ -108,8 +110,8 @@ class DistKVStore : public KVStore {
   // Whether a push-pull of `ki` joins the bucket rather than going alone.
   bool Bucketed(const KeyInfo& ki) const;
   // Adds one key's push-pull to the open bucket (sending it when full).
-  Status AddToBucket(const KeyGroup& push, const KeyGroup& pull, int priority,
-                     Pending* pending) EXCLUDES(bucket_mu_);
+  Status AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGroup& pull,
+                     int priority, Pending* pending) EXCLUDES(bucket_mu_);
   // Sends the open bucket, if any: one request per server.
   Status FlushBucket() EXCLUDES(bucket_mu_);
   // The bucket's answer, written into every entry's outs (first call).

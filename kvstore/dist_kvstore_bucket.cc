@@ -10,14 +10,19 @@
 namespace kvtrain {
 namespace kv {
 
+std::string DistKVStore::Bucket::Names() const {
+  std::string names;
+  for (const Entry& e : entries) names += (names.empty() ? "" : ", ") + e.name;
+  return names;
+}
+
 bool DistKVStore::Bucketed(const KeyInfo& ki) const {
   return settings_.bucket_bytes > 0 && ki.parts.size() == 1 &&
          ki.part_bytes[0] < settings_.bucket_bytes;
 }
 
-Status DistKVStore::AddToBucket(const KeyGroup& push, const KeyGroup& pull, int priority,
-                                Pending* pending) {
-  KV_ASSIGN_OR_RETURN(KeyInfo * ki, Lookup(push, "push"));
+Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGroup& pull,
+                                int priority, Pending* pending) {
   KV_RETURN_IF_ERROR(Lookup(pull, "pull").status());
   // Zero-copy (PushAsync's contract): copied when the bucket is sent.
   KV_ASSIGN_OR_RETURN(Tensor sum, Reduce(push.tensors));
@@ -81,7 +86,6 @@ Status DistKVStore::FlushBucket() {
   proto::RequestInfo info;
   info.set_command(proto::KV_PUSH);
   info.set_mode(sync_ ? proto::KV_SYNC : proto::KV_ASYNC);
-  std::string names;
   size_t off = 0;
   for (size_t i : b->order) {
     Bucket::Entry& e = b->entries[i];
@@ -94,7 +98,6 @@ Status DistKVStore::FlushBucket() {
     k->set_key(e.server_key);
     k->set_step(e.step);
     k->set_name(e.name);
-    names += (names.empty() ? "" : ", ") + e.name;
   }
   ps::RequestOptions opts;
   opts.head = proto::KV_PUSH;
@@ -109,7 +112,7 @@ Status DistKVStore::FlushBucket() {
       opts);
   b->sent = true;
   if (!ts.ok()) {
-    b->status = ts.status().Annotate("keys " + names);
+    b->status = ts.status().Annotate("keys " + b->Names());
     return b->status;
   }
   b->ts = *ts;
@@ -127,12 +130,10 @@ Status DistKVStore::WaitBucket(Bucket* b) {
     trace::Scope span("kvstore", "wait bucket", "", b->ts);
     b->status = worker_->Wait(b->ts, settings_.timeout, &answer);
   }
-  std::string names;
-  for (const Bucket::Entry& e : b->entries) names += (names.empty() ? "" : ", ") + e.name;
   if (!b->status.ok()) {
     // Server errors name the key already; transport errors do not.
     if (b->status.message().find("key ") == std::string::npos) {
-      b->status = b->status.Annotate("keys " + names);
+      b->status = b->status.Annotate("keys " + b->Names());
     }
     return b->status;
   }
