@@ -1,6 +1,7 @@
 // The environment-variable contract of kvtrain, in one place: every variable
 // any part of kvtrain reads is a named constant here and a row of kEnvVars
-// (name, default, meaning), which README.md's table mirrors (env_test checks).
+// (name, default, meaning), which docs/environment.md's table mirrors
+// (env_test checks code -> doc).
 // Reading goes through an EnvLookup so tests can supply their own environment.
 #ifndef KVTRAIN_BASE_ENV_H_
 #define KVTRAIN_BASE_ENV_H_
@@ -73,11 +74,11 @@ inline constexpr char kTrace[] = "KVTRAIN_TRACE";
 // One documented environment variable.
 struct EnvVarDoc {
   const char* name;
-  const char* default_value;  // as the README shows it
+  const char* default_value;  // as docs/environment.md shows it
   const char* meaning;
 };
 
-// Every variable kvtrain reads, in README order.
+// Every variable kvtrain reads; docs/environment.md's table mirrors it.
 const std::vector<EnvVarDoc>& EnvVarDocs();
 
 // Reads one variable: nullopt when unset. An empty value counts as unset.

@@ -21,9 +21,11 @@
 #include <gflags/gflags.h>
 
 #include "engine/executor.h"
+#include "engine/models.h"
 #include "ops/initializer.h"
 #include "ops/optimizer.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
+#include "tensor/cpu_threads.h"
 
 DEFINE_string(nets, "mlp,lenet", "networks to train: mlp, lenet");
 DEFINE_string(threads, "1,2", "CPU thread counts to measure");
@@ -71,7 +73,7 @@ class KvtrainRun {
     ExecutorOptions options;
     options.device = device;
     KV_ASSIGN_OR_RETURN(
-        ex_, Executor::SimpleBind(mlp ? sym::Mlp({128, 64}) : sym::LeNet(),
+        ex_, Executor::SimpleBind(mlp ? models::Mlp({128, 64}) : models::LeNet(),
                                   options, {{"data", data_shape},
                                             {"softmax_label", {batch}}}));
     InitializerOptions io;
@@ -272,7 +274,7 @@ int Main(const char* argv0) {
   bool failed = false;
   std::string torch_note;
   for (int threads : ParseList(FLAGS_threads)) {
-    blas::SetCpuThreads(threads);
+    SetCpuThreads(threads);
     std::string why;
     std::map<std::string, double> torch;
     if (FLAGS_torch) torch = MeasureTorch(script, threads, &why);

@@ -23,7 +23,7 @@
 #include "base/env.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
-#include "ops/tensor/device.h"
+#include "tensor/device.h"
 
 namespace kvtrain {
 

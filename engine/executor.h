@@ -28,7 +28,7 @@
 #include "engine/memory_plan.h"
 #include "engine/symbol.h"
 #include "ops/operator.h"
-#include "ops/tensor/tensor.h"
+#include "tensor/tensor.h"
 
 namespace kvtrain {
 

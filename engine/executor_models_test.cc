@@ -8,8 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "engine/executor.h"
+#include "engine/models.h"
 #include "ops/initializer.h"
-#include "ops/tensor/test_device.h"
+#include "tensor/test_device.h"
 
 namespace kvtrain {
 namespace {
@@ -104,7 +105,7 @@ TEST_F(ModelsTest, LeNetMatchesNaiveReference) {
   const int n = 2;
   ExecutorOptions o;
   o.device = TestDevice();
-  auto ex = Executor::SimpleBind(sym::LeNet(), o, {{"data", {n, 1, 28, 28}}});
+  auto ex = Executor::SimpleBind(models::LeNet(), o, {{"data", {n, 1, 28, 28}}});
   ASSERT_TRUE(ex.ok()) << ex.status();
   InitializerOptions io;
   io.type = InitializerOptions::Type::kXavier;
@@ -163,7 +164,7 @@ TEST_F(ModelsTest, MlpLearnsWithUpdateOps) {
   const int n = 64, d = 20, classes = 4;
   ExecutorOptions o;
   o.device = TestDevice();
-  auto ex = Executor::SimpleBind(sym::Mlp({32}, classes), o,
+  auto ex = Executor::SimpleBind(models::Mlp({32}, classes), o,
                                  {{"data", {n, d}}, {"softmax_label", {n}}});
   ASSERT_TRUE(ex.ok()) << ex.status();
   std::mt19937 rng(1);

@@ -11,7 +11,8 @@
 
 #include <gtest/gtest.h>
 
-#include "ops/tensor/test_device.h"
+#include "engine/models.h"
+#include "tensor/test_device.h"
 
 namespace kvtrain {
 namespace {
@@ -73,7 +74,7 @@ class ExecutorTest : public ::testing::Test {
 
 TEST_F(ExecutorTest, MlpMatchesNaiveReference) {
   const int n = 5, d = 12, h1 = 8, h2 = 6, c = 4;
-  auto ex = Executor::SimpleBind(sym::Mlp({h1, h2}, c), Options(),
+  auto ex = Executor::SimpleBind(models::Mlp({h1, h2}, c), Options(),
                                  {{"data", {n, d}}, {"softmax_label", {n}}});
   ASSERT_TRUE(ex.ok()) << ex.status();
   Fill(ex->get(), c);
@@ -142,7 +143,7 @@ TEST_F(ExecutorTest, MlpMatchesNaiveReference) {
 // A deep MLP: the planned layout reuses buffers, needs fewer bytes than one
 // buffer per intermediate, and computes the same values.
 TEST_F(ExecutorTest, MemoryPlanReuseLowersPeakBytes) {
-  const Symbol net = sym::Mlp({32, 32, 32, 32, 32, 32, 32, 32}, 10);
+  const Symbol net = models::Mlp({32, 32, 32, 32, 32, 32, 32, 32}, 10);
   const std::map<std::string, Shape> shapes = {{"data", {16, 32}},
                                                {"softmax_label", {16}}};
   ExecutorOptions plain = Options();
@@ -170,9 +171,9 @@ TEST_F(ExecutorTest, MemoryPlanReuseLowersPeakBytes) {
 TEST_F(ExecutorTest, GradReqAddAccumulatesAndNaiveEngineAgrees) {
   const std::map<std::string, Shape> shapes = {{"data", {6, 10}},
                                                {"softmax_label", {6}}};
-  auto write = Executor::SimpleBind(sym::Mlp({7}, 3), Options(), shapes);
+  auto write = Executor::SimpleBind(models::Mlp({7}, 3), Options(), shapes);
   auto add = Executor::SimpleBind(
-      sym::Mlp({7}, 3), Options(MapEnv({{"KVTRAIN_ENGINE", "naive"}})), shapes,
+      models::Mlp({7}, 3), Options(MapEnv({{"KVTRAIN_ENGINE", "naive"}})), shapes,
       {{"fc1_weight", GradReq::kAdd}});
   ASSERT_TRUE(write.ok() && add.ok());
   EXPECT_EQ((*add)->engine()->mode(), Engine::Mode::kNaive);
@@ -207,7 +208,7 @@ TEST_F(ExecutorTest, HeadGradientsForNonLossOutputs) {
 }
 
 TEST_F(ExecutorTest, BadInputIsAnErrorNamingTheProblem) {
-  Symbol net = sym::Mlp({8}, 3);
+  Symbol net = models::Mlp({8}, 3);
   ExecutorOptions o = Options();
   auto zeros = [](const Shape& s) { return Tensor::Zeros(s, DType::kFloat32, TestDevice()); };
   // Wrong input shape: 13 features for an fc1_weight of 12.
@@ -252,7 +253,7 @@ TEST_F(ExecutorTest, BadInputIsAnErrorNamingTheProblem) {
 }
 
 TEST_F(ExecutorTest, NanDetectionOffByDefaultOnByEnvironment) {
-  Symbol net = sym::Mlp({8}, 3);
+  Symbol net = models::Mlp({8}, 3);
   const std::map<std::string, Shape> shapes = {{"data", {4, 12}}};
   Values bad = Random(48, 1);
   bad[17] = std::numeric_limits<float>::quiet_NaN();

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "ops/tensor/device.h"
+#include "tensor/device.h"
 
 namespace kvtrain {
 

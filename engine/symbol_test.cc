@@ -1,6 +1,7 @@
 // Symbols: automatic naming, listing, shape inference and its errors, the
 // text format's round trip, composition errors.
 #include "engine/symbol.h"
+#include "engine/models.h"
 
 #include <cstdio>
 #include <fstream>
@@ -13,7 +14,7 @@ namespace {
 using Names = std::vector<std::string>;
 
 TEST(SymbolTest, ListsArgumentsOutputsAndAuxiliaryStates) {
-  Symbol mlp = sym::Mlp({128, 64});
+  Symbol mlp = models::Mlp({128, 64});
   ASSERT_TRUE(mlp.ok()) << mlp.status();
   EXPECT_EQ(mlp.ListArguments(),
             (Names{"data", "fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias",
@@ -30,7 +31,7 @@ TEST(SymbolTest, ListsArgumentsOutputsAndAuxiliaryStates) {
 }
 
 TEST(SymbolTest, InferShapeFromTheDataShape) {
-  Symbol lenet = sym::LeNet();
+  Symbol lenet = models::LeNet();
   auto shapes = lenet.InferShape({{"data", {100, 1, 28, 28}}});
   ASSERT_TRUE(shapes.ok()) << shapes.status();
   const Names args = lenet.ListArguments();
@@ -45,7 +46,7 @@ TEST(SymbolTest, InferShapeFromTheDataShape) {
 }
 
 TEST(SymbolTest, InferShapeErrorsNameTheOpAndShapes) {
-  Symbol mlp = sym::Mlp({128, 64});
+  Symbol mlp = models::Mlp({128, 64});
   EXPECT_EQ(mlp.InferShape({{"data", {32, 784}}, {"fc2_weight", {10, 64}}})
                 .status()
                 .message(),
@@ -89,7 +90,7 @@ TEST(SymbolTest, CompositionErrorsSurfaceLater) {
 
 TEST(SymbolTest, TextRoundTrip) {
   Symbol a = Symbol::Op("Concat", "cat",
-                        {sym::LeNet(), Symbol::Variable("extra", "dev2")},
+                        {models::LeNet(), Symbol::Variable("extra", "dev2")},
                         {{"num_args", "2"}}, "dev1");
   auto text = a.ToText();
   ASSERT_TRUE(text.ok()) << text.status();
@@ -102,10 +103,10 @@ TEST(SymbolTest, TextRoundTrip) {
   EXPECT_EQ(b->ListOutputs(), a.ListOutputs());
   // Through a file as well.
   const std::string path = ::testing::TempDir() + "/lenet.graph";
-  ASSERT_TRUE(sym::LeNet().Save(path).ok());
+  ASSERT_TRUE(models::LeNet().Save(path).ok());
   auto loaded = Symbol::Load(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(*loaded->ToText(), *sym::LeNet().ToText());
+  EXPECT_EQ(*loaded->ToText(), *models::LeNet().ToText());
   auto shapes = loaded->InferShape({{"data", {4, 1, 28, 28}}});
   ASSERT_TRUE(shapes.ok()) << shapes.status();
   std::remove(path.c_str());

@@ -9,9 +9,10 @@
 #include <glog/logging.h>
 
 #include "engine/io/data_iter.h"
+#include "engine/models.h"
 #include "examples/example_flags.h"
 #include "engine/symbol.h"
-#include "engine/trainer/module.h"
+#include "trainer/module.h"
 #include "kvstore/kvstore.h"
 
 DEFINE_string(network, "mlp", "mlp (784-128-64-10, ReLU) or lenet");
@@ -93,7 +94,7 @@ Status Train(KVStore* kv) {
   const int64_t chunks = (n + FLAGS_batch_size - 1) / FLAGS_batch_size;
   const int64_t epoch_size = (chunks + kv->num_workers() - 1) / kv->num_workers();
 
-  const Symbol net = FLAGS_network == "mlp" ? sym::Mlp({128, 64}) : sym::LeNet();
+  const Symbol net = FLAGS_network == "mlp" ? models::Mlp({128, 64}) : models::LeNet();
   ModuleOptions mo;
   KV_ASSIGN_OR_RETURN(mo.devices, Devices());
   if (!FLAGS_work_load_list.empty()) {

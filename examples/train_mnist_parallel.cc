@@ -24,9 +24,10 @@
 #include <glog/logging.h>
 
 #include "engine/io/data_iter.h"
+#include "engine/models.h"
 #include "examples/example_flags.h"
 #include "engine/symbol.h"
-#include "engine/trainer/module.h"
+#include "trainer/module.h"
 #include "kvstore/collective/communicator.h"
 #include "kvstore/kvstore.h"
 
@@ -125,7 +126,7 @@ std::string ShardPrefix(int shard) {
 }
 
 Status Train(Placement* p) {
-  const bool has_data = p->shard == 0;  // sym::MlpTwoStages puts data on stage0
+  const bool has_data = p->shard == 0;  // models::MlpTwoStages puts data on stage0
   IterOptions io;
   io.batch_size = FLAGS_batch_size;
   io.shuffle = true;
@@ -161,7 +162,7 @@ Status Train(Placement* p) {
   mo.peer_link = p->model.get();
   mo.group2rank = {{"stage0", 0}, {"stage1", 1}};
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Module> module,
-                      Module::Create(sym::MlpTwoStages({128, 64}), mo));
+                      Module::Create(models::MlpTwoStages({128, 64}), mo));
   KV_RETURN_IF_ERROR(module->Bind(data_shape, {FLAGS_batch_size}));
   FitOptions fo;
   ModelArrays loaded;

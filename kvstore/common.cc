@@ -2,7 +2,7 @@
 #include "kvstore/common.h"
 
 #include "base/file.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
 #include "proto/kvstore.pb.h"
 
 namespace kvtrain {

@@ -17,7 +17,7 @@
 #include "base/thread_annotations.h"
 #include "kvstore/kvstore.h"
 #include "ops/optimizer.h"
-#include "ops/tensor/tensor.h"
+#include "tensor/tensor.h"
 
 namespace kvtrain {
 namespace kv {

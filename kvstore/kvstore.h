@@ -19,7 +19,7 @@
 #include "base/env.h"
 #include "base/node_config.h"
 #include "base/status.h"
-#include "ops/tensor/tensor.h"
+#include "tensor/tensor.h"
 #include "proto/optimizer.pb.h"
 
 namespace kvtrain {

@@ -7,7 +7,7 @@
 #include <glog/logging.h>
 
 #include "base/trace.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
 
 namespace kvtrain {
 namespace kv {

@@ -6,7 +6,8 @@
 
 #include "ops/cpu_math.h"
 #include "ops/op_util.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
+#include "tensor/cpu_threads.h"
 
 namespace kvtrain {
 namespace {
@@ -106,7 +107,7 @@ Status ActivationOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
   const float* x = op_util::Ptr(args->in[0]);
   float* y = op_util::Ptr(args->out[0]);
   const bool add = req == OpReq::kAdd;
-  blas::ParallelFor(args->in[0].size(), op_util::kElementwiseGrain,
+  ParallelFor(args->in[0].size(), op_util::kElementwiseGrain,
                     [&](int64_t b, int64_t e) {
     if (!add) {
       ApplyCpu(act_, x + b, y + b, e - b);
@@ -129,7 +130,7 @@ Status ActivationOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
   const float* y = op_util::Ptr(args->out[0]);
   const float* dy = op_util::Ptr(args->out_grad[0]);
   float* dx = op_util::Ptr(args->in_grad[0]);
-  blas::ParallelFor(args->out[0].size(), op_util::kElementwiseGrain,
+  ParallelFor(args->out[0].size(), op_util::kElementwiseGrain,
                     [&](int64_t b, int64_t e) {
     SlopeCpu(act_, y + b, dy + b, dx + b, e - b, req == OpReq::kAdd);
   });

@@ -1,6 +1,6 @@
 // Activation GPU kernels: one grid-stride elementwise kernel per direction.
 #include "ops/activation_kernels.h"
-#include "ops/tensor/cuda_check.h"
+#include "tensor/cuda_check.h"
 
 namespace kvtrain {
 namespace gpu {

@@ -5,7 +5,8 @@
 #include <cmath>
 
 #include "ops/op_util.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
+#include "tensor/cpu_threads.h"
 
 namespace kvtrain {
 
@@ -80,7 +81,7 @@ Status BatchNormOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
   float* mm = Ptr(args->aux[0]);
   float* mv = Ptr(args->aux[1]);
   const double m = static_cast<double>(d.n * d.s);
-  blas::ParallelFor(d.c, 1, [&](int64_t c0, int64_t c1) {
+  ParallelFor(d.c, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       if (batch) {
         double sum = 0, sq = 0;
@@ -129,7 +130,7 @@ Status BatchNormOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
   const float* invstd = Ptr(args->out[2]);
   const std::vector<OpReq>& req = args->req;
   const double m = static_cast<double>(d.n * d.s);
-  blas::ParallelFor(d.c, 1, [&](int64_t c0, int64_t c1) {
+  ParallelFor(d.c, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       double db = 0, dg = 0;
       for (int64_t n = 0; n < d.n; ++n) {

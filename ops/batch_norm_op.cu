@@ -1,6 +1,6 @@
 // BatchNorm GPU kernels: one block per channel for the reductions.
 #include "ops/batch_norm_kernels.h"
-#include "ops/tensor/cuda_check.h"
+#include "tensor/cuda_check.h"
 
 namespace kvtrain {
 namespace gpu {

@@ -1,6 +1,6 @@
 // Shared GPU kernels: the NaN/Inf count used by KVTRAIN_CHECK_NAN.
 #include "ops/common_kernels.h"
-#include "ops/tensor/cuda_check.h"
+#include "tensor/cuda_check.h"
 
 namespace kvtrain {
 namespace gpu {

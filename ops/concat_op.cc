@@ -8,7 +8,7 @@
 #ifdef KVTRAIN_CUDA
 #include <cuda_runtime.h>
 
-#include "ops/tensor/cuda_check.h"
+#include "tensor/cuda_check.h"
 #endif
 
 namespace kvtrain {

@@ -8,10 +8,11 @@
 
 #include "ops/cpu_math.h"
 #include "ops/op_util.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
 
 #ifdef KVTRAIN_CUDA
-#include "ops/tensor/fill_kernels.h"
+#include "tensor/cpu_threads.h"
+#include "tensor/fill_kernels.h"
 #endif
 
 namespace kvtrain {
@@ -187,14 +188,14 @@ ConvolutionOp::Plan ConvolutionOp::MakePlan(const Shape& data,
 
 size_t ConvolutionOp::WorkspaceBytes(const std::vector<Shape>& in_shapes,
                                      const Device& device) const {
-  const Plan p = MakePlan(in_shapes[0], device, blas::CpuThreads());
+  const Plan p = MakePlan(in_shapes[0], device, CpuThreads());
   return p.slots * p.slot_floats * sizeof(float);
 }
 
 ConvolutionOp::Plan ConvolutionOp::CallPlan(const OpContext& ctx,
                                             const Tensor& data) const {
   const Device& dev = ctx.device->device();
-  Plan p = MakePlan(data.shape(), dev, blas::CpuThreads());
+  Plan p = MakePlan(data.shape(), dev, CpuThreads());
   // Fewer slots if the thread count grew since the workspace was sized.
   while (p.slots > 1 &&
          p.slots * p.slot_floats * sizeof(float) > ctx.workspace_bytes) {
@@ -217,7 +218,7 @@ Status ConvolutionOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
   const float* bias = no_bias_ ? nullptr : Ptr(args->in[2]);
   float* out = Ptr(args->out[0]);
   float* ws = static_cast<float*>(ctx.workspace);
-  blas::ParallelFor(p.slots, 1, [&](int64_t s0, int64_t s1) {
+  ParallelFor(p.slots, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
       float* col = ws + s * p.slot_floats;
       float* tmp = col + K * p.group * P;
@@ -314,7 +315,7 @@ Status ConvolutionOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
     return Error("workspace too small");
   }
   float* ws = static_cast<float*>(ctx.workspace);
-  blas::ParallelFor(p.slots, 1, [&](int64_t s0, int64_t s1) {
+  ParallelFor(p.slots, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
       BackwardSlotCpu(p, *args, static_cast<int>(s), ws, ctx);
     }

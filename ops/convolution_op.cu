@@ -1,7 +1,7 @@
 // Convolution GPU kernels: im2col, col2im (one thread per input element, no
 // atomics), and the scatter/gather between the column layout and NCHW.
 #include "ops/convolution_kernels.h"
-#include "ops/tensor/cuda_check.h"
+#include "tensor/cuda_check.h"
 
 namespace kvtrain {
 namespace gpu {

@@ -3,8 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "ops/op_test_util.h"
-#include "ops/tensor/blas.h"
-#include "ops/tensor/test_device.h"
+#include "tensor/blas.h"
+#include "tensor/cpu_threads.h"
+#include "tensor/test_device.h"
 
 namespace kvtrain {
 namespace {
@@ -75,7 +76,7 @@ INSTANTIATE_TEST_SUITE_P(
 // images, give the naive result (and the same gradient as one thread).
 TEST(ConvolutionThreads, SplitBatchMatchesNaive) {
   KV_SKIP_IF_NO_TEST_DEVICE();
-  blas::SetCpuThreads(3);
+  SetCpuThreads(3);
   const Case k{13, 4, 12, 12, 6, 5, 5, 1, 1, 0, 0};
   auto r = OpRunner::Create("Convolution", AttrsOf(k), {{k.n, k.c, k.h, k.w}},
                             TestDevice());
@@ -93,7 +94,7 @@ TEST(ConvolutionThreads, SplitBatchMatchesNaive) {
   }
   const std::vector<OpReq> reqs(3, OpReq::kWrite);
   ASSERT_TRUE((*r)->Backward({dy}, reqs, &g3).ok());
-  blas::SetCpuThreads(1);
+  SetCpuThreads(1);
   auto r1 = OpRunner::Create("Convolution", AttrsOf(k), {{k.n, k.c, k.h, k.w}},
                              TestDevice());
   ASSERT_TRUE(r1.ok());

@@ -1,7 +1,7 @@
 // _CrossDeviceCopy: synchronous device-to-device copies.
 #include "ops/copy_op.h"
 
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
 
 namespace kvtrain {
 

@@ -5,7 +5,8 @@
 
 #include "ops/dropout_kernels.h"
 #include "ops/op_util.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
+#include "tensor/cpu_threads.h"
 
 namespace kvtrain {
 
@@ -58,7 +59,7 @@ Status DropoutOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
   float* y = Ptr(args->out[0]);
   float* mask = Ptr(args->out[1]);
   const float p = p_, scale = 1.0f / (1.0f - p_);
-  blas::ParallelFor(n, op_util::kElementwiseGrain, [&](int64_t b, int64_t e) {
+  ParallelFor(n, op_util::kElementwiseGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       mask[i] = DropoutUniform(stream, i) >= p ? scale : 0.0f;
     }
@@ -76,7 +77,7 @@ Status DropoutOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
   const float* dy = Ptr(args->out_grad[0]);
   const float* mask = Ptr(args->out[1]);
   float* dx = Ptr(args->in_grad[0]);
-  blas::ParallelFor(args->in[0].size(), op_util::kElementwiseGrain,
+  ParallelFor(args->in[0].size(), op_util::kElementwiseGrain,
                     [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       dx[i] = (req == OpReq::kAdd ? dx[i] : 0.0f) + dy[i] * mask[i];

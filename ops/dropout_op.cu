@@ -1,6 +1,6 @@
 // Dropout GPU kernels.
 #include "ops/dropout_kernels.h"
-#include "ops/tensor/cuda_check.h"
+#include "tensor/cuda_check.h"
 
 namespace kvtrain {
 namespace gpu {

@@ -2,7 +2,8 @@
 #include "ops/elemwise_op.h"
 
 #include "ops/op_util.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
+#include "tensor/cpu_threads.h"
 
 namespace kvtrain {
 namespace {
@@ -24,7 +25,7 @@ void BinaryLoop(const float* a, const float* b, float* out, int64_t s,
 
 void BinaryCpu(BinaryKind kind, const float* a, const float* b, float* out,
                int64_t n, bool add) {
-  blas::ParallelFor(n, op_util::kElementwiseGrain, [&](int64_t s, int64_t e) {
+  ParallelFor(n, op_util::kElementwiseGrain, [&](int64_t s, int64_t e) {
     switch (kind) {
       case BinaryKind::kAdd:
         BinaryLoop(a, b, out, s, e, add, [](float x, float y) { return x + y; });

@@ -1,6 +1,6 @@
 // Elementwise binary GPU kernel.
 #include "ops/elemwise_kernels.h"
-#include "ops/tensor/cuda_check.h"
+#include "tensor/cuda_check.h"
 
 namespace kvtrain {
 namespace gpu {

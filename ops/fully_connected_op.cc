@@ -5,10 +5,10 @@
 #include <cstring>
 
 #include "ops/op_util.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
 
 #ifdef KVTRAIN_CUDA
-#include "ops/tensor/fill_kernels.h"
+#include "tensor/fill_kernels.h"
 #endif
 
 namespace kvtrain {

@@ -3,7 +3,7 @@
 //           weight (num_hidden, K), bias (num_hidden) unless no_bias
 //   output  (N, num_hidden) (or (..., num_hidden))
 //   attrs   num_hidden (required), no_bias (false), flatten (true)
-// All math is GEMMs through ops/tensor/blas.h, so there is no .cu file: on
+// All math is GEMMs through tensor/blas.h, so there is no .cu file: on
 // GPUs the bias is a rank-1 GEMM against a ones vector in the workspace.
 #ifndef KVTRAIN_OPS_FULLY_CONNECTED_OP_H_
 #define KVTRAIN_OPS_FULLY_CONNECTED_OP_H_

@@ -3,12 +3,12 @@
 
 #include <cstring>
 
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
 
 #ifdef KVTRAIN_CUDA
 #include <cuda_runtime.h>
 
-#include "ops/tensor/cuda_check.h"
+#include "tensor/cuda_check.h"
 #endif
 
 namespace kvtrain {

@@ -17,8 +17,8 @@
 
 #include "base/peer_link.h"
 #include "base/status.h"
-#include "ops/tensor/device.h"
-#include "ops/tensor/tensor.h"
+#include "tensor/device.h"
+#include "tensor/tensor.h"
 
 namespace kvtrain {
 

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ops/tensor/test_device.h"
+#include "tensor/test_device.h"
 
 namespace kvtrain {
 namespace {

@@ -16,7 +16,7 @@
 #include "base/status.h"
 #include "base/thread_annotations.h"
 #include "ops/optimizer_kernels.h"
-#include "ops/tensor/tensor.h"
+#include "tensor/tensor.h"
 #include "proto/optimizer.pb.h"
 
 namespace kvtrain {

@@ -6,7 +6,8 @@
 #include <cmath>
 
 #include "ops/op_util.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
+#include "tensor/cpu_threads.h"
 
 namespace kvtrain {
 namespace {
@@ -67,7 +68,7 @@ void UpdateRange(UpdateRule rule, const UpdateParams& p, int64_t b, int64_t e,
 
 void UpdateCpu(UpdateRule rule, const UpdateParams& p, int64_t n, float* w,
                const float* g, float* s0, float* s1) {
-  blas::ParallelFor(n, kUpdateGrain, [&](int64_t b, int64_t e) {
+  ParallelFor(n, kUpdateGrain, [&](int64_t b, int64_t e) {
     UpdateRange(rule, p, b, e, w, g, s0, s1);
   });
 }

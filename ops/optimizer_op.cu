@@ -1,6 +1,6 @@
 // Optimizer update GPU kernels: one elementwise kernel per rule.
 #include "ops/optimizer_kernels.h"
-#include "ops/tensor/cuda_check.h"
+#include "tensor/cuda_check.h"
 
 namespace kvtrain {
 namespace gpu {

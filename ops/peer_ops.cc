@@ -2,7 +2,7 @@
 // copy (the link moves host bytes).
 #include "ops/peer_ops.h"
 
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
 
 namespace kvtrain {
 namespace {

@@ -7,7 +7,8 @@
 
 #include "ops/cpu_math.h"
 #include "ops/op_util.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
+#include "tensor/cpu_threads.h"
 
 namespace kvtrain {
 namespace {
@@ -236,7 +237,7 @@ Status PoolingOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
   const float* in = Ptr(args->in[0]);
   float* out = Ptr(args->out[0]);
   const bool fast = IsMax2x2(type_, g);
-  blas::ParallelFor(planes, PlaneGrain(g), [&](int64_t b, int64_t e) {
+  ParallelFor(planes, PlaneGrain(g), [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const float* src = in + p * g.h * g.w;
       float* dst = out + p * g.oh * g.ow;
@@ -260,7 +261,7 @@ Status PoolingOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
   const float* dout = Ptr(args->out_grad[0]);
   float* din = Ptr(args->in_grad[0]);
   const bool fast = IsMax2x2(type_, g);
-  blas::ParallelFor(planes, PlaneGrain(g), [&](int64_t b, int64_t e) {
+  ParallelFor(planes, PlaneGrain(g), [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       float* d = din + p * g.h * g.w;
       const float* x = in + p * g.h * g.w;

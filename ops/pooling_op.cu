@@ -1,7 +1,7 @@
 // Pooling GPU kernels: one thread per output (forward) or per input element
 // (backward, which scans the windows covering it; no atomics).
 #include "ops/pooling_kernels.h"
-#include "ops/tensor/cuda_check.h"
+#include "tensor/cuda_check.h"
 
 namespace kvtrain {
 namespace gpu {

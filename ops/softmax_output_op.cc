@@ -7,7 +7,8 @@
 #include "ops/cpu_math.h"
 #include "ops/op_util.h"
 #include "ops/softmax_output_kernels.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
+#include "tensor/cpu_threads.h"
 
 namespace kvtrain {
 
@@ -82,7 +83,7 @@ Status SoftmaxOutputOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
   const int64_t classes = args->in[0].size() / std::max<int64_t>(rows, 1);
   const float* x = Ptr(args->in[0]);
   float* p = Ptr(args->out[0]);
-  blas::ParallelFor(rows, std::max<int64_t>(1, 4096 / classes),
+  ParallelFor(rows, std::max<int64_t>(1, 4096 / classes),
                     [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const float* in = x + r * classes;

@@ -1,6 +1,6 @@
 // SoftmaxOutput GPU kernels: one thread per row (class counts are small).
 #include "ops/softmax_output_kernels.h"
-#include "ops/tensor/cuda_check.h"
+#include "tensor/cuda_check.h"
 
 namespace kvtrain {
 namespace gpu {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/op_test_util.h"
-#include "ops/tensor/test_device.h"
+#include "tensor/test_device.h"
 
 namespace kvtrain {
 namespace {

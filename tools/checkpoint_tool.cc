@@ -11,7 +11,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
-#include "engine/trainer/checkpoint.h"
+#include "trainer/checkpoint.h"
 
 DEFINE_double(rtol, 1e-5, "diff: relative tolerance");
 DEFINE_double(atol, 1e-6, "diff: absolute tolerance");

@@ -8,9 +8,10 @@
 
 #include "base/node_config.h"
 #include "kvstore/ps/curve.h"
-#include "ops/tensor/blas.h"
-#include "ops/tensor/device.h"
-#include "ops/tensor/tensor.h"
+#include "tensor/blas.h"
+#include "tensor/cpu_threads.h"
+#include "tensor/device.h"
+#include "tensor/tensor.h"
 
 DEFINE_int32(gemm_size, 512, "matrix size of the GEMM speed check (0: skip)");
 
@@ -45,13 +46,13 @@ int Main() {
   std::printf("kvtrain built with CUDA: %s\n", BuiltWithCuda() ? "yes" : "no");
   std::printf("GPUs: %d%s%s\n", NumGpus(), NumGpus() ? "" : " (",
               NumGpus() ? "" : (NoGpuReason() + ")").c_str());
-  StatusOr<int> threads = blas::CpuThreadsFromEnv(ProcessEnv());
+  StatusOr<int> threads = CpuThreadsFromEnv(ProcessEnv());
   if (!threads.ok()) {
     std::fprintf(stderr, "error: %s\n", threads.status().message().c_str());
     return 2;
   }
-  blas::SetCpuThreads(*threads);
-  std::printf("CPU threads: %d\n", blas::CpuThreads());
+  SetCpuThreads(*threads);
+  std::printf("CPU threads: %d\n", CpuThreads());
   if (NodeConfig::InDistributedJob(ProcessEnv())) {
     StatusOr<NodeConfig> config = NodeConfig::FromEnv(ProcessEnv());
     if (!config.ok()) {

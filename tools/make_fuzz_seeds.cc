@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/models.h"
 #include "engine/symbol.h"
-#include "engine/trainer/checkpoint.h"
+#include "trainer/checkpoint.h"
 #include "kvstore/ps/fuzz_frames.h"
 #include "kvstore/ps/message.h"
 #include "ops/optimizer.h"
@@ -123,7 +124,7 @@ void ControlSeeds() {
 }
 
 void CheckpointSeeds() {
-  const std::string d = "engine/trainer/fuzz_corpus/checkpoint_fuzz/";
+  const std::string d = "trainer/fuzz_corpus/checkpoint_fuzz/";
   ModelArrays a;
   a.args["fc1_weight"] = Tensor::FromVector({1, 2, 3, 4}, {2, 2});
   a.args["fc1_bias"] = Tensor::FromVector({0.5f, -0.5f}, {2});
@@ -148,8 +149,8 @@ void CheckpointSeeds() {
 
 void SymbolSeeds() {
   const std::string d = "engine/fuzz_corpus/symbol_fuzz/";
-  Write(d + "mlp", std::string(1, 4) + *sym::Mlp({16, 8}).ToText());
-  Write(d + "lenet", std::string(1, '\0') + *sym::LeNet().ToText());
+  Write(d + "mlp", std::string(1, 4) + *models::Mlp({16, 8}).ToText());
+  Write(d + "lenet", std::string(1, '\0') + *models::LeNet().ToText());
 }
 
 std::string Be32(uint32_t v) {

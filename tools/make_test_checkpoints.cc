@@ -2,7 +2,7 @@
 // b (a with one value nudged by 1e-7 relative) and c (one value changed).
 #include <cstdio>
 
-#include "engine/trainer/checkpoint.h"
+#include "trainer/checkpoint.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "ops/tensor/tensor.h"
+#include "tensor/tensor.h"
 
 namespace kvtrain {
 

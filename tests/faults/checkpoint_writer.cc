@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "engine/trainer/checkpoint.h"
+#include "trainer/checkpoint.h"
 
 namespace kvtrain {
 namespace {

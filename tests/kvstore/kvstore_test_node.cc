@@ -16,7 +16,7 @@
 #include "base/file.h"
 #include "engine/io/data_iter.h"
 #include "kvstore/kvstore.h"
-#include "ops/tensor/blas.h"
+#include "tensor/blas.h"
 
 DEFINE_string(type, "dist_sync", "KVStore type");
 DEFINE_string(scenario, "closed_form",

@@ -1,0 +1,219 @@
+// Module::Fit: the training loop and its per-parameter KVStore traffic.
+#include <glog/logging.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "base/trace.h"
+#include "trainer/module.h"
+
+namespace kvtrain {
+namespace {
+
+constexpr auto kStepTimeout = std::chrono::minutes(30);
+
+}  // namespace
+
+Status Module::SyncParams(KVStore* kv) {
+  std::vector<Key> keys;
+  std::vector<Tensor> first, all;
+  std::vector<Key> all_keys;
+  for (size_t p = 0; p < param_names_.size(); ++p) {
+    keys.push_back(param_names_[p]);
+    first.push_back(execs_[0]->arg_arrays()[param_args_[p]]);
+    for (const auto& e : execs_) {
+      all_keys.push_back(param_names_[p]);
+      all.push_back(e->arg_arrays()[param_args_[p]]);
+    }
+  }
+  // Dist stores keep rank 0's values; everyone then pulls them.
+  KV_RETURN_IF_ERROR(kv->Init(keys, first));
+  return kv->Pull(all_keys, all);
+}
+
+Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o,
+                              std::unique_ptr<Optimizer>* local_optimizer) {
+  proto::OptimizerSpec spec = o.optimizer;
+  if (!spec.has_rescale_grad()) {
+    spec.set_rescale_grad(1.0f / static_cast<float>(batch_size_ * kv->num_workers()));
+  }
+  if (o.update_on_kvstore) {
+    KV_RETURN_IF_ERROR(kv->SetOptimizer(spec));
+    if (!o.resume_states.empty()) {
+      if (kv->rank() == 0) KV_RETURN_IF_ERROR(kv->LoadOptimizerStates(o.resume_states));
+      KV_RETURN_IF_ERROR(kv->Barrier());
+    }
+    return Status::OK();
+  }
+  KV_ASSIGN_OR_RETURN(*local_optimizer, Optimizer::Create(spec));
+  if (!o.resume_states.empty()) {
+    KV_ASSIGN_OR_RETURN(std::string states, ReadLocalStates(o.resume_states));
+    KV_RETURN_IF_ERROR((*local_optimizer)->LoadStates(states));
+  }
+  return Status::OK();
+}
+
+Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer) {
+  trace::Scope span("trainer", "step");
+  KV_RETURN_IF_ERROR(Feed(batch));
+  for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartForward(true).status());
+  for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartBackward().status());
+  // One engine op per parameter: it runs once every device has that
+  // gradient, while earlier layers' backward still computes, and the next
+  // forward waits for the weights it writes.
+  std::vector<Completion> comms;
+  const int ndev = static_cast<int>(execs_.size());
+  // Stores that fuse pushes into buckets: each op only hands its gradients
+  // over, and the step waits for the results once every key is pushed.
+  const bool fused = kv->FusesPushes();
+  auto handles = std::make_shared<std::vector<KVHandle>>(param_names_.size(), 0);
+  for (size_t p = 0; p < param_names_.size(); ++p) {
+    const int arg = param_args_[p];
+    std::vector<Engine::Var*> reads, writes;
+    std::vector<Tensor> grads, weights;
+    for (const auto& e : execs_) {
+      reads.push_back(e->grad_var(arg));
+      writes.push_back(e->arg_var(arg));
+      grads.push_back(e->grad_arrays()[arg]);
+      weights.push_back(e->arg_arrays()[arg]);
+    }
+    const std::vector<Key> keys(ndev, Key(param_names_[p]));
+    const int priority = -static_cast<int>(p);
+    Engine::Fn fn;
+    if (fused) {
+      if (local_optimizer != nullptr) {
+        for (const auto& e : execs_) writes.push_back(e->grad_var(arg));
+      }
+      const std::vector<Tensor> outs = local_optimizer == nullptr ? weights : grads;
+      fn = [kv, keys, grads, outs, priority, handles, p]() -> Status {
+        KV_ASSIGN_OR_RETURN((*handles)[p], kv->PushPullAsync(keys, grads, outs, priority));
+        return Status::OK();
+      };
+    } else if (local_optimizer == nullptr) {
+      fn = [kv, keys, grads, weights, priority] {
+        return kv->PushPull(keys, grads, weights, priority);
+      };
+    } else {
+      // The store sums gradients; every device applies the same update.
+      for (const auto& e : execs_) writes.push_back(e->grad_var(arg));
+      const int64_t base = static_cast<int64_t>(p) * ndev;
+      fn = [kv, keys, grads, weights, priority, local_optimizer, base] {
+        KV_RETURN_IF_ERROR(kv->PushPull(keys, grads, grads, priority));
+        for (size_t d = 0; d < weights.size(); ++d) {
+          KV_RETURN_IF_ERROR(local_optimizer->Update(base + d, weights[d], grads[d]));
+        }
+        return Status::OK();
+      };
+    }
+    // A fused push only copies the gradient into its bucket and never
+    // blocks: it runs in the thread that produced the gradient, saving a
+    // hand-off to the I/O pool per parameter.
+    comms.push_back(engine_->Push(std::move(fn), reads, writes, Device::CPU(),
+                                  fused ? Engine::Queue::kInline : Engine::Queue::kIo,
+                                  "kvstore " + param_names_[p]));
+  }
+  Status first;
+  for (const Completion& c : comms) {
+    const Status s = c.Wait(kStepTimeout);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  if (fused && first.ok()) first = FinishFusedStep(kv, local_optimizer, *handles);
+  for (auto& e : execs_) {
+    const Status s = e->Wait();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+// Every parameter's PushPullAsync was issued: wait for the results (the
+// store writes weights, or summed gradients the local optimizer applies).
+Status Module::FinishFusedStep(KVStore* kv, Optimizer* local_optimizer,
+                               const std::vector<KVHandle>& handles) {
+  const int ndev = static_cast<int>(execs_.size());
+  for (size_t p = 0; p < param_names_.size(); ++p) {
+    KV_RETURN_IF_ERROR(kv->Wait(handles[p]));
+    if (local_optimizer == nullptr) continue;
+    const int arg = param_args_[p];
+    for (int d = 0; d < ndev; ++d) {
+      KV_RETURN_IF_ERROR(local_optimizer->Update(static_cast<int64_t>(p) * ndev + d,
+                                                 execs_[d]->arg_arrays()[arg],
+                                                 execs_[d]->grad_arrays()[arg]));
+    }
+  }
+  return Status::OK();
+}
+
+Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOptions& o) {
+  if (kv == nullptr) return Status::InvalidArgument("Fit needs a KVStore");
+  if (!kv->is_worker()) {
+    return Status::FailedPrecondition("Fit called in a " + std::string(RoleName(kv->role())) +
+                                      " process; servers and the scheduler RunServer()");
+  }
+  if (o.begin_epoch < 0 || o.begin_epoch > o.num_epochs) {
+    return Status::InvalidArgument("begin epoch " + std::to_string(o.begin_epoch) +
+                                   " is not in [0, " + std::to_string(o.num_epochs) + "]");
+  }
+  if (execs_.empty()) {
+    return Status::FailedPrecondition("Fit before Bind and InitParams");
+  }
+  KV_ASSIGN_OR_RETURN(MetricSet metrics, MetricSet::Create(o.metrics));
+  KV_RETURN_IF_ERROR(SyncParams(kv));
+  std::unique_ptr<Optimizer> local_optimizer;
+  KV_RETURN_IF_ERROR(SetUpOptimizer(kv, o, &local_optimizer));
+  const bool dist = kv->type().rfind("dist", 0) == 0;
+  // With model parallelism only the rank with the output reports.
+  const bool report = has_output();
+  KV_ASSIGN_OR_RETURN(Progress progress,
+                      Progress::Create(report ? o.disp_batches : 0,
+                                       report ? o.metrics_file : "", dist ? kv->rank() : -1));
+  KV_ASSIGN_OR_RETURN(MetricSet batch_loss, MetricSet::Create({"cross-entropy"}));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> loss_file(nullptr, &std::fclose);
+  if (report && !o.loss_file.empty()) {
+    loss_file.reset(std::fopen(o.loss_file.c_str(), "w"));
+    if (loss_file == nullptr) {
+      return Status::NotFound("cannot write the loss file " + o.loss_file + ": " +
+                              std::strerror(errno));
+    }
+  }
+  for (int epoch = o.begin_epoch; epoch < o.num_epochs; ++epoch) {
+    metrics.Reset();
+    KV_RETURN_IF_ERROR(train->StartEpoch(epoch));
+    const int64_t batches = o.epoch_size > 0 ? o.epoch_size : train->num_batches();
+    if (report) progress.StartEpoch(epoch, batches);
+    Batch batch;
+    for (int64_t n = 0; n < batches; ++n) {
+      KV_ASSIGN_OR_RETURN(bool more, train->Next(&batch));
+      if (!more) {
+        // This worker's part is shorter than the epoch: start it over, so
+        // every worker runs the same number of steps.
+        KV_RETURN_IF_ERROR(train->StartEpoch(epoch));
+        KV_ASSIGN_OR_RETURN(more, train->Next(&batch));
+        if (!more) return Status::InvalidArgument("the training data yields no batch");
+      }
+      KV_RETURN_IF_ERROR(Step(batch, kv, local_optimizer.get())
+                             .Annotate("epoch " + std::to_string(epoch) + " batch " +
+                                       std::to_string(n)));
+      KV_RETURN_IF_ERROR(UpdateMetrics(&metrics, batch));
+      if (loss_file != nullptr) {
+        batch_loss.Reset();
+        KV_RETURN_IF_ERROR(UpdateMetrics(&batch_loss, batch));
+        std::fprintf(loss_file.get(), "%.9g\n", batch_loss.Get()[0].second);
+      }
+      if (report) progress.Batch(n, batch_size_ - batch.pad, metrics.Get());
+    }
+    if (report) progress.EndTraining();
+    MetricValues validation;
+    if (eval != nullptr) {
+      KV_ASSIGN_OR_RETURN(validation, Score(eval, o.metrics));
+    }
+    if (report) progress.EndEpoch(metrics.Get(), validation);
+    if (!o.model_prefix.empty() && kv->rank() == 0) {
+      KV_RETURN_IF_ERROR(SaveCheckpoint(o.model_prefix, epoch + 1, kv, local_optimizer.get())
+                             .Annotate("checkpoint of epoch " + std::to_string(epoch + 1)));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace kvtrain

@@ -1,0 +1,123 @@
+// Accuracy, top-k accuracy and cross-entropy.
+#include "trainer/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace kvtrain {
+namespace {
+
+class Accuracy : public Metric {
+ public:
+  Accuracy() : Metric("accuracy") {}
+
+ protected:
+  double Row(int label, const float* p, int classes) const override {
+    return std::max_element(p, p + classes) - p == label ? 1.0 : 0.0;
+  }
+};
+
+class TopK : public Metric {
+ public:
+  explicit TopK(int k) : Metric("top_k_accuracy_" + std::to_string(k)), k_(k) {}
+
+ protected:
+  double Row(int label, const float* p, int classes) const override {
+    // The label is in the top k when fewer than k classes score higher.
+    int higher = 0;
+    for (int c = 0; c < classes; ++c) higher += p[c] > p[label];
+    return higher < k_ ? 1.0 : 0.0;
+  }
+
+ private:
+  const int k_;
+};
+
+class CrossEntropy : public Metric {
+ public:
+  CrossEntropy() : Metric("cross-entropy") {}
+
+ protected:
+  double Row(int label, const float* p, int) const override {
+    return -std::log(std::max(p[label], 1e-12f));
+  }
+};
+
+}  // namespace
+
+Status Metric::Update(const Tensor& labels, const Tensor& probs, int pad) {
+  if (probs.ndim() != 2 || labels.ndim() != 1 || labels.dim(0) != probs.dim(0)) {
+    return Status::InvalidArgument("metric " + name_ + ": labels " +
+                                   labels.shape().ToString() + " do not match predictions " +
+                                   probs.shape().ToString());
+  }
+  const std::vector<float> l = labels.ToVector(), p = probs.ToVector();
+  const int classes = static_cast<int>(probs.dim(1));
+  const int64_t rows = probs.dim(0) - std::max(0, pad);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int label = static_cast<int>(l[r]);
+    if (label < 0 || label >= classes) {
+      return Status::InvalidArgument("metric " + name_ + ": label " +
+                                     std::to_string(label) + " is not a class 0.." +
+                                     std::to_string(classes - 1));
+    }
+    sum_ += Row(label, p.data() + r * classes, classes);
+    ++count_;
+  }
+  return Status::OK();
+}
+
+StatusOr<std::unique_ptr<Metric>> CreateMetric(const std::string& spec) {
+  if (spec == "accuracy" || spec == "acc") return std::unique_ptr<Metric>(new Accuracy());
+  if (spec == "cross-entropy" || spec == "ce") {
+    return std::unique_ptr<Metric>(new CrossEntropy());
+  }
+  const std::string topk = "top_k_accuracy:";
+  if (spec.rfind(topk, 0) == 0) {
+    const std::string k = spec.substr(topk.size());
+    if (!k.empty() && k.find_first_not_of("0123456789") == std::string::npos &&
+        std::stoi(k) >= 1) {
+      return std::unique_ptr<Metric>(new TopK(std::stoi(k)));
+    }
+  }
+  return Status::InvalidArgument("unknown metric \"" + spec +
+                                 "\": expected accuracy, top_k_accuracy:K or cross-entropy");
+}
+
+StatusOr<MetricSet> MetricSet::Create(const std::vector<std::string>& specs) {
+  MetricSet set;
+  for (const std::string& s : specs) {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<Metric> m, CreateMetric(s));
+    set.metrics_.push_back(std::move(m));
+  }
+  return set;
+}
+
+Status MetricSet::Update(const Tensor& labels, const Tensor& probs, int pad) {
+  for (auto& m : metrics_) KV_RETURN_IF_ERROR(m->Update(labels, probs, pad));
+  return Status::OK();
+}
+
+void MetricSet::Reset() {
+  for (auto& m : metrics_) m->Reset();
+}
+
+std::vector<std::pair<std::string, double>> MetricSet::Get() const {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& m : metrics_) out.emplace_back(m->name(), m->Get());
+  return out;
+}
+
+std::string MetricSet::ToString(const std::string& prefix) const {
+  std::string out;
+  char buf[96];
+  for (const auto& [name, value] : Get()) {
+    std::snprintf(buf, sizeof(buf), "%s%s%s=%.6f", out.empty() ? "" : " ",
+                  prefix.c_str(), name.c_str(), value);
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace kvtrain

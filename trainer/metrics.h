@@ -1,0 +1,65 @@
+// Evaluation metrics over (label, prediction) batches: accuracy, top-k
+// accuracy and cross-entropy. Padded rows of a batch are ignored.
+#ifndef KVTRAIN_TRAINER_METRICS_H_
+#define KVTRAIN_TRAINER_METRICS_H_
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "tensor/tensor.h"
+
+namespace kvtrain {
+
+// Not thread-safe.
+class Metric {
+ public:
+  virtual ~Metric() = default;
+  // `labels`: (batch) class ids; `probs`: (batch, classes) probabilities.
+  // The last `pad` rows are ignored.
+  Status Update(const Tensor& labels, const Tensor& probs, int pad = 0);
+  void Reset() {
+    sum_ = 0;
+    count_ = 0;
+  }
+  // "accuracy", "top_k_accuracy_5", "cross-entropy".
+  const std::string& name() const { return name_; }
+  // The mean over the rows seen since Reset (0 before any).
+  double Get() const { return count_ ? sum_ / count_ : 0.0; }
+  int64_t count() const { return count_; }
+
+ protected:
+  explicit Metric(std::string name) : name_(std::move(name)) {}
+  // The metric's value for one row.
+  virtual double Row(int label, const float* probs, int classes) const = 0;
+
+ private:
+  const std::string name_;
+  double sum_ = 0;
+  int64_t count_ = 0;
+};
+
+// "accuracy" (or "acc"), "top_k_accuracy:K", "cross-entropy" (or "ce").
+// An unknown name is an error listing the known ones.
+StatusOr<std::unique_ptr<Metric>> CreateMetric(const std::string& spec);
+
+// Several metrics updated together.
+class MetricSet {
+ public:
+  static StatusOr<MetricSet> Create(const std::vector<std::string>& specs);
+  Status Update(const Tensor& labels, const Tensor& probs, int pad);
+  void Reset();
+  // (name, value) of each metric.
+  std::vector<std::pair<std::string, double>> Get() const;
+  // "accuracy=0.812 cross-entropy=0.533".
+  std::string ToString(const std::string& prefix = "") const;
+
+ private:
+  std::vector<std::shared_ptr<Metric>> metrics_;
+};
+
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_TRAINER_METRICS_H_

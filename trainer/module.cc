@@ -1,0 +1,247 @@
+// Module: binding, parameters, scoring and checkpoints.
+#include "trainer/module.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "base/file.h"
+
+namespace kvtrain {
+
+StatusOr<std::unique_ptr<Module>> Module::Create(const Symbol& symbol,
+                                                 const ModuleOptions& options) {
+  KV_RETURN_IF_ERROR(symbol.status());
+  if (options.devices.empty()) {
+    return Status::InvalidArgument("Module needs at least one device");
+  }
+  if (!options.work_load_list.empty() &&
+      options.work_load_list.size() != options.devices.size()) {
+    return Status::InvalidArgument(
+        "work_load_list has " + std::to_string(options.work_load_list.size()) +
+        " entries for " + std::to_string(options.devices.size()) + " devices");
+  }
+  for (double w : options.work_load_list) {
+    if (!(w > 0)) return Status::InvalidArgument("work_load_list entries must be > 0");
+  }
+  for (const Device& d : options.devices) KV_RETURN_IF_ERROR(CheckDevice(d));
+  if (options.peer_link != nullptr && options.devices.size() != 1) {
+    return Status::InvalidArgument(
+        "model parallelism across processes needs one device per process, got " +
+        std::to_string(options.devices.size()));
+  }
+  std::unique_ptr<Module> m(new Module(symbol, options));
+  Engine::Options eo;
+  eo.env = options.env;
+  KV_ASSIGN_OR_RETURN(m->engine_, Engine::Create(eo));
+  return m;
+}
+
+Module::~Module() {
+  execs_.clear();  // their ops finish before the engine goes
+}
+
+Status Module::Bind(const Shape& data_shape, const Shape& label_shape) {
+  data_arg_ = label_arg_ = -1;
+  const int64_t batch = data_shape.ndim() > 0 ? data_shape[0] : 0;
+  const size_t n = options_.devices.size();
+  if (batch < static_cast<int64_t>(n)) {
+    return Status::InvalidArgument("batch of " + std::to_string(batch) +
+                                   " cannot be split across " + std::to_string(n) +
+                                   " devices");
+  }
+  std::vector<double> w = options_.work_load_list;
+  if (w.empty()) w.assign(n, 1.0);
+  double total = 0;
+  for (double x : w) total += x;
+  slices_.clear();
+  int64_t begin = 0;
+  for (size_t d = 0; d < n; ++d) {
+    const int64_t size = d + 1 == n ? batch - begin
+                                    : std::max<int64_t>(1, std::llround(batch * w[d] / total));
+    if (size < 1 || begin + size > batch) {
+      return Status::InvalidArgument("work_load_list leaves device " +
+                                     options_.devices[d].ToString() + " no rows");
+    }
+    slices_.push_back({begin, size});
+    begin += size;
+  }
+  execs_.clear();
+  for (size_t d = 0; d < n; ++d) {
+    std::vector<int64_t> ds = data_shape.dims(), ls = label_shape.dims();
+    ds[0] = ls[0] = slices_[d].size;
+    ExecutorOptions eo;
+    eo.device = options_.devices[d];
+    eo.engine = engine_.get();
+    eo.env = options_.env;
+    eo.peer_link = options_.peer_link;
+    eo.group2rank = options_.group2rank;
+    KV_ASSIGN_OR_RETURN(
+        std::unique_ptr<Executor> exec,
+        Executor::SimpleBind(symbol_, eo,
+                             {{options_.data_name, Shape(ds)}, {options_.label_name, Shape(ls)}}));
+    execs_.push_back(std::move(exec));
+  }
+  batch_size_ = batch;
+  param_names_.clear();
+  param_args_.clear();
+  const std::vector<std::string>& names = execs_[0]->arg_names();
+  for (int i = 0; i < static_cast<int>(names.size()); ++i) {
+    if (names[i] == options_.data_name) {
+      data_arg_ = i;
+    } else if (names[i] == options_.label_name) {
+      label_arg_ = i;
+    } else {
+      param_names_.push_back(names[i]);
+      param_args_.push_back(i);
+    }
+  }
+  output_index_ = -1;
+  const std::vector<std::string>& outs = execs_[0]->output_names();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i] == symbol_.ListOutputs()[0]) output_index_ = static_cast<int>(i);
+  }
+  // With model parallelism the inputs may live on other ranks.
+  if (options_.peer_link == nullptr && (data_arg_ < 0 || label_arg_ < 0)) {
+    return Status::InvalidArgument("the network reads no \"" +
+                                   (data_arg_ < 0 ? options_.data_name : options_.label_name) +
+                                   "\" input");
+  }
+  return Status::OK();
+}
+
+namespace {
+
+// The array named `name` in `arrays`, or null.
+const Tensor* Find(const std::map<std::string, Tensor>* arrays, const std::string& name) {
+  if (arrays == nullptr) return nullptr;
+  auto it = arrays->find(name);
+  return it == arrays->end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+Status Module::InitParams(const InitializerOptions& init, const ModelArrays* from) {
+  if (execs_.empty()) return Status::FailedPrecondition("InitParams before Bind");
+  KV_ASSIGN_OR_RETURN(Initializer initializer, Initializer::Create(init));
+  Executor* first = execs_[0].get();
+  for (size_t p = 0; p < param_names_.size(); ++p) {
+    Tensor t = first->arg_arrays()[param_args_[p]];
+    const std::string& name = param_names_[p];
+    if (const Tensor* saved = Find(from ? &from->args : nullptr, name)) {
+      KV_RETURN_IF_ERROR(t.CopyFrom(*saved).Annotate("loading parameter " + name));
+    } else {
+      KV_RETURN_IF_ERROR(initializer.Init(name, &t));
+    }
+  }
+  for (size_t a = 0; a < first->aux_names().size(); ++a) {
+    Tensor t = first->aux_arrays()[a];
+    const std::string& name = first->aux_names()[a];
+    if (const Tensor* saved = Find(from ? &from->aux : nullptr, name)) {
+      KV_RETURN_IF_ERROR(t.CopyFrom(*saved).Annotate("loading state " + name));
+    } else {
+      KV_RETURN_IF_ERROR(initializer.Init(name, &t));
+    }
+  }
+  // Every device starts from the same parameters (inputs differ in rows).
+  for (size_t d = 1; d < execs_.size(); ++d) {
+    for (int i : param_args_) {
+      Tensor t = execs_[d]->arg_arrays()[i];
+      KV_RETURN_IF_ERROR(t.CopyFrom(first->arg_arrays()[i]));
+    }
+    for (size_t i = 0; i < first->aux_arrays().size(); ++i) {
+      Tensor t = execs_[d]->aux_arrays()[i];
+      KV_RETURN_IF_ERROR(t.CopyFrom(first->aux_arrays()[i]));
+    }
+  }
+  return Status::OK();
+}
+
+Status Module::Feed(const Batch& batch) {
+  if (batch.data.dim(0) != batch_size_) {
+    return Status::InvalidArgument("batch of " + std::to_string(batch.data.dim(0)) +
+                                   " rows; the module was bound for " +
+                                   std::to_string(batch_size_));
+  }
+  for (size_t d = 0; d < execs_.size(); ++d) {
+    const Slice& s = slices_[d];
+    KV_ASSIGN_OR_RETURN(Tensor data, batch.data.Slice(s.begin, s.begin + s.size));
+    KV_ASSIGN_OR_RETURN(Tensor label, batch.label.Slice(s.begin, s.begin + s.size));
+    if (data_arg_ >= 0) {
+      Tensor dst_data = execs_[d]->arg_arrays()[data_arg_];
+      KV_RETURN_IF_ERROR(dst_data.CopyFrom(data).Annotate("input " + options_.data_name));
+    }
+    if (label_arg_ >= 0) {
+      Tensor dst_label = execs_[d]->arg_arrays()[label_arg_];
+      KV_RETURN_IF_ERROR(dst_label.CopyFrom(label).Annotate("input " + options_.label_name));
+    }
+  }
+  return Status::OK();
+}
+
+Status Module::UpdateMetrics(MetricSet* metrics, const Batch& batch) {
+  if (output_index_ < 0) return Status::OK();  // computed on another rank
+  for (size_t d = 0; d < execs_.size(); ++d) {
+    const Slice& s = slices_[d];
+    // Padding rows are the batch's last ones.
+    const int64_t pad_from = batch_size_ - batch.pad;
+    const int pad = static_cast<int>(
+        std::max<int64_t>(0, s.begin + s.size - std::max(pad_from, s.begin)));
+    KV_ASSIGN_OR_RETURN(Tensor label, batch.label.Slice(s.begin, s.begin + s.size));
+    KV_RETURN_IF_ERROR(metrics->Update(label, execs_[d]->outputs()[output_index_], pad));
+  }
+  return Status::OK();
+}
+
+StatusOr<MetricValues> Module::Score(DataIter* data, const std::vector<std::string>& specs) {
+  KV_ASSIGN_OR_RETURN(MetricSet metrics, MetricSet::Create(specs));
+  KV_RETURN_IF_ERROR(data->Reset());
+  Batch batch;
+  while (true) {
+    KV_ASSIGN_OR_RETURN(bool more, data->Next(&batch));
+    if (!more) break;
+    KV_RETURN_IF_ERROR(Feed(batch));
+    for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartForward(false).status());
+    for (auto& e : execs_) KV_RETURN_IF_ERROR(e->Wait());
+    KV_RETURN_IF_ERROR(UpdateMetrics(&metrics, batch));
+  }
+  return metrics.Get();
+}
+
+StatusOr<ModelArrays> Module::Arrays() const {
+  if (execs_.empty()) return Status::FailedPrecondition("Arrays before Bind");
+  ModelArrays out;
+  const Executor* first = execs_[0].get();
+  for (size_t p = 0; p < param_names_.size(); ++p) {
+    KV_ASSIGN_OR_RETURN(out.args[param_names_[p]],
+                        first->arg_arrays()[param_args_[p]].CopyTo(Device::CPU()));
+  }
+  for (size_t a = 0; a < first->aux_names().size(); ++a) {
+    KV_ASSIGN_OR_RETURN(out.aux[first->aux_names()[a]],
+                        first->aux_arrays()[a].CopyTo(Device::CPU()));
+  }
+  return out;
+}
+
+Status Module::SaveCheckpoint(const std::string& prefix, int epoch, KVStore* kv,
+                              const Optimizer* local_optimizer) {
+  if (!std::ifstream(SymbolPath(prefix))) {
+    KV_ASSIGN_OR_RETURN(std::string text, symbol_.ToText());
+    KV_RETURN_IF_ERROR(WriteFileAtomic(SymbolPath(prefix), text));
+  }
+  KV_ASSIGN_OR_RETURN(ModelArrays arrays, Arrays());
+  KV_RETURN_IF_ERROR(SaveParams(ParamsPath(prefix, epoch), arrays, epoch));
+  if (local_optimizer != nullptr) {
+    KV_ASSIGN_OR_RETURN(std::string states, local_optimizer->SaveStates());
+    return WriteLocalStates(StatesPath(prefix, epoch), states);
+  }
+  return kv->SaveOptimizerStates(StatesPath(prefix, epoch));
+}
+
+int Module::ParamIndex(const std::string& name) const {
+  for (size_t i = 0; i < param_names_.size(); ++i) {
+    if (param_names_[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace kvtrain

@@ -1,0 +1,146 @@
+// Module: trains a symbol with data parallelism over the devices of this
+// process and, through a KVStore, over the workers of a job (MXNet's
+// Module/FeedForward); with a PeerLink, with model parallelism across
+// processes too (each process trains its ranks' part of the graph). Per batch: forward, backward, and for each parameter
+// a push of its gradients and a pull of its weights, started as soon as
+// backward has produced that gradient, with priority -index so the first
+// layers' traffic goes out first.
+#ifndef KVTRAIN_TRAINER_MODULE_H_
+#define KVTRAIN_TRAINER_MODULE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/peer_link.h"
+#include "base/status.h"
+#include "engine/executor.h"
+#include "engine/io/data_iter.h"
+#include "engine/symbol.h"
+#include "trainer/checkpoint.h"
+#include "trainer/metrics.h"
+#include "trainer/progress.h"
+#include "kvstore/kvstore.h"
+#include "ops/initializer.h"
+#include "ops/optimizer.h"
+#include "proto/optimizer.pb.h"
+
+namespace kvtrain {
+
+struct ModuleOptions {
+  // The inputs fed from the data iterator.
+  std::string data_name = "data";
+  std::string label_name = "softmax_label";
+  // Data parallelism inside the process: the batch is split across these.
+  std::vector<Device> devices = {Device::CPU()};
+  // Relative share of the batch per device (empty: equal shares).
+  std::vector<double> work_load_list;
+  // Where KVTRAIN_ENGINE and friends are read.
+  EnvLookup env = ProcessEnv();
+  // Model parallelism across processes (ExecutorOptions::peer_link): the
+  // link to the other ranks of this model replica (must outlive the module;
+  // needs exactly one device) and the rank of each ctx_group. This process
+  // then binds, initialises, updates and saves only its part's parameters;
+  // the KVStore syncs them with the same part of other replicas. Inputs
+  // are fed where the part reads them; metrics come from the rank holding
+  // the graph's first output (elsewhere they stay empty).
+  PeerLink* peer_link = nullptr;
+  std::map<std::string, int> group2rank;
+};
+
+struct FitOptions {
+  // Epochs [begin_epoch, num_epochs) run; begin_epoch > 0 resumes.
+  int begin_epoch = 0;
+  int num_epochs = 10;
+  // Batches per epoch (0: until the iterator ends). Workers of a dist_sync
+  // job must run the same number of batches: an iterator that runs out
+  // starts over within the epoch, so no worker leaves the others waiting.
+  int64_t epoch_size = 0;
+  // The optimizer; rescale_grad defaults to 1 / (batch * workers).
+  proto::OptimizerSpec optimizer;
+  // true: the KVStore applies the optimizer (on the servers for dist
+  // types); false: it sums gradients and each device updates locally.
+  bool update_on_kvstore = true;
+  std::vector<std::string> metrics = {"accuracy"};
+  // Speedometer period in batches; 0: none.
+  int disp_batches = 100;
+  // JSON lines of metrics ("" = none).
+  std::string metrics_file;
+  // The cross-entropy of every training batch, one number per line ("" =
+  // none; written only where the graph's output is computed).
+  std::string loss_file;
+  // Checkpoints after every epoch ("" = none): P-symbol.txt, P-NNNN.params,
+  // P-NNNN.states. Written by rank 0.
+  std::string model_prefix;
+  // Resume: optimizer states to restore before begin_epoch ("" = none).
+  std::string resume_states;
+};
+
+// Not thread-safe: one thread drives it.
+class Module {
+ public:
+  static StatusOr<std::unique_ptr<Module>> Create(const Symbol& symbol,
+                                                  const ModuleOptions& options);
+  ~Module();
+
+  // Binds one executor per device for global batches of `data_shape`
+  // (first dimension: the batch) and labels of `label_shape`.
+  Status Bind(const Shape& data_shape, const Shape& label_shape);
+  // Fills the parameters: from `from` where it has an array (shapes must
+  // match), else by the initializer. Every device gets the same values.
+  Status InitParams(const InitializerOptions& init, const ModelArrays* from = nullptr);
+
+  // Trains; `eval` (may be null) is scored after every epoch.
+  Status Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOptions& options);
+  // Metrics of the model on `data` (forward only).
+  StatusOr<MetricValues> Score(DataIter* data, const std::vector<std::string>& metrics);
+
+  // The parameters and auxiliary states (from the first device, on the host).
+  StatusOr<ModelArrays> Arrays() const;
+  const std::vector<std::string>& param_names() const { return param_names_; }
+  // Whether this process computes the graph's first output (always, without
+  // model parallelism): where metrics and losses are.
+  bool has_output() const { return output_index_ >= 0; }
+  const Symbol& symbol() const { return symbol_; }
+  // Checkpoint files for `epoch` under `prefix`: the optimizer states come
+  // from `local_optimizer` if given, else from `kv`.
+  Status SaveCheckpoint(const std::string& prefix, int epoch, KVStore* kv,
+                        const Optimizer* local_optimizer = nullptr);
+
+ private:
+  struct Slice {
+    int64_t begin = 0;
+    int64_t size = 0;
+  };
+
+  Module(const Symbol& symbol, const ModuleOptions& options)
+      : symbol_(symbol), options_(options) {}
+  // Copies rows of the batch into each device's data and label arrays.
+  Status Feed(const Batch& batch);
+  Status UpdateMetrics(MetricSet* metrics, const Batch& batch);
+  // One training step: forward, backward and the parameters' KVStore ops.
+  Status Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer);
+  Status FinishFusedStep(KVStore* kv, Optimizer* local_optimizer,
+                         const std::vector<KVHandle>& handles);
+  // Initial values on the store, the same on every device and worker.
+  Status SyncParams(KVStore* kv);
+  Status SetUpOptimizer(KVStore* kv, const FitOptions& o,
+                        std::unique_ptr<Optimizer>* local_optimizer);
+  int ParamIndex(const std::string& name) const;
+
+  Symbol symbol_;
+  ModuleOptions options_;
+  std::unique_ptr<Engine> engine_;
+  std::vector<std::unique_ptr<Executor>> execs_;
+  std::vector<Slice> slices_;
+  std::vector<std::string> param_names_;
+  std::vector<int> param_args_;  // argument index of each parameter
+  int data_arg_ = -1, label_arg_ = -1;  // -1: on another rank
+  int output_index_ = 0;                // -1: on another rank
+  int64_t batch_size_ = 0;
+};
+
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_TRAINER_MODULE_H_

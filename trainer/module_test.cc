@@ -1,0 +1,90 @@
+// Module on synthetic data: it learns, several devices equal one, and its
+// errors name the problem.
+#include "trainer/module.h"
+#include "engine/models.h"
+
+#include <gtest/gtest.h>
+
+namespace kvtrain {
+namespace {
+
+// Two well separated classes: x = +/-1 plus a little structure.
+std::unique_ptr<DataIter> TwoClasses(int batch) {
+  const int n = 400, d = 8;
+  Tensor x = Tensor::Empty({n, d}), y = Tensor::Empty({n});
+  for (int i = 0; i < n; ++i) {
+    const int c = i % 2;
+    for (int j = 0; j < d; ++j) x.data<float>()[i * d + j] = (c ? 1.f : -1.f) + 0.1f * ((i * 7 + j) % 5 - 2);
+    y.data<float>()[i] = static_cast<float>(c);
+  }
+  IterOptions o;
+  o.batch_size = batch;
+  o.scale = 1;
+  o.shuffle = true;
+  return std::move(NewArrayIter(x, y, o)).value();
+}
+
+proto::OptimizerSpec Sgd() {
+  proto::OptimizerSpec s;
+  s.set_type(proto::OptimizerSpec::SGD);
+  s.set_learning_rate(0.5f);
+  return s;
+}
+
+StatusOr<ModelArrays> Train(std::vector<Device> devices, std::vector<double> load,
+                            double* accuracy) {
+  ModuleOptions mo;
+  mo.devices = std::move(devices);
+  mo.work_load_list = std::move(load);
+  KV_ASSIGN_OR_RETURN(auto m, Module::Create(models::Mlp({16}, 2), mo));
+  auto it = TwoClasses(20);
+  KV_RETURN_IF_ERROR(m->Bind(it->data_shape(), {20}));
+  InitializerOptions init;
+  init.type = InitializerOptions::Type::kXavier;
+  KV_RETURN_IF_ERROR(m->InitParams(init));
+  KV_ASSIGN_OR_RETURN(auto kv, KVStore::Create("local"));
+  FitOptions fo;
+  fo.num_epochs = 3;
+  fo.optimizer = Sgd();
+  fo.disp_batches = 0;
+  KV_RETURN_IF_ERROR(m->Fit(it.get(), nullptr, kv.get(), fo));
+  KV_ASSIGN_OR_RETURN(MetricValues score, m->Score(it.get(), {"accuracy"}));
+  *accuracy = score[0].second;
+  return m->Arrays();
+}
+
+TEST(ModuleTest, LearnsAndSeveralDevicesEqualOne) {
+  double acc1 = 0, acc2 = 0;
+  StatusOr<ModelArrays> one = Train({Device::CPU()}, {}, &acc1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_GT(acc1, 0.99);
+  StatusOr<ModelArrays> two = Train({Device::CPU(0), Device::CPU(1)}, {1, 3}, &acc2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_GT(acc2, 0.99);
+  for (const auto& [name, t] : one->args) {
+    const std::vector<float> a = t.ToVector(), b = two->args.at(name).ToVector();
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << name << "[" << i << "]";
+  }
+}
+
+TEST(ModuleTest, Errors) {
+  ModuleOptions mo;
+  mo.devices = {Device::CPU(0), Device::CPU(1)};
+  mo.work_load_list = {1};
+  EXPECT_EQ(Module::Create(models::Mlp({4}, 2), mo).status().message(),
+            "work_load_list has 1 entries for 2 devices");
+  mo.work_load_list = {};
+  auto m = std::move(Module::Create(models::Mlp({4}, 2), mo)).value();
+  EXPECT_EQ(m->Bind({1, 8}, {1}).message(), "batch of 1 cannot be split across 2 devices");
+  auto kv = std::move(KVStore::Create("local")).value();
+  auto it = TwoClasses(20);
+  EXPECT_EQ(m->Fit(it.get(), nullptr, kv.get(), FitOptions()).message(),
+            "Fit before Bind and InitParams");
+  ModuleOptions bad;
+  bad.data_name = "pixels";
+  auto m2 = std::move(Module::Create(models::Mlp({4}, 2), bad)).value();
+  EXPECT_FALSE(m2->Bind({4, 8}, {4}).ok());
+}
+
+}  // namespace
+}  // namespace kvtrain

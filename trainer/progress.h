@@ -1,0 +1,63 @@
+// Training progress: the speedometer line every N batches
+// ("Epoch[0] Batch[200] Speed: 41234 samples/sec accuracy=0.812"), a
+// progress bar for the epoch when stdout is a terminal, and a
+// machine-readable metrics log (one JSON object per line).
+#ifndef KVTRAIN_TRAINER_PROGRESS_H_
+#define KVTRAIN_TRAINER_PROGRESS_H_
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kvtrain {
+
+using MetricValues = std::vector<std::pair<std::string, double>>;
+
+// Not thread-safe.
+class Progress {
+ public:
+  // `disp_batches`: speedometer period (0: never); `metrics_file`: JSON
+  // lines (empty: none); `rank`: added to log lines of distributed jobs
+  // (-1: single process). A progress bar is drawn when stdout is a tty.
+  static StatusOr<Progress> Create(int disp_batches, const std::string& metrics_file,
+                                   int rank);
+  Progress(Progress&&) = default;
+
+  void StartEpoch(int epoch, int64_t batches);
+  // After each batch of `samples` examples, with the running train metrics.
+  void Batch(int64_t batch, int64_t samples, const MetricValues& train);
+  // The epoch's last batch is done: stops the epoch's clock, so "Time cost"
+  // is training time only (as MXNet's; validation runs after this).
+  void EndTraining();
+  // The epoch summary: train and validation metrics, time cost (up to
+  // EndTraining, or up to now when it was not called).
+  void EndEpoch(const MetricValues& train, const MetricValues& validation);
+
+ private:
+  Progress() = default;
+  void Log(const std::string& json);
+
+  int disp_ = 0;
+  int rank_ = -1;
+  bool tty_ = false;
+  struct Closer {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, Closer> log_;
+  int epoch_ = 0;
+  int64_t batches_ = 0;
+  int64_t window_samples_ = 0;
+  double last_speed_ = 0;
+  std::chrono::steady_clock::time_point epoch_start_, window_start_;
+  std::optional<std::chrono::steady_clock::time_point> train_end_;
+};
+
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_TRAINER_PROGRESS_H_

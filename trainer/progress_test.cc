@@ -1,0 +1,61 @@
+#include "trainer/progress.h"
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace kvtrain {
+namespace {
+
+TEST(ProgressTest, WritesJsonLinesAndSurvivesMoves) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/m.jsonl";
+  {
+    StatusOr<Progress> created = Progress::Create(2, path, 1);
+    ASSERT_TRUE(created.ok());
+    Progress p = std::move(created).value();  // the file is owned once
+    p.StartEpoch(0, 4);
+    for (int b = 0; b < 4; ++b) p.Batch(b, 100, {{"accuracy", 0.5 + b / 10.0}});
+    p.EndEpoch({{"accuracy", 0.8}}, {{"accuracy", 0.75}});
+  }
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].rfind("{\"rank\":1,\"epoch\":0,\"batch\":2,\"speed\":", 0), 0u) << lines[0];
+  EXPECT_NE(lines[1].find("\"train-accuracy\":0.800000"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("\"validation-accuracy\":0.750000"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("\"time\":"), std::string::npos);
+}
+
+TEST(ProgressTest, TimeCostStopsAtEndTraining) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/t.jsonl";
+  {
+    StatusOr<Progress> created = Progress::Create(0, path, -1);
+    ASSERT_TRUE(created.ok());
+    Progress p = std::move(created).value();
+    p.StartEpoch(0, 1);
+    p.Batch(0, 100, {});
+    p.EndTraining();
+    // Validation time (here a sleep) is not training time.
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    p.EndEpoch({}, {});
+  }
+  std::ifstream in(path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const size_t at = line.find("\"time\":");
+  ASSERT_NE(at, std::string::npos) << line;
+  EXPECT_LT(std::atof(line.c_str() + at + 7), 0.3) << line;
+}
+
+TEST(ProgressTest, UnwritableFileIsAnError) {
+  StatusOr<Progress> p = Progress::Create(1, "/nonexistent/dir/m.jsonl", -1);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("cannot open --metrics-file /nonexistent/dir/m.jsonl"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtrain
