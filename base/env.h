@@ -49,7 +49,7 @@ inline constexpr char kServerThreads[] = "KVTRAIN_SERVER_THREADS";
 inline constexpr char kPsBucketBytes[] = "KVTRAIN_PS_BUCKET_BYTES";
 inline constexpr char kKVStoreTimeout[] = "KVTRAIN_KVSTORE_TIMEOUT";
 inline constexpr char kKeepFreedMemory[] = "KVTRAIN_KEEP_FREED_MEMORY";
-// Security (kvstore/ps/curve.h): the job's CURVE secret key, in the
+// Security (net/curve.h): the job's CURVE secret key, in the
 // environment or in a 0600 file; turning CURVE off; the launcher's job id.
 inline constexpr char kJobKey[] = "KVTRAIN_JOB_KEY";
 inline constexpr char kJobKeyFile[] = "KVTRAIN_JOB_KEY_FILE";

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "kvstore/collective/communicator.h"
-#include "kvstore/ps/curve.h"
+#include "net/curve.h"
 
 DEFINE_string(ranks, "2,4", "process counts to measure");
 DEFINE_int64(min_bytes, 1024, "smallest all-reduce");
@@ -196,7 +196,7 @@ std::string Human(int64_t bytes) {
 // The environment of a job with security on, as launch.py gives it.
 std::map<std::string, std::string> Secure(std::map<std::string, std::string> env) {
   env["KVTRAIN_INSECURE"] = "0";
-  env["KVTRAIN_JOB_KEY"] = ps::JobKey::Generate().secret_z85();
+  env["KVTRAIN_JOB_KEY"] = net::JobKey::Generate().secret_z85();
   return env;
 }
 

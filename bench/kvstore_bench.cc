@@ -15,7 +15,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "base/node_config.h"
+#include "net/node_config.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/placement.h"
 #include "kvstore/ps/ps.h"

@@ -24,7 +24,7 @@
 #include <sstream>
 
 #include "base/malloc_tuning.h"
-#include "base/node_config.h"
+#include "net/node_config.h"
 #include "bench/raw_echo.h"
 #include "kvstore/ps/ps.h"
 #include "tests/util/local_job.h"

@@ -7,11 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "net/zmq_error.h"
+
 namespace kvtrain {
 namespace bench {
 namespace {
 
-std::string ZmqError() { return zmq_strerror(zmq_errno()); }
+using net::ZmqError;
+
 
 void NoFree(void*, void*) {}
 

@@ -49,7 +49,7 @@ StatusOr<std::unique_ptr<KVStore>> DistKVStore::Create(
     }
     KV_ASSIGN_OR_RETURN(NodeConfig config, NodeConfig::FromEnv(options.env));
     ps::PostofficeOptions po_options;
-    KV_ASSIGN_OR_RETURN(po_options.job_key, ps::JobKey::FromEnv(options.env));
+    KV_ASSIGN_OR_RETURN(po_options.job_key, net::JobKey::FromEnv(options.env));
     KV_ASSIGN_OR_RETURN(po_options.same_host,
                         GetBoolVar(options.env, env::kSameHostIpc, true));
     KV_ASSIGN_OR_RETURN(owned, ps::Postoffice::Create(config, po_options));

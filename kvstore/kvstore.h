@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "base/env.h"
-#include "base/node_config.h"
+#include "net/node_config.h"
 #include "base/status.h"
 #include "tensor/tensor.h"
 #include "proto/optimizer.pb.h"

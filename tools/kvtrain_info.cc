@@ -6,8 +6,8 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
-#include "base/node_config.h"
-#include "kvstore/ps/curve.h"
+#include "net/node_config.h"
+#include "net/curve.h"
 #include "tensor/blas.h"
 #include "tensor/cpu_threads.h"
 #include "tensor/device.h"
@@ -60,7 +60,7 @@ int Main() {
       return 2;
     }
     std::printf("distributed job: %s\n", config->DebugString().c_str());
-    StatusOr<ps::JobKey> key = ps::JobKey::FromEnv(ProcessEnv());
+    StatusOr<net::JobKey> key = net::JobKey::FromEnv(ProcessEnv());
     if (!key.ok()) {
       std::printf("security: error: %s\n", key.status().message().c_str());
     } else {

@@ -6,7 +6,8 @@ runner write one testcase per case; other targets count as one case), lists
 failed and skipped cases, and ends with the line `N passed, N failed`.
 A target that failed to build or run counts as failed even with no cases.
 With --fuzz-results, each fuzz target run by tools/fuzz.sh (a line
-`<label> PASSED|FAILED`) counts as one more case.
+`<label> PASSED|FAILED`) counts as one more case; with --check-results, each
+check script run by tools/test.sh (the same line format) does too.
 Exit status: 0 when nothing failed, 1 otherwise.
 """
 
@@ -57,6 +58,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bep", required=True, help="build event JSON file")
     ap.add_argument("--fuzz-results", help="tools/fuzz.sh --results file")
+    ap.add_argument("--check-results",
+                    help="`<label> PASSED|FAILED` lines of tools/test.sh's checks")
     args = ap.parse_args()
 
     events = read_events(args.bep)
@@ -111,12 +114,16 @@ def main():
         print("%-60s %-16s %s" % (label, status, note))
 
     bazel_targets = len(tests)
-    if args.fuzz_results:
+    for path, what, verb, source in (
+            (args.check_results, "checked", "check", "tools/test.sh checks"),
+            (args.fuzz_results, "fuzzed", "fuzzing", "tools/fuzz.sh")):
+        if not path:
+            continue
         try:
-            with open(args.fuzz_results, encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 lines = [l.split() for l in f if l.strip()]
         except OSError:
-            lines = [["tools/fuzz.sh", "NO RESULTS"]]
+            lines = [[source, "NO RESULTS"]]
         for fields in lines:
             label, status = fields[0], " ".join(fields[1:])
             tests[label] = status
@@ -124,8 +131,8 @@ def main():
                 passed += 1
             else:
                 failed += 1
-                failed_names.append(label + ": fuzzing " + status.lower())
-            print("%-60s %-16s %s" % (label, status, "fuzzed"))
+                failed_names.append(label + ": " + verb + " " + status.lower())
+            print("%-60s %-16s %s" % (label, status, what))
 
     print()
     print("%d test targets, %d test cases" % (len(tests), passed + failed + skipped))

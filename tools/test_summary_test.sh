@@ -69,6 +69,14 @@ set -e
 [ "$(echo "$out" | tail -n 1)" = "4 passed, 1 failed" ] || { echo "fuzz not counted: $out"; exit 1; }
 [ $rc -eq 1 ] || { echo "expected exit 1 with a failed fuzz target"; exit 1; }
 grep -q "FAILED //p:b_fuzzer: fuzzing failed" <<< "$out" || { echo "fuzz failure not named"; exit 1; }
+# Check scripts from tools/test.sh: one case each, counted with the rest.
+echo 'tools/check_layers.py FAILED' > "$dir/checks.txt"
+set +e
+out=$(python3 "$summary" --bep "$dir/ok.json" --check-results "$dir/checks.txt" --fuzz-results "$dir/fuzz.txt")
+rc=$?
+set -e
+[ "$(echo "$out" | tail -n 1)" = "4 passed, 2 failed" ] || { echo "check not counted: $out"; exit 1; }
+grep -q "FAILED tools/check_layers.py: check failed" <<< "$out" || { echo "check failure not named"; exit 1; }
 # Fuzz results do not hide a `bazel test` that ran nothing.
 echo '{"id":{"started":{}}}' > "$dir/empty.json"
 set +e

@@ -24,7 +24,7 @@
 #include "base/peer_link.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
-#include "kvstore/ps/curve.h"
+#include "net/curve.h"
 
 namespace kvtrain {
 namespace collective {
@@ -62,8 +62,8 @@ struct CommunicatorOptions {
   bool keep_freed_memory = true;
   // The job's CURVE key (KVTRAIN_JOB_KEY / _FILE, or KVTRAIN_INSECURE=1):
   // every socket of the group, the rendezvous included, is secured with it,
-  // as the parameter-server transport's are (kvstore/ps/curve.h).
-  ps::JobKey key;
+  // as the parameter-server transport's are (net/curve.h).
+  net::JobKey key;
 
   // Fills the fields above from the environment (named variables).
   static StatusOr<CommunicatorOptions> FromEnv(const EnvLookup& env);

@@ -18,7 +18,7 @@ namespace {
 using Comms = std::vector<std::shared_ptr<Communicator>>;
 
 // `doubling_bytes` 0: every all-reduce takes the ring.
-Comms Group(int n, ps::JobKey key = ps::JobKey::Insecure(),
+Comms Group(int n, net::JobKey key = net::JobKey::Insecure(),
             size_t doubling_bytes = CommunicatorOptions().doubling_bytes) {
   CommunicatorOptions o;
   o.key = key;
@@ -47,7 +47,7 @@ TEST(CommunicatorTest, AllReduceSumsEverySize) {
   // Ring for every size, then recursive doubling up to 16 KB (n = 2, 4).
   for (size_t doubling : {size_t{0}, size_t{16384}})
   for (int n : {1, 2, 3, 4}) {
-    Comms g = Group(n, ps::JobKey::Insecure(), doubling);
+    Comms g = Group(n, net::JobKey::Insecure(), doubling);
     ASSERT_EQ(static_cast<int>(g.size()), n);
     for (size_t count : {0, 1, 2, 3, 5, 1000, 5001, 100003}) {
       std::vector<std::vector<float>> data(n, std::vector<float>(count));
@@ -70,7 +70,7 @@ TEST(CommunicatorTest, AllReduceSumsEverySize) {
 TEST(CommunicatorTest, SameHostPeersUseIpcUnlessTurnedOff) {
   for (bool ipc : {true, false}) {
     CommunicatorOptions o;
-    o.key = ps::JobKey::Insecure();
+    o.key = net::JobKey::Insecure();
     o.timeout = std::chrono::seconds(30);
     o.same_host_ipc = ipc;
     o.doubling_bytes = 0;
@@ -103,7 +103,7 @@ TEST(CommunicatorTest, SameHostSocketsLeaveNoFiles) {
   };
   {
     CommunicatorOptions o;
-    o.key = ps::JobKey::Insecure();
+    o.key = net::JobKey::Insecure();
     auto g = Communicator::CreateLocalGroup(2, o);
     ASSERT_TRUE(g.ok()) << g.status();
     EXPECT_EQ((*g)[0]->Transport(1), "ipc");
@@ -143,7 +143,7 @@ TEST(CommunicatorTest, EndpointsTravelAsOneToken) {
 TEST(CommunicatorTest, AllReduceLeavesEveryRankTheSameBits) {
   for (size_t doubling : {size_t{0}, size_t{1} << 20}) {
     for (int n : {2, 4}) {
-      Comms g = Group(n, ps::JobKey::Insecure(), doubling);
+      Comms g = Group(n, net::JobKey::Insecure(), doubling);
       const size_t count = 3001;
       std::vector<std::vector<float>> data(n, std::vector<float>(count));
       for (int r = 0; r < n; ++r) {
@@ -164,7 +164,7 @@ TEST(CommunicatorTest, AllReduceLeavesEveryRankTheSameBits) {
 }
 
 TEST(CommunicatorTest, SecuredWithTheJobKey) {
-  Comms g = Group(3, ps::JobKey::Generate());
+  Comms g = Group(3, net::JobKey::Generate());
   ASSERT_EQ(g.size(), 3u);
   std::vector<std::vector<float>> data(3, std::vector<float>(70001, 1.0f));
   ExpectAllOk(OnEachRank(3, [&](int r) { return g[r]->AllReduceSum(data[r].data(), 70001); }));

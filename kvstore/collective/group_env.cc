@@ -7,11 +7,11 @@
 
 #include "base/file.h"
 #include "base/malloc_tuning.h"
-#include "base/node_config.h"
+#include "net/node_config.h"
 #include "kvstore/collective/communicator.h"
 #include "kvstore/collective/mesh.h"
 #include "kvstore/collective/rendezvous.h"
-#include "kvstore/ps/net_util.h"
+#include "net/address.h"
 
 namespace kvtrain {
 namespace collective {
@@ -99,7 +99,7 @@ StatusOr<CommunicatorOptions> CommunicatorOptions::FromEnv(const EnvLookup& env)
                       GetBoolVar(env, env::kSameHostIpc, o.same_host_ipc));
   KV_ASSIGN_OR_RETURN(o.keep_freed_memory,
                       GetBoolVar(env, env::kKeepFreedMemory, o.keep_freed_memory));
-  KV_ASSIGN_OR_RETURN(o.key, ps::JobKey::FromEnv(env));
+  KV_ASSIGN_OR_RETURN(o.key, net::JobKey::FromEnv(env));
   return o;
 }
 
@@ -156,15 +156,15 @@ StatusOr<GroupEnv> GroupEnv::FromEnv(const EnvLookup& env) {
   addr.root_uri = g.rendezvous_host;
   addr.root_port = g.rendezvous_port;
   KV_ASSIGN_OR_RETURN(g.advertise_host,
-                      ps::AdvertisedHost(addr, ps::ListInterfaces()));
+                      net::AdvertisedHost(addr, net::ListInterfaces()));
   return g;
 }
 
 StatusOr<std::shared_ptr<Communicator>> Communicator::Create(
     const GroupEnv& group, const CommunicatorOptions& options) {
   MeshOptions mo;
-  mo.heartbeat_interval_s = options.heartbeat_interval_s;
-  mo.heartbeat_timeout_s = options.heartbeat_timeout_s;
+  mo.liveness.heartbeat_interval_s = options.heartbeat_interval_s;
+  mo.liveness.heartbeat_timeout_s = options.heartbeat_timeout_s;
   mo.startup_timeout_s = options.startup_timeout_s;
   mo.key = options.key;
   mo.same_host_ipc = options.same_host_ipc;
@@ -248,7 +248,7 @@ Communicator::CreateLocalGroup(int n, const CommunicatorOptions& options) {
 
 Status Communicator::ServeRendezvous(const EnvLookup& env) {
   KV_ASSIGN_OR_RETURN(NodeConfig config, NodeConfig::FromEnv(env));
-  KV_ASSIGN_OR_RETURN(ps::JobKey key, ps::JobKey::FromEnv(env));
+  KV_ASSIGN_OR_RETURN(net::JobKey key, net::JobKey::FromEnv(env));
   KV_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousServer> server,
                       RendezvousServer::Bind(config.root_port, key));
   if (config.root_port == 0 && !config.scheduler_port_file.empty()) {

@@ -9,12 +9,15 @@
 #include <cstring>
 #include <sstream>
 
-#include "kvstore/ps/same_host.h"
+#include "net/same_host.h"
+#include "net/zmq_error.h"
 
 namespace kvtrain {
 namespace collective {
 
 namespace {
+
+using net::ZmqError;
 
 struct WireHeader {
   uint32_t kind;
@@ -23,14 +26,6 @@ struct WireHeader {
   uint64_t tag;
 };
 static_assert(sizeof(WireHeader) == 24, "wire header is 24 bytes");
-
-std::string ZmqError() { return zmq_strerror(zmq_errno()); }
-
-std::string Seconds(double s) {
-  std::ostringstream os;
-  os << s << " s";
-  return os.str();
-}
 
 bool Token(const std::string& s) {
   return !s.empty() && s.find_first_of(" \t\n@") == std::string::npos;
@@ -93,13 +88,13 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::Bind(int rank, int size,
   std::unique_ptr<Mesh> mesh(new Mesh(rank, size, options, ctx));
   if (options.key.secure()) {
     KV_ASSIGN_OR_RETURN(mesh->zap_,
-                        ps::ZapHandler::Start(ctx, options.key,
+                        net::ZapHandler::Start(ctx, options.key,
                                               "all-reduce rank " + std::to_string(rank)));
   }
   void* router = zmq_socket(ctx, ZMQ_ROUTER);
   if (router == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
   mesh->router_ = router;
-  KV_RETURN_IF_ERROR(ps::SecureSocket(router, options.key, /*is_server=*/true));
+  KV_RETURN_IF_ERROR(net::SecureSocket(router, options.key, /*is_server=*/true));
   const int zero = 0;
   zmq_setsockopt(router, ZMQ_RCVHWM, &zero, sizeof(zero));
   zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
@@ -115,7 +110,7 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::Bind(int rank, int size,
   mesh->port_ = std::atoi(bound.c_str() + bound.rfind(':') + 1);
   if (options.same_host_ipc) {
     // Best effort: without it same-host peers use TCP.
-    StatusOr<std::string> local = ps::BindSameHost(router, "mesh");
+    StatusOr<std::string> local = net::BindSameHost(router, "mesh");
     if (local.ok()) {
       mesh->same_host_ = *local;
     } else {
@@ -136,16 +131,19 @@ std::string Mesh::Transport(int peer) const {
 
 bool Mesh::UseIpc(const Endpoint& peer) const {
   // Both ends must listen on a same-host socket (either may have it off).
-  return !same_host_.empty() && !ps::SameHostEndpoint(peer.same_host).empty();
+  return !same_host_.empty() && !net::SameHostEndpoint(peer.same_host).empty();
 }
 
 Mesh::Mesh(int rank, int size, const MeshOptions& options, void* ctx)
-    : rank_(rank), size_(size), options_(options), ctx_(ctx) {
+    : rank_(rank),
+      size_(size),
+      options_(options),
+      ctx_(ctx),
+      liveness_(size, options.liveness, net::SteadyNowNs()) {
   for (int i = 0; i < size; ++i) peers_.push_back(std::make_unique<Peer>());
   dead_.assign(size, "");
   said_bye_.assign(size, false);
-  last_heard_.assign(size, Clock::now());
-  dropped_at_.assign(size, Clock::time_point::max());
+  liveness_.SetWatched(rank, false);
 }
 
 Mesh::~Mesh() { Close(); }
@@ -172,7 +170,7 @@ Status Mesh::Connect(const std::vector<Endpoint>& peers) {
     peer.ipc = UseIpc(peers[p]);
     // Same-host links are vouched for by the kernel (the peer's uid), not CURVE.
     if (!peer.ipc) {
-      const Status secured = ps::SecureSocket(s, options_.key, /*is_server=*/false);
+      const Status secured = net::SecureSocket(s, options_.key, /*is_server=*/false);
       if (!secured.ok()) {
         zmq_close(s);
         return secured;
@@ -187,7 +185,7 @@ Status Mesh::Connect(const std::vector<Endpoint>& peers) {
     peer.monitor = zmq_socket(ctx_, ZMQ_PAIR);
     zmq_connect(peer.monitor, mon.c_str());
     const std::string ep =
-        peer.ipc ? ps::SameHostEndpoint(peers[p].same_host) : "tcp://" + peers[p].ToString();
+        peer.ipc ? net::SameHostEndpoint(peers[p].same_host) : "tcp://" + peers[p].ToString();
     if (zmq_connect(s, ep.c_str()) != 0) {
       const std::string err = ZmqError();
       zmq_close(s);
@@ -197,10 +195,8 @@ Status Mesh::Connect(const std::vector<Endpoint>& peers) {
     std::lock_guard<std::mutex> l(peer.mu);
     peer.dealer = s;
   }
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    last_heard_.assign(size_, Clock::now());
-  }
+  // The clocks start when every connection is made.
+  for (int p = 0; p < size_; ++p) liveness_.Heard(p, net::SteadyNowNs());
   thread_ = std::thread([this] { RecvLoop(); });
   for (int p = 0; p < size_; ++p) {
     if (p != rank_) KV_RETURN_IF_ERROR(Send(p, MsgKind::kHello, 0, 0, "", 0));
@@ -260,7 +256,7 @@ Status Mesh::Send(int peer, MsgKind kind, uint64_t group, uint64_t tag,
 Status Mesh::PeerStatus(int peer) {
   std::lock_guard<std::mutex> l(mu_);
   if (!dead_[peer].empty()) {
-    return Status::Unavailable(PeerName(peer) + " is dead: " + dead_[peer]);
+    return Status::Unavailable(net::DeathMessage(PeerName(peer), dead_[peer]));
   }
   return Status::OK();
 }
@@ -288,14 +284,14 @@ StatusOr<std::unique_ptr<Payload>> Mesh::Recv(int peer, MsgKind kind,
                              ": the communicator was closed");
     }
     if (!dead_[peer].empty()) {
-      return Status::Unavailable(PeerName(peer) + " is dead: " + dead_[peer]);
+      return Status::Unavailable(net::DeathMessage(PeerName(peer), dead_[peer]));
     }
     if (kind == MsgKind::kCollective) {
       // A collective cannot finish once any rank is gone; fail now rather
       // than wait for the failure to travel around the ring.
       for (int p = 0; p < size_; ++p) {
         if (!dead_[p].empty()) {
-          return Status::Unavailable(PeerName(p) + " is dead: " + dead_[p]);
+          return Status::Unavailable(net::DeathMessage(PeerName(p), dead_[p]));
         }
       }
     }
@@ -329,7 +325,7 @@ void Mesh::MarkDead(int peer, const std::string& why) {
     if (!dead_[peer].empty() || said_bye_[peer]) return;
     dead_[peer] = why;
   }
-  LOG(ERROR) << "rank " << rank_ << ": " << PeerName(peer) << " is dead: " << why;
+  LOG(ERROR) << "rank " << rank_ << ": " << net::DeathMessage(PeerName(peer), why);
   cv_.notify_all();
 }
 
@@ -366,10 +362,11 @@ void Mesh::HandleIncoming(void* router) {
     const MsgKind kind = static_cast<MsgKind>(h.kind);
     {
       std::lock_guard<std::mutex> l(mu_);
-      last_heard_[h.sender] = Clock::now();
+      liveness_.Heard(h.sender, net::SteadyNowNs());
       if (kind == MsgKind::kHeartbeat) continue;
       if (kind == MsgKind::kBye) {
         said_bye_[h.sender] = true;
+        liveness_.SaidGoodbye(h.sender);
       } else {
         queues_[QueueKey{h.sender, h.kind, h.group, h.tag}].push_back(
             std::move(body));
@@ -399,43 +396,16 @@ void Mesh::HandleMonitor(int peer) {
       zmq_msg_close(&addr);
     }
     if (event == ZMQ_EVENT_DISCONNECTED) {
-      std::lock_guard<std::mutex> l(mu_);
-      if (dropped_at_[peer] == Clock::time_point::max()) {
-        dropped_at_[peer] = Clock::now();
-      }
+      liveness_.Dropped(peer, net::SteadyNowNs());
     }
   }
 }
 
-void Mesh::Beat(Clock::time_point now) {
-  std::vector<int> silent, dropped;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_ || !dead_[p].empty() || said_bye_[p]) continue;
-      const double quiet =
-          std::chrono::duration<double>(now - last_heard_[p]).count();
-      if (options_.heartbeat_interval_s > 0 &&
-          quiet > options_.heartbeat_timeout_s) {
-        silent.push_back(p);
-      }
-      if (dropped_at_[p] != Clock::time_point::max() &&
-          std::chrono::duration<double>(now - dropped_at_[p]).count() >
-              options_.disconnect_grace_s) {
-        dropped.push_back(p);
-      }
-    }
+void Mesh::Beat(int64_t now_ns) {
+  for (const net::PeerLiveness::Death& d : liveness_.Check(now_ns)) {
+    MarkDead(d.peer, d.why);
   }
-  for (int p : silent) {
-    MarkDead(p, "silent for more than " +
-                    Seconds(options_.heartbeat_timeout_s) +
-                    " (PS_HEARTBEAT_TIMEOUT)");
-  }
-  for (int p : dropped) {
-    MarkDead(p, "its connection dropped without a goodbye (process exited "
-                "or was killed)");
-  }
-  if (options_.heartbeat_interval_s <= 0) return;
+  if (!liveness_.HeartbeatDue(now_ns)) return;
   for (int p = 0; p < size_; ++p) {
     if (p != rank_ && PeerStatus(p).ok()) {
       SendRaw(p, MsgKind::kHeartbeat, 0, 0, nullptr, 0, true);
@@ -453,11 +423,6 @@ void Mesh::RecvLoop() {
     items.push_back({peers_[p]->monitor, 0, ZMQ_POLLIN, 0});
     item_peer.push_back(p);
   }
-  const auto interval = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(options_.heartbeat_interval_s > 0
-                                        ? options_.heartbeat_interval_s
-                                        : 0.1));
-  auto next_beat = Clock::now();
   while (!stop_.load()) {
     const int n = zmq_poll(items.data(), static_cast<int>(items.size()), 50);
     if (n < 0 && zmq_errno() == ETERM) return;
@@ -469,11 +434,7 @@ void Mesh::RecvLoop() {
         HandleMonitor(item_peer[i]);
       }
     }
-    const auto now = Clock::now();
-    if (now >= next_beat) {
-      Beat(now);
-      next_beat = now + interval;
-    }
+    Beat(net::SteadyNowNs());
   }
 }
 

@@ -2,9 +2,9 @@
 // ROUTER socket and connects one DEALER to every other rank (its routing id
 // is the sender's rank). A receive thread files incoming messages into
 // queues keyed by (sender, kind, group, tag), sends heartbeats and watches
-// the peers: a peer whose connection drops without a goodbye, or that stays
-// silent past the heartbeat timeout, is dead, and every wait on it fails
-// naming its rank and address. Private to kvstore/collective.
+// the peers by net/liveness.h's rule (a dropped connection without a
+// goodbye, or silence past the heartbeat timeout); every wait on a dead
+// peer fails naming its rank and address. Private to kvstore/collective.
 #ifndef KVTRAIN_KVSTORE_COLLECTIVE_MESH_H_
 #define KVTRAIN_KVSTORE_COLLECTIVE_MESH_H_
 
@@ -25,7 +25,8 @@
 
 #include "base/status.h"
 #include "base/thread_annotations.h"
-#include "kvstore/ps/curve.h"
+#include "net/curve.h"
+#include "net/liveness.h"
 
 namespace kvtrain {
 namespace collective {
@@ -36,7 +37,7 @@ struct Endpoint {
   std::string host;
   int port = 0;
   // Same-host shortcut: the abstract socket the rank also listens on,
-  // "<host identity>@<name>" (kvstore/ps/same_host.h; empty: TCP only). A
+  // "<host identity>@<name>" (net/same_host.h; empty: TCP only). A
   // peer on the same host connects there instead of over TCP.
   std::string same_host;
   std::string ToString() const { return host + ":" + std::to_string(port); }
@@ -70,17 +71,12 @@ class Payload {
 };
 
 struct MeshOptions {
-  // Seconds between heartbeats; 0 turns them off.
-  double heartbeat_interval_s = 1.0;
-  // Seconds of silence after which a peer is dead.
-  double heartbeat_timeout_s = 10.0;
+  // Heartbeats and when a peer is dead (net/liveness.h's rule).
+  net::LivenessOptions liveness;
   // Seconds to wait for every peer's hello.
   double startup_timeout_s = 60.0;
-  // A peer whose connection dropped is dead unless its goodbye arrives
-  // within this many seconds (messages sent before it may still be queued).
-  double disconnect_grace_s = 0.5;
   // Secures the ROUTER and every DEALER (insecure: plain ZeroMQ).
-  ps::JobKey key;
+  net::JobKey key;
   // Also listen on a same-host socket (abstract Unix-domain, this user id
   // only, no CURVE), which peers on the same host use: it moves large
   // messages several times faster than TCP over 127.0.0.1, and without
@@ -139,7 +135,8 @@ class Mesh {
   void RecvLoop();
   void HandleIncoming(void* router);
   void HandleMonitor(int peer);
-  void Beat(Clock::time_point now);
+  // Declares the dead peers dead and sends the heartbeats that are due.
+  void Beat(int64_t now_ns);
   void MarkDead(int peer, const std::string& why) EXCLUDES(mu_);
   Status SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
                  const void* data, size_t size, bool copy);
@@ -149,7 +146,7 @@ class Mesh {
   const MeshOptions options_;
   void* ctx_;
   // Admits only the job's key on the ROUTER; closed before ctx_ is.
-  std::unique_ptr<ps::ZapHandler> zap_;
+  std::unique_ptr<net::ZapHandler> zap_;
   void* router_ = nullptr;
   int port_ = 0;
   std::string same_host_;  // set by Bind; empty: no same-host socket
@@ -162,8 +159,8 @@ class Mesh {
   std::vector<std::string> dead_ GUARDED_BY(mu_);  // "" = alive
   std::vector<bool> said_bye_ GUARDED_BY(mu_);
   bool closing_ GUARDED_BY(mu_) = false;
-  std::vector<Clock::time_point> last_heard_ GUARDED_BY(mu_);
-  std::vector<Clock::time_point> dropped_at_ GUARDED_BY(mu_);  // max = none
+  // Last-heard clocks and drops; Check and HeartbeatDue on RecvLoop only.
+  net::PeerLiveness liveness_;
 
   // Zero-copy sends ZeroMQ still holds; the release callback (on ZeroMQ's
   // I/O thread) signals released_cv_ when it reaches 0.

@@ -10,12 +10,14 @@
 #include <sstream>
 #include <string>
 
+#include "net/zmq_error.h"
+
 namespace kvtrain {
 namespace collective {
 
 namespace {
 
-std::string ZmqError() { return zmq_strerror(zmq_errno()); }
+using net::ZmqError;
 
 int MillisUntil(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -45,11 +47,11 @@ std::string Missing(const std::map<int, Registration>& got, int size) {
 }  // namespace
 
 StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Bind(
-    int port, const ps::JobKey& key) {
+    int port, const net::JobKey& key) {
   void* ctx = zmq_ctx_new();
-  std::unique_ptr<ps::ZapHandler> zap;
+  std::unique_ptr<net::ZapHandler> zap;
   if (key.secure()) {
-    auto started = ps::ZapHandler::Start(ctx, key, "all-reduce rendezvous");
+    auto started = net::ZapHandler::Start(ctx, key, "all-reduce rendezvous");
     if (!started.ok()) {
       zmq_ctx_term(ctx);
       return started.status();
@@ -57,7 +59,7 @@ StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Bind(
     zap = std::move(started).value();
   }
   void* s = zmq_socket(ctx, ZMQ_ROUTER);
-  Status secured = ps::SecureSocket(s, key, /*is_server=*/true);
+  Status secured = net::SecureSocket(s, key, /*is_server=*/true);
   const std::string ep =
       port == 0 ? "tcp://*:*" : "tcp://*:" + std::to_string(port);
   if (!secured.ok() || zmq_bind(s, ep.c_str()) != 0) {
@@ -142,11 +144,11 @@ Status RendezvousServer::Serve(int size, Clock::time_point deadline) {
 StatusOr<std::vector<Endpoint>> Register(const Endpoint& server, int rank,
                                          int size, const Endpoint& self,
                                          Clock::time_point deadline,
-                                         const ps::JobKey& key) {
+                                         const net::JobKey& key) {
   void* ctx = zmq_ctx_new();
   void* s = zmq_socket(ctx, ZMQ_DEALER);
   // A rendezvous with another key never answers: the deadline error says so.
-  const Status secured = ps::SecureSocket(s, key, /*is_server=*/false);
+  const Status secured = net::SecureSocket(s, key, /*is_server=*/false);
   const int zero = 0;
   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
   auto finish = [&](StatusOr<std::vector<Endpoint>> r) {

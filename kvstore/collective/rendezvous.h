@@ -20,7 +20,7 @@ class RendezvousServer {
   // Binds `port` on every interface (0: any free port).
   // `key` secures the socket (and starts its ZAP handler).
   static StatusOr<std::unique_ptr<RendezvousServer>> Bind(int port,
-                                                          const ps::JobKey& key);
+                                                          const net::JobKey& key);
   ~RendezvousServer();
 
   int port() const { return port_; }
@@ -35,7 +35,7 @@ class RendezvousServer {
   RendezvousServer(void* ctx, void* socket, int port)
       : ctx_(ctx), socket_(socket), port_(port) {}
   void* ctx_;
-  std::unique_ptr<ps::ZapHandler> zap_;  // closed before ctx_
+  std::unique_ptr<net::ZapHandler> zap_;  // closed before ctx_
   void* socket_;
   int port_;
 };
@@ -45,7 +45,7 @@ class RendezvousServer {
 StatusOr<std::vector<Endpoint>> Register(const Endpoint& server, int rank,
                                          int size, const Endpoint& self,
                                          Clock::time_point deadline,
-                                         const ps::JobKey& key);
+                                         const net::JobKey& key);
 
 }  // namespace collective
 }  // namespace kvtrain

@@ -6,23 +6,15 @@
 #include <sstream>
 
 #include "kvstore/ps/postoffice_impl.h"
-#include "kvstore/ps/same_host.h"
+#include "net/same_host.h"
 #include "kvstore/ps/scheduler.h"
 
 namespace kvtrain {
 namespace ps {
 namespace {
 
-constexpr int kControlPriority = INT_MAX;
 // DATA messages held for an application id nobody registered yet.
 constexpr size_t kMaxEarlyMessages = 10000;
-
-std::string Seconds(double s) {
-  std::ostringstream os;
-  os.precision(3);
-  os << s << " s";
-  return os.str();
-}
 
 }  // namespace
 
@@ -283,7 +275,8 @@ void PostofficeImpl::HandleNodeTable(const std::string& token,
       workers != config_.num_workers || msg.meta.job_id().empty()) {
     return Drop(token, "node table does not match this job");
   }
-  auto t = std::make_unique<NodeTable>(std::move(entries), msg.meta.job_id());
+  auto t = std::make_unique<NodeTable>(std::move(entries), msg.meta.job_id(),
+                                       liveness_options());
   for (const NodeEntry& e : t->nodes()) {
     if (e.id == kSchedulerId || e.token == this->token()) continue;
     Status s = van_->Connect(e.id, e.host, e.port, e.same_host);
@@ -291,7 +284,7 @@ void PostofficeImpl::HandleNodeTable(const std::string& token,
       return Fail(s.Annotate(name() + ": connecting to " + e.name), false);
     LOG_IF(INFO, verbose() >= 1)
         << name() << ": connecting to " << e.name
-        << (van_->SameHostAddress().empty() || SameHostEndpoint(e.same_host).empty()
+        << (van_->SameHostAddress().empty() || net::SameHostEndpoint(e.same_host).empty()
                 ? " over TCP"
                 : " over the same-host socket");
   }
@@ -363,11 +356,8 @@ void PostofficeImpl::DeliverEarly() {
 // ---- Timer thread ----
 
 void PostofficeImpl::TimerLoop() {
-  const double hb_s = config_.heartbeat_interval_s;
-  const auto tick =
-      std::chrono::duration<double>(hb_s > 0 ? std::min(hb_s / 4, 0.1) : 0.1);
-  const int64_t hb_ns = static_cast<int64_t>(hb_s * 1e9);
-  int64_t next_hb = 0;
+  const auto tick = std::chrono::duration<double>(
+      net::PeerLiveness::TickSeconds(liveness_options()));
   for (;;) {
     {
       std::unique_lock<std::mutex> l(timer_mu_);
@@ -394,21 +384,19 @@ void PostofficeImpl::TimerLoop() {
         Fail(Status::DeadlineExceeded(
                  "no node table from the scheduler at " + config_.root_uri +
                  ":" + std::to_string(config_.root_port) + " within " +
-                 Seconds(waited) + " (is the scheduler running? " +
+                 net::FormatSeconds(waited) + " (is the scheduler running? " +
                  env::kRootUri + "/" + env::kRootPort + ")"),
              false);
       }
       continue;
     }
-    if (hb_s <= 0 ||
+    const NodeTable* t = table();
+    if (t == nullptr ||
         (state != State::kRunning && state != State::kFinalizing)) {
       continue;
     }
-    if (now >= next_hb) {
-      SendHeartbeats();
-      next_hb = now + hb_ns;
-    }
     CheckPeers(now);
+    if (t->liveness().HeartbeatDue(now)) SendHeartbeats();
   }
 }
 
@@ -427,21 +415,11 @@ void PostofficeImpl::SendHeartbeats() {
 void PostofficeImpl::CheckPeers(int64_t now_ns) {
   const NodeTable* t = table();
   if (t == nullptr) return;
-  const int64_t limit = static_cast<int64_t>(config_.heartbeat_timeout_s * 1e9);
-  for (const NodeEntry& e : t->nodes()) {
-    if (e.id == my_id()) continue;
-    if (!scheduler_ && e.id != kSchedulerId) continue;
-    const int64_t silent = now_ns - t->LastSeen(e.id);
-    if (silent > limit) {
-      Fail(Status::Unavailable(e.name +
-                               " stopped responding: nothing heard "
-                               "for " +
-                               Seconds(silent / 1e9) + " (" +
-                               env::kHeartbeatTimeout + "=" +
-                               Seconds(config_.heartbeat_timeout_s) + ")"),
-           scheduler_ != nullptr, e.id);
-      return;
-    }
+  for (const net::PeerLiveness::Death& d : t->liveness().Check(now_ns)) {
+    const NodeEntry& e = t->nodes()[d.peer];
+    Fail(Status::Unavailable(net::DeathMessage(e.name, d.why)),
+         scheduler_ != nullptr, e.id);
+    return;
   }
 }
 

@@ -397,7 +397,7 @@ TEST(KVAppTest, ErrorsAndDeadlinesNameTheServer) {
   job.net()->Isolate(job.server(0)->port());
   s = (*worker)->Wait(*silent, kLong);
   EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
-  EXPECT_THAT(s.message(), HasSubstr(sname + " stopped responding"));
+  EXPECT_THAT(s.message(), HasSubstr(sname + " is dead"));
 }
 
 TEST(KVAppTest, DeferredResponsesOncePerStepFromEveryWorker) {

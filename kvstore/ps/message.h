@@ -16,6 +16,9 @@ namespace ps {
 // Node ids: the scheduler is 1, server rank r is 8 + 2r, worker rank r is
 // 9 + 2r (0: not yet registered).
 inline constexpr int kSchedulerId = 1;
+// Control messages (registration, barriers, heartbeats, abort) go ahead of
+// every data message queued on a connection.
+inline constexpr int kControlPriority = INT_MAX;
 inline int ServerId(int rank) { return 8 + 2 * rank; }
 inline int WorkerId(int rank) { return 9 + 2 * rank; }
 

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "base/trace.h"
-#include "kvstore/ps/net_util.h"
+#include "net/address.h"
 #include "kvstore/ps/postoffice_impl.h"
 
 #include "base/file.h"
@@ -17,13 +17,7 @@
 namespace kvtrain {
 namespace ps {
 
-inline constexpr int kControlPriority = INT_MAX;
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             Clock::now().time_since_epoch())
-      .count();
-}
+int64_t NowNs() { return net::SteadyNowNs(); }
 
 int GroupOf(Role role) {
   switch (role) {
@@ -45,16 +39,15 @@ std::string NodeName(Role role, int rank, const std::string& host, int port) {
   return os.str();
 }
 
-NodeTable::NodeTable(std::vector<NodeEntry> nodes, std::string job_id)
-    : nodes_(std::move(nodes)),
-      job_id_(std::move(job_id)),
-      last_seen_(nodes_.size()) {
-  const int64_t now = NowNs();
+NodeTable::NodeTable(std::vector<NodeEntry> nodes, std::string job_id,
+                     const net::LivenessOptions& liveness)
+    : nodes_(std::move(nodes)), job_id_(std::move(job_id)) {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     by_id_[nodes_[i].id] = i;
     by_token_[nodes_[i].token] = i;
-    last_seen_[i].store(now);
   }
+  liveness_ = std::make_unique<net::PeerLiveness>(
+      static_cast<int>(nodes_.size()), liveness, NowNs());
 }
 
 const NodeEntry* NodeTable::ById(int id) const {
@@ -76,13 +69,12 @@ std::vector<int> NodeTable::Members(int groups) const {
 }
 
 void NodeTable::Touch(int id, int64_t now_ns) const {
-  auto it = by_id_.find(id);
-  if (it != by_id_.end()) last_seen_[it->second].store(now_ns);
+  liveness_->Heard(IndexOf(id), now_ns);
 }
 
-int64_t NodeTable::LastSeen(int id) const {
+int NodeTable::IndexOf(int id) const {
   auto it = by_id_.find(id);
-  return it == by_id_.end() ? 0 : last_seen_[it->second].load();
+  return it == by_id_.end() ? -1 : static_cast<int>(it->second);
 }
 
 namespace {
@@ -122,7 +114,7 @@ StatusOr<std::unique_ptr<Postoffice>> Postoffice::Create(
   if (options.job_key) {
     vo.key = *options.job_key;
   } else {
-    KV_ASSIGN_OR_RETURN(vo.key, JobKey::FromEnv(ProcessEnv()));
+    KV_ASSIGN_OR_RETURN(vo.key, net::JobKey::FromEnv(ProcessEnv()));
   }
   LOG_IF(INFO, config.verbose >= 1)
       << RoleName(config.role) << ": "
@@ -180,9 +172,9 @@ PostofficeImpl::PostofficeImpl(const NodeConfig& config,
 PostofficeImpl::~PostofficeImpl() { StopThreads(Duration::zero()); }
 
 Status PostofficeImpl::Init() {
-  const std::vector<NetInterface> ifs = ListInterfaces();
-  KV_ASSIGN_OR_RETURN(host_, AdvertisedHost(config_, ifs));
-  StatusOr<std::string> root = ResolveIPv4(config_.root_uri);
+  const std::vector<net::NetInterface> ifs = net::ListInterfaces();
+  KV_ASSIGN_OR_RETURN(host_, net::AdvertisedHost(config_, ifs));
+  StatusOr<std::string> root = net::ResolveIPv4(config_.root_uri);
   if (!root.ok()) {
     return root.status().Annotate(std::string(env::kRootUri) + "=\"" +
                                   config_.root_uri + "\"");
@@ -205,6 +197,7 @@ Status PostofficeImpl::Init() {
              int in_a_row, bool final) {
         OnHandshakeFailure(conn, endpoint, why, final ? INT_MAX : in_a_row);
       });
+  van_->SetDropHandler([this](int conn) { OnDrop(conn); });
   if (sched) scheduler_ = std::make_unique<SchedulerCore>(this);
   if (sched && !config_.scheduler_port_file.empty()) {
     // The launcher waits for this file: the port is ours before anyone
@@ -325,15 +318,54 @@ void PostofficeImpl::InstallTable(std::unique_ptr<NodeTable> table,
   rank_.store(my_rank);
   my_id_.store(me->id);
   trace::SetProcessName(std::string(RoleName(me->role)) + " " + std::to_string(my_rank));
+  // The scheduler watches every node; the others watch the scheduler (a
+  // dead server or worker reaches them as the scheduler's abort).
+  for (const NodeEntry& e : table->nodes()) {
+    table->liveness().SetWatched(
+        table->IndexOf(e.id),
+        e.id != me->id && (scheduler_ != nullptr || e.id == kSchedulerId));
+  }
   table_owned_ = std::move(table);
   table_.store(table_owned_.get());
   if (state_ == State::kStarting) state_ = State::kRunning;
   cv_.notify_all();
 }
 
+net::LivenessOptions PostofficeImpl::liveness_options() const {
+  net::LivenessOptions o;
+  o.heartbeat_interval_s = config_.heartbeat_interval_s;
+  o.heartbeat_timeout_s = config_.heartbeat_timeout_s;
+  return o;
+}
+
 void PostofficeImpl::AliasConn(int id, int conn) {
   std::lock_guard<std::mutex> l(mu_);
   conn_alias_[id] = conn;
+}
+
+void PostofficeImpl::OnDrop(int conn) {
+  const int64_t now = NowNs();
+  int id = conn;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    // Every node leaves after the scheduler's TERMINATE (the job's
+    // goodbye): a drop before it is a death.
+    if ((state_ != State::kRunning && state_ != State::kFinalizing) ||
+        terminated_ || failed_) {
+      return;
+    }
+    for (const auto& [node, c] : conn_alias_) {
+      if (c == conn) id = node;
+    }
+  }
+  const NodeTable* t = table();
+  if (t == nullptr) return;
+  const int index = t->IndexOf(id);
+  if (index < 0) return;
+  LOG_IF(INFO, verbose() >= 1)
+      << name() << ": the connection to " << t->nodes()[index].name
+      << " dropped";
+  t->liveness().Dropped(index, now);
 }
 
 int PostofficeImpl::ConnOf(int id) {
@@ -425,6 +457,10 @@ Status PostofficeImpl::Finalize(Duration timeout) {
 void PostofficeImpl::MarkTerminated() {
   std::lock_guard<std::mutex> l(mu_);
   terminated_ = true;
+  // TERMINATE is every node's goodbye: they leave now.
+  if (const NodeTable* t = table()) {
+    for (int i = 0; i < t->liveness().size(); ++i) t->liveness().SaidGoodbye(i);
+  }
   cv_.notify_all();
 }
 

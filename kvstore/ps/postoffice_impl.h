@@ -19,7 +19,8 @@
 #include <vector>
 
 #include "base/logging.h"
-#include "base/node_config.h"
+#include "net/liveness.h"
+#include "net/node_config.h"
 #include "base/thread_annotations.h"
 #include "kvstore/ps/message.h"
 #include "kvstore/ps/ps.h"
@@ -56,26 +57,32 @@ struct NodeEntry {
 std::string NodeName(Role role, int rank, const std::string& host, int port);
 
 // The job's nodes, fixed once the scheduler has ranked them. Immutable
-// except for the last-seen clocks, which are atomic.
+// except for the liveness clocks (net/liveness.h), indexed like nodes().
 class NodeTable {
  public:
-  NodeTable(std::vector<NodeEntry> nodes, std::string job_id);
+  NodeTable(std::vector<NodeEntry> nodes, std::string job_id,
+            const net::LivenessOptions& liveness);
+  NodeTable(const NodeTable&) = delete;
+  NodeTable& operator=(const NodeTable&) = delete;
   const NodeEntry* ById(int id) const;
   const NodeEntry* ByToken(const std::string& token) const;
   const std::vector<NodeEntry>& nodes() const { return nodes_; }
   const std::string& job_id() const { return job_id_; }
   // Ids of the nodes in `groups` (Group bits).
   std::vector<int> Members(int groups) const;
-  // Monotonic nanoseconds of the last message from node `id`.
+  // A message from node `id` arrived at `now_ns` (net::SteadyNowNs()).
   void Touch(int id, int64_t now_ns) const;
-  int64_t LastSeen(int id) const;
+  // The clocks of nodes()[i], i = IndexOf(id); the owning postoffice sets
+  // which nodes it watches and checks them on its timer thread.
+  net::PeerLiveness& liveness() const { return *liveness_; }
+  int IndexOf(int id) const;  // -1 for an unknown id
 
  private:
   std::vector<NodeEntry> nodes_;
   std::string job_id_;
   std::unordered_map<int, size_t> by_id_;
   std::unordered_map<std::string, size_t> by_token_;
-  mutable std::vector<std::atomic<int64_t>> last_seen_;
+  std::unique_ptr<net::PeerLiveness> liveness_;
 };
 
 class SchedulerCore;
@@ -110,6 +117,8 @@ class PostofficeImpl {
   std::vector<KeyRange> ServerKeyRanges() const;
   // Null before the node table arrived.
   const NodeTable* table() const { return table_.load(); }
+  // PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT as liveness options.
+  net::LivenessOptions liveness_options() const;
   // "server 1 (10.0.0.2:41233)" or "node 17" when unknown.
   std::string PeerName(int id) const;
 
@@ -170,6 +179,9 @@ class PostofficeImpl {
   // handler runs.
   void Fail(const Status& reason, bool broadcast, int skip_id = 0);
   // The Van's report of a refused handshake on connection `conn`.
+  // Outgoing connection `conn` dropped: before the job's TERMINATE, the
+  // node behind it goes to the liveness clocks' drop rule (net/liveness.h).
+  void OnDrop(int conn) EXCLUDES(mu_);
   void OnHandshakeFailure(int conn, const std::string& endpoint,
                           const std::string& why, int in_a_row);
   Van* van() { return van_.get(); }

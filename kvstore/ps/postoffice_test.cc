@@ -12,6 +12,7 @@
 #include "kvstore/ps/inproc_job.h"
 #include "kvstore/ps/message.h"
 #include "kvstore/ps/postoffice_impl.h"
+#include "kvstore/ps/scheduler.h"
 
 namespace kvtrain {
 namespace ps {
@@ -20,6 +21,14 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr auto kLong = std::chrono::seconds(20);
+
+TEST(SchedulerTest, RankOrderIsNumericByAddressThenPort) {
+  EXPECT_TRUE(AddressBefore("127.0.0.2", 9, "127.0.0.10", 1));
+  EXPECT_TRUE(AddressBefore("10.0.0.1", 5, "10.0.0.1", 6));
+  EXPECT_TRUE(AddressBefore("10.0.0.1", 5, "a-host", 1));
+  EXPECT_TRUE(AddressBefore("a-host", 5, "b-host", 1));
+  EXPECT_FALSE(AddressBefore("10.0.0.1", 6, "10.0.0.1", 6));
+}
 
 TEST(PostofficeTest, StartAssignsRanksByAddressAndFinalizes) {
   InprocJobOptions o;
@@ -155,14 +164,14 @@ TEST(PostofficeTest, DeadServerIsNamedByEveryone) {
   const std::vector<std::string> f = job.Failures();
   int naming_dead = 0;
   for (const std::string& line : f) {
-    if (line.find(dead_name + " stopped responding") != std::string::npos) {
+    if (line.find(dead_name + " is dead") != std::string::npos) {
       ++naming_dead;
     }
   }
   EXPECT_EQ(naming_dead, 4) << ::testing::PrintToString(f);
   // Calls after the failure return the reason.
   Status s = job.worker(0)->Barrier(kWorkerGroup, kLong);
-  EXPECT_THAT(s.message(), HasSubstr(dead_name + " stopped responding"));
+  EXPECT_THAT(s.message(), HasSubstr(dead_name + " is dead"));
 }
 
 TEST(PostofficeTest, DeadSchedulerIsNamedByEveryone) {
@@ -178,7 +187,7 @@ TEST(PostofficeTest, DeadSchedulerIsNamedByEveryone) {
   ASSERT_TRUE(job.WaitForFailures(3, kLong));
   int naming = 0;
   for (const std::string& line : job.Failures()) {
-    if (line.find("scheduler (127.0.0.1:9000) stopped responding") !=
+    if (line.find("scheduler (127.0.0.1:9000) is dead") !=
         std::string::npos) {
       ++naming;
     }

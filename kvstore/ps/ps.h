@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "base/node_config.h"
+#include "net/node_config.h"
 #include "base/status.h"
-#include "kvstore/ps/curve.h"
+#include "net/curve.h"
 
 namespace kvtrain {
 namespace ps {
@@ -108,7 +108,7 @@ enum Group : int {
 // "servers+workers".
 std::string GroupName(int groups);
 
-// Called once when the job fails (a peer stopped responding, a start-up
+// Called once when the job fails (a peer died, a start-up
 // deadline passed, an ABORT arrived). The default handler logs the reason
 // with glog and ends the process with kJobFailedExitCode. A handler that
 // returns leaves the Postoffice failed: every later call returns the reason.
@@ -127,16 +127,16 @@ struct PostofficeOptions {
   // scheduler's start-up deadline, so that the scheduler's own report of
   // who is missing arrives first.
   Duration startup_grace = std::chrono::seconds(5);
-  // The job's CURVE key (kvstore/ps/curve.h); unset: JobKey::FromEnv of the
+  // The job's CURVE key (net/curve.h); unset: JobKey::FromEnv of the
   // process's environment, so a node without a key (and without
   // KVTRAIN_INSECURE=1) fails to start. Only Create (ZeroMQ) uses it.
-  std::optional<JobKey> job_key;
+  std::optional<net::JobKey> job_key;
   // A handshake refused this many times in a row on one outgoing connection
   // (a peer holding another key, or none) fails the job, naming the peer;
   // at once when ZeroMQ gives the connection up (a protocol error).
   int handshake_failures_fatal = 3;
   // Peers on this host connect over an abstract Unix-domain socket open to
-  // this user id only, without CURVE (kvstore/ps/same_host.h); false: TCP.
+  // this user id only, without CURVE (net/same_host.h); false: TCP.
   // Unset: KVTRAIN_SAME_HOST_IPC of the process's environment (default on).
   // Only Create (ZeroMQ) uses it.
   std::optional<bool> same_host;
@@ -151,8 +151,10 @@ class PostofficeImpl;
 //
 // Life cycle: Create -> Start (register, get a rank, connect) -> traffic and
 // Barrier -> Finalize (every node exits together). Heartbeats run from Start
-// to Finalize; if any node stops responding, every other node's failure
-// handler runs with "<role> <rank> (<host:port>) stopped responding".
+// to Finalize; when a node dies (net/liveness.h's rule: silent past
+// PS_HEARTBEAT_TIMEOUT, or its connection dropped while the job runs),
+// every other node's failure handler runs with "<role> <rank>
+// (<host:port>) is dead: <why>".
 class Postoffice {
  public:
   // Binds this node's port (the scheduler: DMLC_PS_ROOT_PORT; others:

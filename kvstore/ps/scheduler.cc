@@ -14,7 +14,6 @@ namespace kvtrain {
 namespace ps {
 namespace {
 
-constexpr int kControlPriority = INT_MAX;
 // Rejected registrations get an answer up to this many times (a flood of
 // bogus registrations must not open unbounded connections).
 constexpr int kMaxRejectReplies = 64;
@@ -250,7 +249,8 @@ void SchedulerCore::Complete() {
   complete_ = true;
   std::vector<NodeEntry> entries = RankNodes();
   const Message table = TableMessage(entries);
-  auto t = std::make_unique<NodeTable>(std::move(entries), NewJobId());
+  auto t = std::make_unique<NodeTable>(std::move(entries), NewJobId(),
+                                       po_->liveness_options());
   const NodeTable* installed = t.get();
   po_->InstallTable(std::move(t), 0);
   for (const NodeEntry& e : installed->nodes()) {

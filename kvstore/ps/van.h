@@ -34,7 +34,7 @@ class Van {
   // the port bound. A port in use is AlreadyExists.
   virtual StatusOr<int> Bind(int port) = 0;
   // After Bind: the address peers on this host connect to instead of the
-  // port (kvstore/ps/same_host.h), or "" when there is none.
+  // port (net/same_host.h), or "" when there is none.
   virtual std::string SameHostAddress() const { return ""; }
   // Opens the outgoing connection `conn` to host:port (asynchronously: it
   // may come up later; messages wait for it). `same_host` is what the peer
@@ -63,6 +63,10 @@ class Van {
       std::function<void(int conn, const std::string& endpoint,
                          const std::string& why, int in_a_row, bool final)>;
   virtual void SetHandshakeFailureHandler(HandshakeFailureHandler handler) {}
+  // The handler hears that outgoing connection `conn`, once up, dropped
+  // (its peer closed it or died). It runs on a Van thread.
+  using DropHandler = std::function<void(int conn)>;
+  virtual void SetDropHandler(DropHandler handler) {}
   // Prefix of the Van's own log lines (refused connections).
   virtual void SetLogName(const std::string& name) {}
 };

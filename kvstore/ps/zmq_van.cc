@@ -2,7 +2,8 @@
 #include "kvstore/ps/zmq_van.h"
 
 #include "base/trace.h"
-#include "kvstore/ps/same_host.h"
+#include "net/same_host.h"
+#include "net/zmq_error.h"
 
 #include <glog/logging.h>
 #include <zmq.h>
@@ -26,7 +27,7 @@ struct ZmqVan::Conn {
 
 namespace {
 
-std::string ZmqError() { return zmq_strerror(zmq_errno()); }
+using net::ZmqError;
 
 // What a sent frame's release callback holds: the frame's storage and, for
 // the last frame of a message, the connection whose window it occupies.
@@ -104,10 +105,10 @@ StatusOr<std::unique_ptr<ZmqVan>> ZmqVan::Create(std::string token,
   void* ctx = zmq_ctx_new();
   if (ctx == nullptr) return Status::Internal("zmq_ctx_new: " + ZmqError());
   zmq_ctx_set(ctx, ZMQ_IO_THREADS, 1);
-  std::unique_ptr<ZapHandler> zap;
+  std::unique_ptr<net::ZapHandler> zap;
   if (options.key.secure()) {
-    StatusOr<std::unique_ptr<ZapHandler>> z =
-        ZapHandler::Start(ctx, options.key, "ZeroMQ van");
+    StatusOr<std::unique_ptr<net::ZapHandler>> z =
+        net::ZapHandler::Start(ctx, options.key, "ZeroMQ van");
     if (!z.ok()) {
       zmq_ctx_term(ctx);
       return z.status();
@@ -117,7 +118,7 @@ StatusOr<std::unique_ptr<ZmqVan>> ZmqVan::Create(std::string token,
   std::unique_ptr<ZmqVan> van(new ZmqVan(std::move(token), options, ctx));
   van->zap_ = std::move(zap);
   ZmqVan* self = van.get();
-  van->monitor_ = HandshakeMonitor::Start(
+  van->monitor_ = net::HandshakeMonitor::Start(
       ctx, options.key.secure(), "ZeroMQ van",
       [self](int conn, const std::string& endpoint, const std::string& why,
              int in_a_row, bool final) {
@@ -127,6 +128,14 @@ StatusOr<std::unique_ptr<ZmqVan>> ZmqVan::Create(std::string token,
           h = self->on_handshake_failure_;
         }
         if (h) h(conn, endpoint, why, in_a_row, final);
+      },
+      [self](int conn) {
+        DropHandler h;
+        {
+          std::lock_guard<std::mutex> l(self->handler_mu_);
+          h = self->on_drop_;
+        }
+        if (h) h(conn);
       });
   return van;
 }
@@ -139,6 +148,11 @@ ZmqVan::ZmqVan(std::string token, const ZmqVanOptions& options, void* ctx)
 void ZmqVan::SetHandshakeFailureHandler(HandshakeFailureHandler handler) {
   std::lock_guard<std::mutex> l(handler_mu_);
   on_handshake_failure_ = std::move(handler);
+}
+
+void ZmqVan::SetDropHandler(DropHandler handler) {
+  std::lock_guard<std::mutex> l(handler_mu_);
+  on_drop_ = std::move(handler);
 }
 
 void ZmqVan::SetLogName(const std::string& name) {
@@ -160,7 +174,7 @@ StatusOr<int> ZmqVan::Bind(int port) {
   zmq_setsockopt(router_, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
   zmq_setsockopt(router_, ZMQ_RCVHWM, &zero, sizeof(zero));
   zmq_setsockopt(router_, ZMQ_LINGER, &zero, sizeof(zero));
-  Status secured = SecureSocket(router_, options_.key, /*is_server=*/true);
+  Status secured = net::SecureSocket(router_, options_.key, /*is_server=*/true);
   if (secured.ok()) secured = monitor_->Watch(router_, /*is_server=*/true, -1);
   if (!secured.ok()) {
     zmq_close(router_);
@@ -189,7 +203,7 @@ StatusOr<int> ZmqVan::Bind(int port) {
   const size_t colon = bound.rfind(':');
   if (options_.same_host) {
     // Best effort: without it, peers on this host use TCP (and CURVE).
-    StatusOr<std::string> local = BindSameHost(router_, "ps");
+    StatusOr<std::string> local = net::BindSameHost(router_, "ps");
     if (local.ok()) {
       same_host_ = *local;
     } else {
@@ -207,7 +221,7 @@ Status ZmqVan::Connect(int conn, const std::string& host, int port,
   // Both ends must have a same-host socket: a node run with it off uses TCP
   // for every link, in and out.
   const std::string local =
-      same_host_.empty() ? std::string() : SameHostEndpoint(same_host);
+      same_host_.empty() ? std::string() : net::SameHostEndpoint(same_host);
   c->endpoint = local.empty() ? "tcp://" + host + ":" + std::to_string(port) : local;
   void* s = zmq_socket(ctx_, ZMQ_DEALER);
   if (s == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
@@ -217,7 +231,7 @@ Status ZmqVan::Connect(int conn, const std::string& host, int port,
   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
   // Same-host links are vouched for by the kernel (the peer's uid), not CURVE.
   Status secured = local.empty()
-                       ? SecureSocket(s, options_.key, /*is_server=*/false)
+                       ? net::SecureSocket(s, options_.key, /*is_server=*/false)
                        : Status::OK();
   if (secured.ok()) secured = monitor_->Watch(s, /*is_server=*/false, conn);
   if (!secured.ok()) {

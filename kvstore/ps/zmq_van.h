@@ -15,9 +15,10 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
-#include "kvstore/ps/curve.h"
 #include "kvstore/ps/outbox.h"
 #include "kvstore/ps/van.h"
+#include "net/curve.h"
+#include "net/handshake_monitor.h"
 
 namespace kvtrain {
 namespace ps {
@@ -27,10 +28,10 @@ struct ZmqVanOptions {
   int64_t send_window_bytes = 4 << 20;
   Duration poll_interval = std::chrono::milliseconds(50);
   // The job's key: secure (CURVE on every socket, a ZAP handler admitting
-  // only the job's key) unless insecure. See kvstore/ps/curve.h.
-  JobKey key;
+  // only the job's key) unless insecure. See net/curve.h.
+  net::JobKey key;
   // Peers on this host connect over an abstract Unix-domain socket open to
-  // this user id only, without CURVE (kvstore/ps/same_host.h); false: TCP.
+  // this user id only, without CURVE (net/same_host.h); false: TCP.
   bool same_host = true;
 };
 
@@ -55,6 +56,7 @@ class ZmqVan : public Van {
   void Close(Duration linger) override;
   void SetHandshakeFailureHandler(HandshakeFailureHandler handler) override
       EXCLUDES(handler_mu_);
+  void SetDropHandler(DropHandler handler) override EXCLUDES(handler_mu_);
   void SetLogName(const std::string& name) override;
 
   struct Conn;  // one outgoing connection (zmq_van.cc)
@@ -71,10 +73,11 @@ class ZmqVan : public Van {
   void* ctx_ = nullptr;
   void* router_ = nullptr;  // used by Bind/Recv/Close only
   std::string same_host_;   // set by Bind
-  std::unique_ptr<ZapHandler> zap_;  // when secure
-  std::unique_ptr<HandshakeMonitor> monitor_;
+  std::unique_ptr<net::ZapHandler> zap_;  // when secure
+  std::unique_ptr<net::HandshakeMonitor> monitor_;
   std::mutex handler_mu_;
   HandshakeFailureHandler on_handshake_failure_ GUARDED_BY(handler_mu_);
+  DropHandler on_drop_ GUARDED_BY(handler_mu_);
 
   std::mutex conns_mu_;
   std::map<int, Conn*> conns_ GUARDED_BY(conns_mu_);

@@ -10,7 +10,7 @@
 #include <atomic>
 #include <thread>
 
-#include "kvstore/ps/curve.h"
+#include "net/curve.h"
 #include "tests/util/local_job.h"
 
 namespace kvtrain {
@@ -32,7 +32,7 @@ int64_t Attack(const std::vector<int>& ports, const std::atomic<bool>& stop) {
       const int zero = 0;
       zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
       if (round % 2 == 1) {
-        CHECK(ps::SecureSocket(s, ps::JobKey::Generate(), false).ok());
+        CHECK(net::SecureSocket(s, net::JobKey::Generate(), false).ok());
       }
       const std::string ep = "tcp://127.0.0.1:" + std::to_string(port);
       zmq_connect(s, ep.c_str());

@@ -1,10 +1,14 @@
 // Kill tests: during push/pull traffic, SIGKILL a worker, a server or the
 // scheduler; every survivor exits non-zero within the heartbeat timeout
 // plus a few seconds, its log naming the dead node ("server 1
-// (127.0.0.1:41233) stopped responding").
+// (127.0.0.1:41233) is dead"). With a heartbeat timeout far longer than the
+// bound, the dropped connection alone must report the death.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+
+#include <algorithm>
+#include <string>
 
 #include "kvstore/ps/ps.h"
 #include "tests/ps/ps_job.h"
@@ -15,15 +19,20 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr double kHeartbeatTimeoutS = 3;
+constexpr int kHeartbeatTimeoutS = 3;
 // "Within the timeout plus a few seconds": generous, for a loaded machine.
-constexpr auto kExitBound =
-    std::chrono::seconds(static_cast<int>(kHeartbeatTimeoutS) + 20);
+constexpr int kSlackS = 20;
+// Longer than any bound here: only the drop rule can report in time.
+constexpr int kLongHeartbeatTimeoutS = 120;
 
-void KillDuringTraffic(Role victim_role, int victim_index) {
+void KillDuringTraffic(Role victim_role, int victim_index,
+                       int heartbeat_timeout_s = kHeartbeatTimeoutS,
+                       const std::string& why = "") {
+  const auto exit_bound = std::chrono::seconds(
+      std::min(heartbeat_timeout_s, kHeartbeatTimeoutS) + kSlackS);
   LocalJobOptions o = PsJob(2, 2, {"--scenario=traffic"});
   o.env["PS_HEARTBEAT_INTERVAL"] = "0.2";
-  o.env["PS_HEARTBEAT_TIMEOUT"] = std::to_string(kHeartbeatTimeoutS);
+  o.env["PS_HEARTBEAT_TIMEOUT"] = std::to_string(heartbeat_timeout_s);
   auto job = LocalJob::Start(o);
   ASSERT_TRUE(job.ok()) << job.status();
   for (int w = 0; w < 2; ++w) {
@@ -42,14 +51,14 @@ void KillDuringTraffic(Role victim_role, int victim_index) {
   for (JobNode& n : (*job)->nodes()) {
     if (&n == victim) continue;
     StatusOr<ExitInfo> e =
-        n.process->Wait(kExitBound - (Clock::now() - killed_at));
+        n.process->Wait(exit_bound - (Clock::now() - killed_at));
     ASSERT_TRUE(e.ok()) << n.name << " did not exit after " << dead
                         << " was killed\n"
                         << (*job)->Report();
     EXPECT_TRUE(e->exited) << n.name << ": " << e->ToString();
     EXPECT_EQ(e->code, ps::kJobFailedExitCode)
         << n.name << ": " << e->ToString();
-    EXPECT_THAT(n.process->ReadLog(), HasSubstr(dead + " stopped responding"))
+    EXPECT_THAT(n.process->ReadLog(), HasSubstr(dead + " is dead: " + why))
         << n.name;
     std::printf("%s exited %.2f s after %s was killed: %s\n", n.name.c_str(),
                 std::chrono::duration<double>(e->at - killed_at).count(),
@@ -60,6 +69,15 @@ void KillDuringTraffic(Role victim_role, int victim_index) {
 TEST(PsFailureTest, KilledWorker) { KillDuringTraffic(Role::kWorker, 1); }
 TEST(PsFailureTest, KilledServer) { KillDuringTraffic(Role::kServer, 1); }
 TEST(PsFailureTest, KilledScheduler) { KillDuringTraffic(Role::kScheduler, 0); }
+
+const char kDropped[] = "its connection dropped without a goodbye";
+
+TEST(PsFailureTest, KilledWorkerIsSeenByItsDroppedConnection) {
+  KillDuringTraffic(Role::kWorker, 0, kLongHeartbeatTimeoutS, kDropped);
+}
+TEST(PsFailureTest, KilledSchedulerIsSeenByItsDroppedConnection) {
+  KillDuringTraffic(Role::kScheduler, 0, kLongHeartbeatTimeoutS, kDropped);
+}
 
 }  // namespace
 }  // namespace testutil

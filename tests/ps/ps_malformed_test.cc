@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "kvstore/ps/curve.h"
+#include "net/curve.h"
 #include "proto/wire.pb.h"
 #include "tests/ps/ps_job.h"
 
@@ -116,12 +116,12 @@ TEST(PsMalformedTest, BadInputIsDroppedAndTheSumsStayExact) {
                          (*job)->worker(0).node_port};
   void* ctx = zmq_ctx_new();
   std::vector<void*> sockets;
-  StatusOr<ps::JobKey> key =
-      ps::JobKey::FromSecretZ85((*job)->job_key(), "the job's key");
+  StatusOr<net::JobKey> key =
+      net::JobKey::FromSecretZ85((*job)->job_key(), "the job's key");
   ASSERT_TRUE(key.ok()) << key.status();
   for (int port : targets) {
     void* s = zmq_socket(ctx, ZMQ_DEALER);
-    ASSERT_TRUE(ps::SecureSocket(s, *key, /*is_server=*/false).ok());
+    ASSERT_TRUE(net::SecureSocket(s, *key, /*is_server=*/false).ok());
     const std::string id = "w-rogue";
     zmq_setsockopt(s, ZMQ_ROUTING_ID, id.data(), id.size());
     const std::string ep = "tcp://127.0.0.1:" + std::to_string(port);

@@ -14,7 +14,7 @@
 
 #include <regex>
 
-#include "kvstore/ps/curve.h"
+#include "net/curve.h"
 #include "proto/wire.pb.h"
 #include "tests/ps/ps_job.h"
 
@@ -76,16 +76,16 @@ enum class Rogue { kNoKey, kOtherJobKey, kLeakedPublicKey };
 
 // One rogue connection to `port`; it reconnects every 10 ms when refused.
 void* RogueSocket(void* ctx, int port, Rogue kind,
-                  const ps::JobKey& job) {
+                  const net::JobKey& job) {
   void* s = zmq_socket(ctx, ZMQ_DEALER);
   const int zero = 0, ivl = 10, timeout = 10;
   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
   zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
   zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
   zmq_setsockopt(s, ZMQ_ROUTING_ID, "w-rogue", 7);
-  const ps::JobKey own = ps::JobKey::Generate();
+  const net::JobKey own = net::JobKey::Generate();
   if (kind == Rogue::kOtherJobKey) {
-    CHECK(ps::SecureSocket(s, own, /*is_server=*/false).ok());
+    CHECK(net::SecureSocket(s, own, /*is_server=*/false).ok());
   } else if (kind == Rogue::kLeakedPublicKey) {
     const std::string& pub = job.public_z85();
     zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, pub.c_str(), pub.size() + 1);
@@ -115,8 +115,8 @@ TEST(PsSecurityTest, RogueWithoutTheKeyGetsNothingThroughAndIsLogged) {
     ASSERT_TRUE(WaitForLog(n.process.get(), " started\n")) << (*job)->Report();
   }
   const auto began = Clock::now();
-  const ps::JobKey key =
-      ps::JobKey::FromSecretZ85((*job)->job_key(), "the job's key").value();
+  const net::JobKey key =
+      net::JobKey::FromSecretZ85((*job)->job_key(), "the job's key").value();
   const int targets[] = {(*job)->root_port(), (*job)->server(0).node_port,
                          (*job)->worker(0).node_port};
   void* ctx = zmq_ctx_new();
@@ -219,7 +219,7 @@ std::unique_ptr<LocalJob> WaitingJob(bool secure, const std::string& job_id) {
 TEST(PsSecurityTest, WorkerWithAnotherJobsKeyFailsClearly) {
   auto job = WaitingJob(/*secure=*/true, "");
   auto w = StartWorker(
-      job.get(), {{"KVTRAIN_JOB_KEY", ps::JobKey::Generate().secret_z85()}},
+      job.get(), {{"KVTRAIN_JOB_KEY", net::JobKey::Generate().secret_z85()}},
       "other-key");
   // Well before the start-up deadline (120 s): refused 3 times, then exits.
   StatusOr<ExitInfo> e = w->Wait(std::chrono::seconds(60));

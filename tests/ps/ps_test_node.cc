@@ -15,7 +15,7 @@
 #include <mutex>
 #include <thread>
 
-#include "base/node_config.h"
+#include "net/node_config.h"
 #include "kvstore/ps/ps.h"
 
 DEFINE_string(scenario, "sums", "sums or traffic");

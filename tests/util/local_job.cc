@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "base/env.h"
-#include "kvstore/ps/curve.h"
+#include "net/curve.h"
 
 namespace kvtrain {
 namespace testutil {
@@ -26,7 +26,7 @@ StatusOr<std::unique_ptr<LocalJob>> LocalJob::Start(LocalJobOptions options) {
     return Status::InvalidArgument("LocalJob needs a binary");
   }
   if (options.secure && options.job_key.empty()) {
-    options.job_key = ps::JobKey::Generate().secret_z85();
+    options.job_key = net::JobKey::Generate().secret_z85();
   }
   if (!options.secure) options.job_key.clear();
   std::unique_ptr<LocalJob> job(new LocalJob(std::move(options)));

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "base/node_config.h"
+#include "net/node_config.h"
 #include "tests/util/process.h"
 
 namespace kvtrain {

@@ -1,4 +1,4 @@
-#include "base/node_config.h"
+#include "net/node_config.h"
 
 #include <gtest/gtest.h>
 

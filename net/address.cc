@@ -1,5 +1,5 @@
 // Interface listing, host resolution and the advertised-address rule.
-#include "kvstore/ps/net_util.h"
+#include "net/address.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -14,7 +14,7 @@
 #include <map>
 
 namespace kvtrain {
-namespace ps {
+namespace net {
 
 std::vector<NetInterface> ListInterfaces() {
   std::map<std::string, NetInterface> by_name;
@@ -140,5 +140,5 @@ StatusOr<std::string> AdvertisedHost(const NodeConfig& config,
   return best != nullptr ? best->ipv4 : std::string("127.0.0.1");
 }
 
-}  // namespace ps
+}  // namespace net
 }  // namespace kvtrain

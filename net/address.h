@@ -1,16 +1,16 @@
 // Network addresses: which IPv4 address a node advertises, interface
 // listing, host name resolution.
-#ifndef KVTRAIN_KVSTORE_PS_NET_UTIL_H_
-#define KVTRAIN_KVSTORE_PS_NET_UTIL_H_
+#ifndef KVTRAIN_NET_ADDRESS_H_
+#define KVTRAIN_NET_ADDRESS_H_
 
 #include <string>
 #include <vector>
 
-#include "base/node_config.h"
+#include "net/node_config.h"
 #include "base/status.h"
 
 namespace kvtrain {
-namespace ps {
+namespace net {
 
 struct NetInterface {
   std::string name;
@@ -49,7 +49,7 @@ StatusOr<std::string> RouteSourceAddress(const std::string& ip, int port);
 StatusOr<std::string> AdvertisedHost(const NodeConfig& config,
                                      const std::vector<NetInterface>& ifs);
 
-}  // namespace ps
+}  // namespace net
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_NET_UTIL_H_
+#endif  // KVTRAIN_NET_ADDRESS_H_

@@ -1,10 +1,9 @@
-// Same-host links: the host identity follows the network namespace, only
-// this host's addresses give an ipc endpoint, a secure van's peers on this
-// host connect without CURVE, and a process of another user id cannot get a
-// message into a node through its same-host socket.
-#include "kvstore/ps/same_host.h"
-
+// ZmqVans under the job's key: only the key is admitted over TCP, plain and
+// secure peers do not mix, peers on one host talk over the same-host socket
+// (no CURVE) while TCP still needs the key, and a process of another user
+// id cannot get a message into a node through its same-host socket.
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/wait.h>
@@ -12,12 +11,123 @@
 #include <zmq.h>
 
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "kvstore/ps/zmq_van.h"
+#include "net/curve.h"
+#include "net/same_host.h"
 
 namespace kvtrain {
 namespace ps {
 namespace {
+
+using ::testing::HasSubstr;
+using net::JobKey;
+
+// A ZmqVan that listens, and what its connecting peers saw.
+struct Listener {
+  explicit Listener(const JobKey& key) {
+    ZmqVanOptions o;
+    o.key = key;
+    o.poll_interval = std::chrono::milliseconds(20);
+    van = ZmqVan::Create("listener", o).value();
+    port = *van->Bind(0);
+  }
+  // Receives for up to `timeout`; the first message's first frame, or "".
+  std::string RecvOne(Duration timeout) {
+    const auto deadline = Clock::now() + timeout;
+    RawMessage m;
+    while (Clock::now() < deadline) {
+      StatusOr<bool> got = van->Recv(&m);
+      if (got.ok() && *got && !m.frames.empty()) {
+        return std::string(m.frames[0].data(), m.frames[0].size());
+      }
+    }
+    return "";
+  }
+  std::unique_ptr<ZmqVan> van;
+  int port = 0;
+};
+
+// A connecting ZmqVan that records refused handshakes.
+struct Sender {
+  explicit Sender(const JobKey& key) {
+    ZmqVanOptions o;
+    o.key = key;
+    van = ZmqVan::Create("sender", o).value();
+    van->SetHandshakeFailureHandler(
+        [this](int, const std::string&, const std::string& w, int n,
+               bool final) {
+          std::lock_guard<std::mutex> l(mu);
+          why = w;
+          in_a_row = final ? 1000 : n;
+        });
+  }
+  Status SendTo(int port, const std::string& text) {
+    KV_RETURN_IF_ERROR(van->Connect(1, "127.0.0.1", port, ""));
+    return van->Send(1, 0, {Blob::Copy(text.data(), text.size())});
+  }
+  bool WaitRefused(int times) {
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (Clock::now() < deadline) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (in_a_row >= times) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  std::unique_ptr<ZmqVan> van;
+  std::mutex mu;
+  std::string why;
+  int in_a_row = 0;
+};
+
+TEST(ZmqVanCurveTest, TheJobKeyIsAdmitted) {
+  const JobKey key = JobKey::Generate();
+  Listener l(key);
+  Sender s(key);
+  ASSERT_TRUE(s.SendTo(l.port, "hello").ok());
+  EXPECT_EQ(l.RecvOne(std::chrono::seconds(30)), "hello");
+}
+
+TEST(ZmqVanCurveTest, InsecureVansTalk) {
+  Listener l(JobKey::Insecure());
+  Sender s(JobKey::Insecure());
+  ASSERT_TRUE(s.SendTo(l.port, "plain").ok());
+  EXPECT_EQ(l.RecvOne(std::chrono::seconds(30)), "plain");
+}
+
+TEST(ZmqVanCurveTest, AnotherKeyIsRefused) {
+  Listener l(JobKey::Generate());
+  Sender s(JobKey::Generate());
+  ASSERT_TRUE(s.SendTo(l.port, "rogue").ok());
+  ASSERT_TRUE(s.WaitRefused(3));
+  EXPECT_EQ(l.RecvOne(std::chrono::milliseconds(300)), "");
+  std::lock_guard<std::mutex> lock(s.mu);
+  EXPECT_THAT(s.why, HasSubstr("does not accept this process's job key"));
+}
+
+TEST(ZmqVanCurveTest, PlainPeersAndSecurePeersDoNotMix) {
+  {
+    Listener l(JobKey::Generate());
+    Sender s(JobKey::Insecure());
+    ASSERT_TRUE(s.SendTo(l.port, "plain").ok());
+    ASSERT_TRUE(s.WaitRefused(2));
+    EXPECT_EQ(l.RecvOne(std::chrono::milliseconds(300)), "");
+    std::lock_guard<std::mutex> lock(s.mu);
+    EXPECT_THAT(s.why, HasSubstr("KVTRAIN_INSECURE=1"));
+  }
+  {
+    Listener l(JobKey::Insecure());
+    Sender s(JobKey::Generate());
+    ASSERT_TRUE(s.SendTo(l.port, "curve").ok());
+    ASSERT_TRUE(s.WaitRefused(2));
+    EXPECT_EQ(l.RecvOne(std::chrono::milliseconds(300)), "");
+  }
+}
 
 std::unique_ptr<ZmqVan> MakeVan(const std::string& token, const JobKey& key) {
   ZmqVanOptions o;
@@ -39,42 +149,6 @@ bool RecvWithin(ZmqVan* van, Duration d, RawMessage* msg) {
   return false;
 }
 
-TEST(SameHostTest, IdentityNamesTheKernelAndTheNetworkNamespace) {
-  const std::string id = HostIdentity();
-  ASSERT_FALSE(id.empty());
-  EXPECT_EQ(HostIdentity(), id);
-  // A process in a new network namespace is another host: its abstract
-  // sockets are not ours.
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    close(fds[0]);
-    const std::string other = unshare(CLONE_NEWNET) == 0 ? HostIdentity() : "unshare failed";
-    (void)!write(fds[1], other.data(), other.size());
-    _exit(0);
-  }
-  close(fds[1]);
-  char buf[256] = {};
-  const ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
-  close(fds[0]);
-  waitpid(child, nullptr, 0);
-  const std::string other(buf, n > 0 ? n : 0);
-  if (other == "unshare failed") GTEST_SKIP() << "cannot make a network namespace here";
-  EXPECT_NE(other, id);
-  EXPECT_EQ(other.substr(0, other.find('.')), id.substr(0, id.find('.')));  // same kernel
-}
-
-TEST(SameHostTest, OnlyThisHostsAddressesGiveAnEndpoint) {
-  EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@kvtrain-ps-1-ab"), "ipc://@kvtrain-ps-1-ab");
-  EXPECT_EQ(SameHostEndpoint("0000-other-boot.4026531840@kvtrain-ps-1-ab"), "");
-  EXPECT_EQ(SameHostEndpoint(""), "");
-  EXPECT_EQ(SameHostEndpoint(HostIdentity()), "");
-  EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@"), "");
-  EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@a/b"), "");
-  EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@a b"), "");
-}
 
 TEST(SameHostTest, SecureVansOnOneHostTalkOverTheSameHostSocket) {
   const JobKey key = JobKey::Generate();
@@ -123,7 +197,7 @@ TEST(SameHostTest, AnotherUserCannotSendThroughTheSameHostSocket) {
     char buf[256] = {};
     const ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
     if (n <= 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
-    const std::string endpoint = SameHostEndpoint(std::string(buf, n));
+    const std::string endpoint = net::SameHostEndpoint(std::string(buf, n));
     void* ctx = zmq_ctx_new();
     void* s = zmq_socket(ctx, ZMQ_DEALER);
     const int linger = 2000;

@@ -1,6 +1,7 @@
 // CURVE: Z85 (agreeing with tracker/launch.py's encoder), JobKey from the
-// environment and key files, and ZmqVans that admit only the job's key.
-#include "kvstore/ps/curve.h"
+// environment and key files, and a ZAP handler that admits only the job's
+// key (kvstore/ps/zmq_van_security_test drives it through Vans).
+#include "net/curve.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,10 +14,8 @@
 #include <fstream>
 #include <thread>
 
-#include "kvstore/ps/zmq_van.h"
-
 namespace kvtrain {
-namespace ps {
+namespace net {
 namespace {
 
 using ::testing::HasSubstr;
@@ -107,110 +106,6 @@ TEST(JobKeyTest, FromEnv) {
   for (const std::string& p : {good, open_file, group_file}) unlink(p.c_str());
 }
 
-// A ZmqVan that listens, and what its connecting peers saw.
-struct Listener {
-  explicit Listener(const JobKey& key) {
-    ZmqVanOptions o;
-    o.key = key;
-    o.poll_interval = std::chrono::milliseconds(20);
-    van = ZmqVan::Create("listener", o).value();
-    port = *van->Bind(0);
-  }
-  // Receives for up to `timeout`; the first message's first frame, or "".
-  std::string RecvOne(Duration timeout) {
-    const auto deadline = Clock::now() + timeout;
-    RawMessage m;
-    while (Clock::now() < deadline) {
-      StatusOr<bool> got = van->Recv(&m);
-      if (got.ok() && *got && !m.frames.empty()) {
-        return std::string(m.frames[0].data(), m.frames[0].size());
-      }
-    }
-    return "";
-  }
-  std::unique_ptr<ZmqVan> van;
-  int port = 0;
-};
-
-// A connecting ZmqVan that records refused handshakes.
-struct Sender {
-  explicit Sender(const JobKey& key) {
-    ZmqVanOptions o;
-    o.key = key;
-    van = ZmqVan::Create("sender", o).value();
-    van->SetHandshakeFailureHandler(
-        [this](int, const std::string&, const std::string& w, int n,
-               bool final) {
-          std::lock_guard<std::mutex> l(mu);
-          why = w;
-          in_a_row = final ? 1000 : n;
-        });
-  }
-  Status SendTo(int port, const std::string& text) {
-    KV_RETURN_IF_ERROR(van->Connect(1, "127.0.0.1", port, ""));
-    return van->Send(1, 0, {Blob::Copy(text.data(), text.size())});
-  }
-  bool WaitRefused(int times) {
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (Clock::now() < deadline) {
-      {
-        std::lock_guard<std::mutex> l(mu);
-        if (in_a_row >= times) return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-  std::unique_ptr<ZmqVan> van;
-  std::mutex mu;
-  std::string why;
-  int in_a_row = 0;
-};
-
-TEST(ZmqVanCurveTest, TheJobKeyIsAdmitted) {
-  const JobKey key = JobKey::Generate();
-  Listener l(key);
-  Sender s(key);
-  ASSERT_TRUE(s.SendTo(l.port, "hello").ok());
-  EXPECT_EQ(l.RecvOne(std::chrono::seconds(30)), "hello");
-}
-
-TEST(ZmqVanCurveTest, InsecureVansTalk) {
-  Listener l(JobKey::Insecure());
-  Sender s(JobKey::Insecure());
-  ASSERT_TRUE(s.SendTo(l.port, "plain").ok());
-  EXPECT_EQ(l.RecvOne(std::chrono::seconds(30)), "plain");
-}
-
-TEST(ZmqVanCurveTest, AnotherKeyIsRefused) {
-  Listener l(JobKey::Generate());
-  Sender s(JobKey::Generate());
-  ASSERT_TRUE(s.SendTo(l.port, "rogue").ok());
-  ASSERT_TRUE(s.WaitRefused(3));
-  EXPECT_EQ(l.RecvOne(std::chrono::milliseconds(300)), "");
-  std::lock_guard<std::mutex> lock(s.mu);
-  EXPECT_THAT(s.why, HasSubstr("does not accept this process's job key"));
-}
-
-TEST(ZmqVanCurveTest, PlainPeersAndSecurePeersDoNotMix) {
-  {
-    Listener l(JobKey::Generate());
-    Sender s(JobKey::Insecure());
-    ASSERT_TRUE(s.SendTo(l.port, "plain").ok());
-    ASSERT_TRUE(s.WaitRefused(2));
-    EXPECT_EQ(l.RecvOne(std::chrono::milliseconds(300)), "");
-    std::lock_guard<std::mutex> lock(s.mu);
-    EXPECT_THAT(s.why, HasSubstr("KVTRAIN_INSECURE=1"));
-  }
-  {
-    Listener l(JobKey::Insecure());
-    Sender s(JobKey::Generate());
-    ASSERT_TRUE(s.SendTo(l.port, "curve").ok());
-    ASSERT_TRUE(s.WaitRefused(2));
-    EXPECT_EQ(l.RecvOne(std::chrono::milliseconds(300)), "");
-  }
-}
-
 // A client that knows the job's public key (say it leaked) but not the
 // secret key presents its own key pair: the ZAP handler refuses it.
 TEST(ZapHandlerTest, RefusesAClientKeyThatIsNotTheJobs) {
@@ -264,5 +159,5 @@ TEST(ZapHandlerTest, RefusesAClientKeyThatIsNotTheJobs) {
 }
 
 }  // namespace
-}  // namespace ps
+}  // namespace net
 }  // namespace kvtrain

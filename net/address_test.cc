@@ -1,14 +1,12 @@
 // Address rules: DMLC_NODE_HOST, DMLC_INTERFACE (lo works, unknown names
 // list the interfaces), the route to the scheduler, and the fallback.
-#include "kvstore/ps/net_util.h"
+#include "net/address.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "kvstore/ps/scheduler.h"
-
 namespace kvtrain {
-namespace ps {
+namespace net {
 namespace {
 
 using ::testing::HasSubstr;
@@ -20,7 +18,7 @@ NodeConfig Config() {
   return c;
 }
 
-TEST(NetUtilTest, LoopbackIsListedAndResolvable) {
+TEST(AddressTest, LoopbackIsListedAndResolvable) {
   const std::vector<NetInterface> ifs = ListInterfaces();
   StatusOr<std::string> lo = InterfaceAddress("lo", ifs);
   ASSERT_TRUE(lo.ok()) << lo.status();
@@ -28,7 +26,7 @@ TEST(NetUtilTest, LoopbackIsListedAndResolvable) {
   EXPECT_THAT(DescribeInterfaces(ifs), HasSubstr("lo (127.0.0.1)"));
 }
 
-TEST(NetUtilTest, UnknownInterfaceListsTheKnownOnes) {
+TEST(AddressTest, UnknownInterfaceListsTheKnownOnes) {
   StatusOr<std::string> r = InterfaceAddress("nosuch0", ListInterfaces());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kNotFound);
@@ -41,7 +39,7 @@ TEST(NetUtilTest, UnknownInterfaceListsTheKnownOnes) {
               HasSubstr("has no IPv4 address"));
 }
 
-TEST(NetUtilTest, AdvertisedHostRules) {
+TEST(AddressTest, AdvertisedHostRules) {
   const std::vector<NetInterface> ifs = ListInterfaces();
   NodeConfig c = Config();
   c.node_host = "node7.example";
@@ -63,21 +61,13 @@ TEST(NetUtilTest, AdvertisedHostRules) {
   EXPECT_EQ(*AdvertisedHost(c, {{"lo", "127.0.0.1", true, true}}), "127.0.0.1");
 }
 
-TEST(NetUtilTest, ResolvesNamesAndRoutes) {
+TEST(AddressTest, ResolvesNamesAndRoutes) {
   EXPECT_EQ(*ResolveIPv4("10.1.2.3"), "10.1.2.3");
   EXPECT_EQ(*ResolveIPv4("localhost"), "127.0.0.1");
   EXPECT_EQ(*RouteSourceAddress("127.0.0.1", 9), "127.0.0.1");
   EXPECT_FALSE(RouteSourceAddress("not-an-ip", 9).ok());
 }
 
-TEST(NetUtilTest, RankOrderIsNumericByAddressThenPort) {
-  EXPECT_TRUE(AddressBefore("127.0.0.2", 9, "127.0.0.10", 1));
-  EXPECT_TRUE(AddressBefore("10.0.0.1", 5, "10.0.0.1", 6));
-  EXPECT_TRUE(AddressBefore("10.0.0.1", 5, "a-host", 1));
-  EXPECT_TRUE(AddressBefore("a-host", 5, "b-host", 1));
-  EXPECT_FALSE(AddressBefore("10.0.0.1", 6, "10.0.0.1", 6));
-}
-
 }  // namespace
-}  // namespace ps
+}  // namespace net
 }  // namespace kvtrain

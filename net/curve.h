@@ -11,8 +11,8 @@
 // admits a client only when its public key is the job's. A peer without the
 // secret key cannot complete a handshake, so it can neither send nor
 // receive a single message.
-#ifndef KVTRAIN_KVSTORE_PS_CURVE_H_
-#define KVTRAIN_KVSTORE_PS_CURVE_H_
+#ifndef KVTRAIN_NET_CURVE_H_
+#define KVTRAIN_NET_CURVE_H_
 
 #include <atomic>
 #include <cstdint>
@@ -30,7 +30,7 @@
 #include "base/thread_annotations.h"
 
 namespace kvtrain {
-namespace ps {
+namespace net {
 
 // The job's CURVE key pair, or "insecure" (KVTRAIN_INSECURE=1). Copyable.
 class JobKey {
@@ -116,63 +116,7 @@ class ZapHandler {
   std::thread thread_;
 };
 
-// Watches the handshakes of a context's sockets (zmq_socket_monitor) on its
-// own thread. On a bound socket every failed handshake is logged with the
-// peer's address and the reason, rate-limited (a handshake refused by the
-// ZapHandler is logged there instead). On a connecting socket each failure
-// is reported to `on_refused` with the number of failures in a row (a
-// successful handshake resets the count) and whether ZeroMQ gives the
-// connection up: it reconnects after a peer closed the connection, but not
-// after a protocol error (a mechanism mismatch, a refused key). Destroy before zmq_ctx_term.
-// Thread-safe; `on_refused` runs on the monitor's thread.
-class HandshakeMonitor {
- public:
-  // tag: the caller's name for the socket (Watch); endpoint: the address it
-  // connects to; why: a sentence for the user; in_a_row: >= 1; final: the
-  // connection is given up (no more messages will ever pass on it).
-  using RefusedFn =
-      std::function<void(int tag, const std::string& endpoint,
-                         const std::string& why, int in_a_row, bool final)>;
-
-  // `secure`: whether this process uses CURVE (words the reasons).
-  static std::unique_ptr<HandshakeMonitor> Start(void* zmq_context,
-                                                 bool secure,
-                                                 std::string log_name,
-                                                 RefusedFn on_refused);
-  ~HandshakeMonitor();
-
-  // Call before the socket binds or connects. `is_server`: a bound socket.
-  Status Watch(void* socket, bool is_server, int tag) EXCLUDES(mu_);
-  // Prefix of later log lines (e.g. once the port is known).
-  void SetLogName(std::string name) EXCLUDES(mu_);
-  // Failed handshakes on bound sockets so far (logged or not).
-  int64_t refused() const { return refused_.load(); }
-
-  struct Watched;  // one monitored socket (curve.cc)
-
- private:
-  HandshakeMonitor(void* ctx, bool secure, std::string log_name,
-                   RefusedFn on_refused);
-  void Loop();
-  void OnEvent(Watched* w, uint16_t event, uint32_t value,
-               const std::string& endpoint);
-
-  void* ctx_;
-  const bool secure_;
-  const RefusedFn on_refused_;
-  std::mutex mu_;
-  std::string log_name_ GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Watched>> added_ GUARDED_BY(mu_);
-  int next_id_ GUARDED_BY(mu_) = 0;
-  // Owned by Loop's thread.
-  std::vector<std::unique_ptr<Watched>> watched_;
-  LogRateLimiter log_limiter_;
-  std::atomic<bool> stop_{false};
-  std::atomic<int64_t> refused_{0};
-  std::thread thread_;
-};
-
-}  // namespace ps
+}  // namespace net
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_CURVE_H_
+#endif  // KVTRAIN_NET_CURVE_H_

@@ -1,5 +1,5 @@
 // Parsing and validation of the distributed-job environment.
-#include "base/node_config.h"
+#include "net/node_config.h"
 
 #include <sstream>
 

@@ -1,5 +1,7 @@
 // HandshakeMonitor: failed ZeroMQ handshakes, logged with the peer's
 // address (bound sockets) or reported to the owner (connecting sockets).
+#include "net/handshake_monitor.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -7,11 +9,10 @@
 
 #include <cstdio>
 #include <cstring>
-
-#include "kvstore/ps/curve.h"
+#include <map>
 
 namespace kvtrain {
-namespace ps {
+namespace net {
 
 struct HandshakeMonitor::Watched {
   void* pair = nullptr;  // receives the socket's events
@@ -22,8 +23,9 @@ struct HandshakeMonitor::Watched {
   // Server: the reason of a failure whose ZMQ_EVENT_DISCONNECTED (which
   // names the descriptor) comes next; "" = none.
   std::string failed;
-  // Client: failures in a row.
+  // Client: failures in a row; whether the connection is up.
   int in_a_row = 0;
+  bool up = false;
 };
 
 namespace {
@@ -97,16 +99,20 @@ std::string ClientReason(uint16_t event, uint32_t value, bool secure) {
 }  // namespace
 
 std::unique_ptr<HandshakeMonitor> HandshakeMonitor::Start(
-    void* ctx, bool secure, std::string log_name, RefusedFn on_refused) {
-  return std::unique_ptr<HandshakeMonitor>(new HandshakeMonitor(
-      ctx, secure, std::move(log_name), std::move(on_refused)));
+    void* ctx, bool secure, std::string log_name, RefusedFn on_refused,
+    DroppedFn on_dropped) {
+  return std::unique_ptr<HandshakeMonitor>(
+      new HandshakeMonitor(ctx, secure, std::move(log_name),
+                           std::move(on_refused), std::move(on_dropped)));
 }
 
 HandshakeMonitor::HandshakeMonitor(void* ctx, bool secure,
-                                   std::string log_name, RefusedFn on_refused)
+                                   std::string log_name, RefusedFn on_refused,
+                                   DroppedFn on_dropped)
     : ctx_(ctx),
       secure_(secure),
       on_refused_(std::move(on_refused)),
+      on_dropped_(std::move(on_dropped)),
       log_name_(std::move(log_name)),
       log_limiter_(10, std::chrono::seconds(10)) {
   thread_ = std::thread([this] { Loop(); });
@@ -221,7 +227,13 @@ void HandshakeMonitor::OnEvent(Watched* w, uint16_t event, uint32_t value,
                        event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                        event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
   if (!w->is_server) {
-    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) w->in_a_row = 0;
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      w->in_a_row = 0;
+      w->up = true;
+    } else if (event == ZMQ_EVENT_DISCONNECTED && w->up) {
+      w->up = false;
+      if (on_dropped_) on_dropped_(w->tag);
+    }
     if (failure && on_refused_) {
       on_refused_(w->tag, endpoint, ClientReason(event, value, secure_),
                   ++w->in_a_row,
@@ -257,5 +269,5 @@ void HandshakeMonitor::OnEvent(Watched* w, uint16_t event, uint32_t value,
   }
 }
 
-}  // namespace ps
+}  // namespace net
 }  // namespace kvtrain

@@ -1,7 +1,7 @@
 // NodeConfig: the DMLC_*/PS_* environment contract of a distributed job,
 // parsed once. Every error names the variable, its value and what was expected.
-#ifndef KVTRAIN_BASE_NODE_CONFIG_H_
-#define KVTRAIN_BASE_NODE_CONFIG_H_
+#ifndef KVTRAIN_NET_NODE_CONFIG_H_
+#define KVTRAIN_NET_NODE_CONFIG_H_
 
 #include <string>
 
@@ -69,4 +69,4 @@ struct NodeConfig {
 
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_BASE_NODE_CONFIG_H_
+#endif  // KVTRAIN_NET_NODE_CONFIG_H_

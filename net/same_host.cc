@@ -1,5 +1,5 @@
 // Same-host links over abstract Unix-domain sockets (see same_host.h).
-#include "kvstore/ps/same_host.h"
+#include "net/same_host.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <random>
 
 namespace kvtrain {
-namespace ps {
+namespace net {
 namespace {
 
 bool IsToken(const std::string& s) {
@@ -68,5 +68,5 @@ std::string SameHostEndpoint(const std::string& address) {
   return "ipc://@" + name;
 }
 
-}  // namespace ps
+}  // namespace net
 }  // namespace kvtrain

@@ -6,15 +6,15 @@
 // read our environment and memory), and no other user can connect at all.
 // Abstract sockets live in the network namespace, so a peer in another
 // namespace is "another host" and keeps TCP + CURVE.
-#ifndef KVTRAIN_KVSTORE_PS_SAME_HOST_H_
-#define KVTRAIN_KVSTORE_PS_SAME_HOST_H_
+#ifndef KVTRAIN_NET_SAME_HOST_H_
+#define KVTRAIN_NET_SAME_HOST_H_
 
 #include <string>
 
 #include "base/status.h"
 
 namespace kvtrain {
-namespace ps {
+namespace net {
 
 // "<kernel boot id>.<network namespace inode>": equal exactly for
 // processes that can reach each other's abstract sockets. "" if unknown.
@@ -32,7 +32,7 @@ StatusOr<std::string> BindSameHost(void* socket, const std::string& prefix);
 // else "" (use TCP).
 std::string SameHostEndpoint(const std::string& address);
 
-}  // namespace ps
+}  // namespace net
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_SAME_HOST_H_
+#endif  // KVTRAIN_NET_SAME_HOST_H_

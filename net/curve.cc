@@ -1,5 +1,5 @@
 // JobKey (environment, key files), SecureSocket and the ZAP handler.
-#include "kvstore/ps/curve.h"
+#include "net/curve.h"
 
 #include <sys/stat.h>
 #include <zmq.h>
@@ -13,7 +13,7 @@
 #include <vector>
 
 namespace kvtrain {
-namespace ps {
+namespace net {
 namespace {
 
 constexpr char kZapEndpoint[] = "inproc://zeromq.zap.01";
@@ -280,5 +280,5 @@ void ZapHandler::Loop() {
   }
 }
 
-}  // namespace ps
+}  // namespace net
 }  // namespace kvtrain

@@ -1,0 +1,58 @@
+// Same-host links: the host identity follows the network namespace and only
+// this host's addresses give an ipc endpoint (kvstore/ps's
+// zmq_van_security_test drives the links through Vans).
+#include "net/same_host.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <cstring>
+
+namespace kvtrain {
+namespace net {
+namespace {
+
+TEST(SameHostTest, IdentityNamesTheKernelAndTheNetworkNamespace) {
+  const std::string id = HostIdentity();
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(HostIdentity(), id);
+  // A process in a new network namespace is another host: its abstract
+  // sockets are not ours.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    const std::string other = unshare(CLONE_NEWNET) == 0 ? HostIdentity() : "unshare failed";
+    (void)!write(fds[1], other.data(), other.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  char buf[256] = {};
+  const ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+  close(fds[0]);
+  waitpid(child, nullptr, 0);
+  const std::string other(buf, n > 0 ? n : 0);
+  if (other == "unshare failed") GTEST_SKIP() << "cannot make a network namespace here";
+  EXPECT_NE(other, id);
+  EXPECT_EQ(other.substr(0, other.find('.')), id.substr(0, id.find('.')));  // same kernel
+}
+
+TEST(SameHostTest, OnlyThisHostsAddressesGiveAnEndpoint) {
+  EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@kvtrain-ps-1-ab"), "ipc://@kvtrain-ps-1-ab");
+  EXPECT_EQ(SameHostEndpoint("0000-other-boot.4026531840@kvtrain-ps-1-ab"), "");
+  EXPECT_EQ(SameHostEndpoint(""), "");
+  EXPECT_EQ(SameHostEndpoint(HostIdentity()), "");
+  EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@"), "");
+  EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@a/b"), "");
+  EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@a b"), "");
+}
+
+}  // namespace
+}  // namespace net
+}  // namespace kvtrain
