@@ -1,4 +1,4 @@
-"""The job key in the launcher: Z85 (agreeing with kvstore/ps/curve_test.cc),
+"""The job key in the launcher: Z85 (agreeing with net/curve_test.cc),
 key files and their modes, what each process gets (a 0600 file locally, the
 environment for ssh and mpirun, never a command line), the same key for the
 whole job, --insecure, and keys refused on launch.py's command line."""
@@ -20,7 +20,7 @@ from launch_testlib import (FAKE_JOB, kill_marked, launch, new_marker,  # noqa: 
                             read_until, start_launch, wait_no_processes)
 from tools import pyunit  # noqa: E402
 
-# kvstore/ps/curve_test.cc decodes the same text to bytes 0..31.
+# net/curve_test.cc decodes the same text to bytes 0..31.
 BYTES_0_TO_31_Z85 = "009c61o!#m2NH?C3>iWS5d]J*6CRx17-skh9337x"
 
 
