@@ -97,9 +97,6 @@ StatusOr<NodeConfig> NodeConfig::FromEnv(const EnvLookup& env) {
   KV_ASSIGN_OR_RETURN(c.startup_timeout_s,
                       GetSecondsVar(env, env::kStartupTimeout,
                                     c.startup_timeout_s, 0.01, 86400));
-  KV_ASSIGN_OR_RETURN(int64_t spin,
-                      GetIntVar(env, env::kWaitSpinUs, c.wait_spin_us, 0, 1000000));
-  c.wait_spin_us = static_cast<int>(spin);
   return c;
 }
 

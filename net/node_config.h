@@ -50,11 +50,6 @@ struct NodeConfig {
   std::string job_id;
   // Seconds the scheduler waits for all nodes (KVTRAIN_STARTUP_TIMEOUT).
   double startup_timeout_s = 60.0;
-  // A worker's Wait for a small request (at most 64 KB each way) first polls
-  // for this many microseconds, yielding the CPU between polls, before it
-  // sleeps: the response then needs no thread wake-up, which costs tens of
-  // microseconds on a VM (KVTRAIN_WAIT_SPIN_US; 0: sleep at once).
-  int wait_spin_us = 200;
 
   // Parses and validates the whole contract from `env`.
   static StatusOr<NodeConfig> FromEnv(const EnvLookup& env);

@@ -20,44 +20,6 @@ constexpr size_t kMaxEarlyMessages = 10000;
 
 void PostofficeImpl::RecvLoop() {
   while (!stop_.load()) {
-    {
-      // Stay out of the socket while a waiter receives, or lingers for one.
-      std::unique_lock<std::mutex> l(lend_mu_);
-      Duration check_back{};
-      while (!handback_ && !stop_.load() &&
-             (lent_ || Clock::now() < linger_until_)) {
-        if (!parked_) {
-          parked_ = true;
-          lend_cv_.notify_all();  // a waiter may be waiting for this
-        }
-        if (!lent_) {
-          lend_cv_.wait_until(l, linger_until_);
-          continue;
-        }
-        // During a loan, check back after twice the last loan's length,
-        // and while loans keep following each other, after twice as long
-        // as the time before, up to kMaxCheckBack (all within [kLinger,
-        // poll interval]): back-to-back loans then cost the receive
-        // thread a wake-up every few milliseconds, not one each. A thread
-        // that starts waiting meanwhile recalls it (RecallReceiver).
-        const Duration most = std::max<Duration>(
-            kLinger, std::min<Duration>(
-                         std::max<Duration>(kMaxCheckBack, 2 * last_loan_),
-                         options_.poll_interval));
-        check_back = std::clamp<Duration>(
-            std::max<Duration>(2 * last_loan_, 2 * check_back), kLinger, most);
-        lend_cv_.wait_until(l, Clock::now() + check_back);
-      }
-      parked_ = false;
-      if (handback_) {
-        std::pair<std::string, Message> back = std::move(*handback_);
-        handback_.reset();
-        l.unlock();
-        Handle(back.first, std::move(back.second));
-        continue;
-      }
-    }
-    if (stop_.load()) break;
     std::string token;
     Message msg;
     StatusOr<bool> got = RecvMessage(&token, &msg);
@@ -81,74 +43,6 @@ StatusOr<bool> PostofficeImpl::RecvMessage(std::string* token, Message* msg) {
     return false;
   }
   *token = std::move(raw.token);
-  return true;
-}
-
-void PostofficeImpl::LingerForWaiter() {
-  std::lock_guard<std::mutex> l(lend_mu_);
-  linger_until_ = Clock::now() + kLinger;
-}
-
-void PostofficeImpl::RecallReceiver() {
-  std::lock_guard<std::mutex> l(lend_mu_);
-  linger_until_ = Clock::time_point();
-  if (lent_) {
-    recall_ = true;  // the loan ends with the receive thread's return
-  } else if (parked_) {
-    lend_cv_.notify_all();
-  }
-}
-
-bool PostofficeImpl::ReceiveWhileWaiting(
-    const std::function<bool()>& done,
-    const std::function<bool(const Message&)>& mine,
-    const std::function<bool()>& linger, Clock::time_point deadline) {
-  {
-    std::unique_lock<std::mutex> l(lend_mu_);
-    auto taken = [this] { return lent_ || handback_ || stop_.load(); };
-    if (taken()) return false;
-    if (!parked_) {
-      // Lingering, the receive thread is on its way out of the socket.
-      if (Clock::now() >= linger_until_) return false;
-      lend_cv_.wait_until(l, std::min(deadline, linger_until_),
-                          [&] { return parked_ || taken(); });
-      if (!parked_ || taken()) return false;
-    }
-    lent_ = true;
-  }
-  const auto start = Clock::now();
-  std::optional<std::pair<std::string, Message>> back;
-  while (!stop_.load() && Clock::now() < deadline && !done()) {
-    std::string token;
-    Message msg;
-    StatusOr<bool> got = RecvMessage(&token, &msg);
-    if (!got.ok()) break;  // the receive thread meets and reports it
-    if (!*got) continue;
-    if (!mine(msg)) {
-      back.emplace(std::move(token), std::move(msg));
-      break;
-    }
-    Handle(token, std::move(msg));
-  }
-  bool stay_out = !back && !stop_.load() && linger();
-  std::lock_guard<std::mutex> l(lend_mu_);
-  stay_out = stay_out && !recall_;
-  recall_ = false;
-  lent_ = false;
-  ++loans_;
-  last_loan_ = Clock::now() - start;
-  if (stay_out) {
-    ++lingered_loans_;
-    // The receive thread lingers on for kLinger, for this thread's next
-    // Wait to take over again.
-    linger_until_ = Clock::now() + kLinger;
-  } else {
-    // Other traffic, other waiters or the end: the receive thread takes
-    // over now (and StopThreads hears that the loan ended).
-    handback_ = std::move(back);
-    linger_until_ = Clock::time_point();
-    lend_cv_.notify_all();
-  }
   return true;
 }
 

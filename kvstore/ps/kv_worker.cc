@@ -1,7 +1,5 @@
 // KVWorker: slices requests by server key range, tracks the responses, and
 // delivers pulled values as views or into caller buffers.
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -13,13 +11,14 @@
 
 #include "base/logging.h"
 #include "base/trace.h"
+#include "kvstore/ps/answer_poll.h"
 #include "kvstore/ps/postoffice_impl.h"
 
 namespace kvtrain {
 namespace ps {
 namespace {
 
-// Requests whose Wait polls before it sleeps (NodeConfig::wait_spin_us).
+// Requests whose Wait polls before it sleeps (answer_poll.h).
 constexpr size_t kSmallRequestBytes = 64 << 10;
 
 // Byte offset of each key's value (n + 1 entries) for `lens`, or for an
@@ -42,7 +41,8 @@ const char* Kind(bool push, bool pull) {
 
 class KVWorker::Impl : public Customer {
  public:
-  Impl(PostofficeImpl* po, int app_id) : po_(po), app_id_(app_id) {}
+  Impl(PostofficeImpl* po, int app_id)
+      : po_(po), app_id_(app_id), poll_(po->wait_spin_us()) {}
   ~Impl() override { po_->UnregisterCustomer(this); }
 
   int app_id() const override { return app_id_; }
@@ -73,8 +73,6 @@ class KVWorker::Impl : public Customer {
     std::function<void(const Status&)> callback;
     // At most kSmallRequestBytes pushed and pulled: Wait polls first.
     bool small = false;
-    // A thread sleeps in Wait for it.
-    bool waited = false;
   };
 
   Status CheckPullDest(const PullDest& dest, size_t n) const;
@@ -86,9 +84,6 @@ class KVWorker::Impl : public Customer {
                        bool push, bool pull, const RequestOptions& opts,
                        const std::vector<size_t>& val_off) const;
   Status CheckResponse(const Pending& p, size_t s, const KVPairs& kv) const;
-  // A response to a request without a callback (which Accept completes
-  // without running user code): a waiting thread may receive it itself.
-  bool IsWaitedResponse(const Message& msg) EXCLUDES(mu_);
   // Completes `ts` if nothing is outstanding; returns what to run once mu_
   // is released (the request's callback, or the wake-up of its waiter).
   std::function<void()> MaybeFinish(int64_t ts) REQUIRES(mu_);
@@ -99,11 +94,8 @@ class KVWorker::Impl : public Customer {
   std::condition_variable cv_;
   // Requests completed so far: a spinning Wait watches it without the lock.
   std::atomic<uint64_t> finished_{0};
-  // Wait's polling back-off: misses in a row, small waits left to skip.
-  int spin_misses_ GUARDED_BY(mu_) = 0;
-  int spin_skip_ GUARDED_BY(mu_) = 0;
-  // Threads asleep in Wait.
-  int sleeping_ GUARDED_BY(mu_) = 0;
+  // Whether a small request's Wait polls first.
+  AnswerPoll poll_ GUARDED_BY(mu_);
   std::unordered_map<int64_t, Pending> pending_ GUARDED_BY(mu_);
   int64_t next_ts_ GUARDED_BY(mu_) = 1;
   LogRateLimiter log_;
@@ -251,14 +243,10 @@ std::function<void()> KVWorker::Impl::MaybeFinish(int64_t ts) {
   trace::Instant("van", "answered", "", ts);
   if (!p.callback) {
     finished_.fetch_add(1, std::memory_order_release);
-    // The only sleeping waiter is likely to wait again soon: the receive
-    // thread lingers for it to receive its next answer itself.
-    const bool linger = p.waited && !p.small && sleeping_ == 1;
     // The waiter is woken after mu_ is released, so that it does not wake
     // only to block on mu_ again. (This Impl outlives the call: Accept runs
     // under the Postoffice's customer lock, which ~Impl takes.)
-    return [this, linger] {
-      if (linger) po_->LingerForWaiter();
+    return [this] {
       cv_.notify_all();
     };
   }
@@ -293,16 +281,6 @@ Status KVWorker::Impl::CheckResponse(const Pending& p, size_t s,
     }
   }
   return Status::OK();
-}
-
-bool KVWorker::Impl::IsWaitedResponse(const Message& msg) {
-  const wire::Header& h = msg.meta;
-  if (h.command() != wire::DATA || h.request() || h.app_id() != app_id_) {
-    return false;
-  }
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = pending_.find(h.timestamp());
-  return it != pending_.end() && !it->second.callback;
 }
 
 void KVWorker::Impl::Accept(Message&& msg) {
@@ -376,71 +354,12 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
     auto i = pending_.find(ts);
     return i == pending_.end() || (i->second.done && i->second.copying == 0);
   };
-  // While the receive thread lingers for a waiter (see MaybeFinish), this
-  // thread receives a large answer itself: no thread wake-up on its path.
-  // (A small one is polled for below, which needs no wake-up either, once
-  // the receive thread is back.)
-  if (!ready() && !it->second.small) {
-    l.unlock();
-    po_->ReceiveWhileWaiting(
-        [&] {
-          std::lock_guard<std::mutex> g(mu_);
-          return ready();
-        },
-        [this](const Message& m) { return IsWaitedResponse(m); },
-        [this] {
-          std::lock_guard<std::mutex> g(mu_);
-          return sleeping_ == 0;
-        },
-        deadline);
-    l.lock();
-    it = pending_.find(ts);
-    if (it == pending_.end()) {
-      return Status::NotFound("request " + std::to_string(ts) +
-                              " was waited for by another thread");
-    }
+  // A small request's answer is polled for first (answer_poll.h).
+  if (it->second.small && !ready()) {
+    const int poll_us = poll_.Next();
+    if (poll_us > 0) poll_.Polled(PollForAnswer(&l, finished_, poll_us, ready));
   }
-  // A small request's answer is usually a round trip (~100 us) away: poll
-  // for it, so that no thread wake-up lies on its path (a large one would
-  // take the CPU its own transfer needs).
-  // When answers keep outlasting the poll (the CPUs are oversubscribed, or
-  // the servers are slow), polling only takes CPU from them: after each
-  // miss it skips polling for twice as many small waits as before, plus
-  // one (up to 63).
-  const int spin_us = po_->config().wait_spin_us;
-  // From here on the receive thread delivers the answer: recall it if it
-  // lingers or is parked (a large wait gets here when it could not borrow).
-  if (!ready()) po_->RecallReceiver();
-  if (spin_us > 0 && it->second.small && !ready()) {
-    if (spin_skip_ > 0) {
-      --spin_skip_;
-    } else {
-      const auto spin_end = Clock::now() + std::chrono::microseconds(spin_us);
-      uint64_t seen = finished_.load(std::memory_order_acquire);
-      bool answered = false;
-      l.unlock();
-      for (;;) {
-        const uint64_t now_seen = finished_.load(std::memory_order_acquire);
-        if (now_seen != seen) {
-          seen = now_seen;
-          l.lock();
-          if ((answered = ready())) break;
-          l.unlock();
-        }
-        if (Clock::now() >= spin_end) {
-          l.lock();
-          break;
-        }
-        sched_yield();
-      }
-      spin_misses_ = answered ? 0 : std::min(spin_misses_ + 1, 6);
-      spin_skip_ = answered ? 0 : (1 << spin_misses_) - 1;
-    }
-  }
-  if (!ready()) pending_.at(ts).waited = true;
-  ++sleeping_;
   const bool answered = cv_.wait_until(l, deadline, ready);
-  --sleeping_;
   if (!answered) {
     const Pending& p = pending_.at(ts);
     std::ostringstream os;

@@ -127,7 +127,13 @@ StatusOr<std::unique_ptr<Postoffice>> Postoffice::Create(
 
 StatusOr<std::unique_ptr<Postoffice>> Postoffice::CreateWithVan(
     const NodeConfig& config, std::unique_ptr<Van> van,
-    const PostofficeOptions& options) {
+    const PostofficeOptions& given) {
+  PostofficeOptions options = given;
+  if (!options.wait_spin_us) {
+    KV_ASSIGN_OR_RETURN(int64_t spin, GetIntVar(ProcessEnv(), env::kWaitSpinUs,
+                                                200, 0, 1000000));
+    options.wait_spin_us = static_cast<int>(spin);
+  }
   auto impl = std::make_unique<PostofficeImpl>(config, std::move(van), options);
   KV_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Postoffice>(new Postoffice(std::move(impl)));
@@ -247,11 +253,6 @@ Status PostofficeImpl::WaitFor(std::unique_lock<std::mutex>* lock,
                                const std::function<bool()>& done,
                                const std::string& what) {
   const auto deadline = Clock::now() + timeout;
-  if (!failed_ && !done()) {
-    lock->unlock();
-    RecallReceiver();
-    lock->lock();
-  }
   while (!failed_ && !done()) {
     if (cv_.wait_until(*lock, deadline) == std::cv_status::timeout) {
       if (failed_ || done()) break;
@@ -471,13 +472,6 @@ void PostofficeImpl::StopThreads(Duration linger) {
     timer_cv_.notify_all();
   }
   if (timer_thread_.joinable()) timer_thread_.join();
-  {
-    // A thread that borrowed the socket (ReceiveWhileWaiting) leaves it
-    // within a poll interval; the van must not close under it.
-    std::unique_lock<std::mutex> l(lend_mu_);
-    lend_cv_.notify_all();
-    lend_cv_.wait_for(l, 4 * options_.poll_interval, [this] { return !lent_; });
-  }
   if (recv_thread_.joinable()) recv_thread_.join();
   van_->Close(linger);
 }

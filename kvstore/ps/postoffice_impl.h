@@ -119,49 +119,14 @@ class PostofficeImpl {
   const NodeTable* table() const { return table_.load(); }
   // PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT as liveness options.
   net::LivenessOptions liveness_options() const;
+  // Resolved by Postoffice::CreateWithVan (never unset here).
+  int wait_spin_us() const { return options_.wait_spin_us.value_or(0); }
   // "server 1 (10.0.0.2:41233)" or "node 17" when unknown.
   std::string PeerName(int id) const;
 
   // Customers. Register fails if app_id is taken on this node.
   Status RegisterCustomer(Customer* c) EXCLUDES(customers_mu_);
   void UnregisterCustomer(Customer* c) EXCLUDES(customers_mu_);
-  // Lets the calling thread, which waits for answers, receive in place of
-  // the receive thread while that one lingers (LingerForWaiter): so no
-  // thread wake-up lies between an answer's arrival and its waiter. It
-  // handles the messages `mine` accepts until done() holds, `deadline`
-  // passes or the node stops; the first other message goes back to the
-  // receive thread, which then takes over again. At the end, the receive
-  // thread lingers on if linger() says so (nobody else waits) and nobody
-  // recalled it meanwhile (RecallReceiver), or else resumes at once. Returns
-  // false, having done nothing, unless the receive thread was lingering and
-  // nobody else received in its place.
-  bool ReceiveWhileWaiting(const std::function<bool()>& done,
-                           const std::function<bool(const Message&)>& mine,
-                           const std::function<bool()>& linger,
-                           Clock::time_point deadline)
-      EXCLUDES(lend_mu_, customers_mu_);
-  // Called when an answer completed a request that the only waiting thread
-  // waits for: that thread is likely to wait again soon, so the receive
-  // thread stays out of the socket for kLinger, for it to take over.
-  void LingerForWaiter() EXCLUDES(lend_mu_);
-  // Called by a thread about to wait for something only the receive
-  // thread delivers: a lingering or parked receive thread goes back to the
-  // socket now, or as soon as the current loan ends.
-  void RecallReceiver() EXCLUDES(lend_mu_);
-  static constexpr auto kLinger = std::chrono::milliseconds(1);
-  // During back-to-back loans the receive thread checks back at least this
-  // often (or after twice the last loan's length, if longer).
-  static constexpr auto kMaxCheckBack = std::chrono::milliseconds(8);
-  // Loans so far, and those after which the receive thread lingered on
-  // (tests).
-  int64_t loans() EXCLUDES(lend_mu_) {
-    std::lock_guard<std::mutex> l(lend_mu_);
-    return loans_;
-  }
-  int64_t lingered_loans() EXCLUDES(lend_mu_) {
-    std::lock_guard<std::mutex> l(lend_mu_);
-    return lingered_loans_;
-  }
   // Ok while the node is running (started, not failed nor finalized).
   Status CheckRunning() const EXCLUDES(mu_);
   // Sends msg (DATA) to node `to`, filling sender, recipient and job id.
@@ -242,22 +207,6 @@ class PostofficeImpl {
 
   std::atomic<bool> stop_{false};
   std::thread recv_thread_;
-  // The receive side lent to a waiting thread (ReceiveWhileWaiting): the
-  // receive thread parks (lingers) out of Recv; a waiter may then receive
-  // (lent_); it gives back what it did not take.
-  std::mutex lend_mu_;
-  std::condition_variable lend_cv_;
-  bool parked_ GUARDED_BY(lend_mu_) = false;
-  bool lent_ GUARDED_BY(lend_mu_) = false;
-  // Somebody waits for the receive thread: the current loan hands back.
-  bool recall_ GUARDED_BY(lend_mu_) = false;
-  Clock::time_point linger_until_ GUARDED_BY(lend_mu_);
-  // How long the last loan lasted; loans so far (tests).
-  Duration last_loan_ GUARDED_BY(lend_mu_){};
-  int64_t loans_ GUARDED_BY(lend_mu_) = 0;
-  int64_t lingered_loans_ GUARDED_BY(lend_mu_) = 0;
-  std::optional<std::pair<std::string, Message>> handback_
-      GUARDED_BY(lend_mu_);
   std::thread timer_thread_;
   std::mutex timer_mu_;
   std::condition_variable timer_cv_;

@@ -140,6 +140,11 @@ struct PostofficeOptions {
   // Unset: KVTRAIN_SAME_HOST_IPC of the process's environment (default on).
   // Only Create (ZeroMQ) uses it.
   std::optional<bool> same_host;
+  // A worker's Wait for a small request (at most 64 KB each way) polls this
+  // many microseconds for the answer before it sleeps (0: sleep at once;
+  // kvstore/ps/answer_poll.h). Unset: KVTRAIN_WAIT_SPIN_US of the process's
+  // environment (default 200).
+  std::optional<int> wait_spin_us;
 };
 
 class Van;
