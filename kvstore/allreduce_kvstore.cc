@@ -208,9 +208,8 @@ Status AllreduceKVStore::ReduceBucket(int bucket, std::vector<float> buffer,
     at += parts[i].second;
     Tensor grad = Tensor::Wrap(grad_data, e.value.shape(), DType::kFloat32,
                                Device::CPU(), nullptr);
-    if (updater_) {
-      KV_RETURN_IF_ERROR(updater_(e.key, grad, &e.value)
-                             .Annotate("key " + keys_.Name(ids[i]) + ": updater"));
+    if (update_.active()) {
+      KV_RETURN_IF_ERROR(update_.Apply(e.key, keys_.Name(ids[i]), grad, &e.value));
     } else {
       std::memcpy(e.value.data<float>(), grad_data, parts[i].second * 4);
     }
@@ -298,11 +297,36 @@ Status AllreduceKVStore::PushLocked(const std::vector<KeyGroup>& groups) {
   return Status::OK();
 }
 
+StatusOr<std::unique_ptr<KVStore>> AllreduceKVStore::Create(
+    const KVStoreOptions& options) {
+  if (options.communicator) {
+    return CreateAllreduceKVStore(options.communicator, options);
+  }
+  KV_ASSIGN_OR_RETURN(StoreSettings settings, StoreSettings::FromEnv(options.env));
+  const EnvLookup& env = options.env;
+  const auto role = env(env::kRole);
+  const bool mpi = env(env::kOmpiSize) || env(env::kPmiSize);
+  if (role == "scheduler") return RendezvousOnly(options);
+  if (role == "server") {
+    return Status::FailedPrecondition(
+        "dist_allreduce has no servers, but this process has DMLC_ROLE=server "
+        "(launch with -s 0)");
+  }
+  std::shared_ptr<collective::Communicator> comm;
+  if (!mpi && !role) {
+    // Not launched: a group of one.
+    KV_ASSIGN_OR_RETURN(auto group, collective::Communicator::CreateLocalGroup(1));
+    comm = group[0];
+  } else {
+    KV_ASSIGN_OR_RETURN(comm, collective::Communicator::CreateFromEnv(env));
+  }
+  KV_ASSIGN_OR_RETURN(size_t bucket_bytes, AllreduceBucketBytes(options.env));
+  return std::unique_ptr<KVStore>(new AllreduceKVStore(
+      std::move(comm), bucket_bytes, settings.timeout, /*owns_comm=*/true));
+}
+
 KVHandle AllreduceKVStore::AddPending(Pending p) {
-  std::lock_guard<std::mutex> l(mu_);
-  const KVHandle h = next_handle_++;
-  handles_.emplace(h, std::move(p));
-  return h;
+  return handles_.Add(std::move(p));
 }
 
 StatusOr<KVHandle> AllreduceKVStore::PushAsync(const std::vector<Key>& keys,
@@ -357,16 +381,10 @@ StatusOr<KVHandle> AllreduceKVStore::PushPullAsync(
 }
 
 Status AllreduceKVStore::Wait(KVHandle handle) {
-  std::unique_lock<std::mutex> l(mu_);
-  auto it = handles_.find(handle);
-  if (it == handles_.end()) {
-    return Status::InvalidArgument("KVStore::Wait: unknown handle " +
-                                   std::to_string(handle) +
-                                   " (each handle is waited for once)");
-  }
-  Pending p = std::move(it->second);
-  handles_.erase(it);
+  Pending p;
+  KV_RETURN_IF_ERROR(handles_.Take(handle, &p));
   KV_RETURN_IF_ERROR(p.status);
+  std::unique_lock<std::mutex> l(mu_);
   uint64_t need = 0;
   for (const KeyGroup& g : p.pulls) {
     auto e = store_.find(g.id);
@@ -392,18 +410,13 @@ Status AllreduceKVStore::Wait(KVHandle handle) {
 }
 
 Status AllreduceKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> created, Optimizer::Create(spec));
-  std::shared_ptr<Optimizer> opt(std::move(created));
   std::lock_guard<std::mutex> lock(mu_);
-  optimizer_ = opt;
-  updater_ = OptimizerUpdater(opt, &keys_);
-  return Status::OK();
+  return update_.SetOptimizer(spec);
 }
 
 Status AllreduceKVStore::SetUpdater(Updater updater) {
   std::lock_guard<std::mutex> lock(mu_);
-  optimizer_.reset();
-  updater_ = std::move(updater);
+  update_.SetUpdater(std::move(updater));
   return Status::OK();
 }
 
@@ -411,14 +424,14 @@ Status AllreduceKVStore::SaveOptimizerStates(const std::string& path) {
   std::shared_ptr<Optimizer> opt;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    opt = optimizer_;
+    opt = update_.optimizer();
   }
   return SaveProcessStates(opt, path, type());
 }
 
 Status AllreduceKVStore::LoadOptimizerStates(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
-  KV_ASSIGN_OR_RETURN(loaded_states_, LoadProcessStates(optimizer_.get(), path, type()));
+  KV_ASSIGN_OR_RETURN(loaded_states_, LoadProcessStates(update_.optimizer().get(), path, type()));
   return Status::OK();
 }
 
@@ -438,7 +451,7 @@ Status AllreduceKVStore::Barrier() {
         std::shared_ptr<Optimizer> opt;
         {
           std::lock_guard<std::mutex> lock(mu_);
-          opt = optimizer_;
+          opt = update_.optimizer();
         }
         if (!opt) {
           return Status::FailedPrecondition(

@@ -37,6 +37,12 @@ namespace kv {
 //  - sealed buckets are all-reduced in order on one background thread.
 class AllreduceKVStore : public KVStore {
  public:
+  // KVStore::Create("dist_allreduce"): the group from options.communicator,
+  // else joined from the environment (Open MPI, PMI or launch.py's DMLC_*
+  // variables; a group of one when not launched). In launch.py's scheduler
+  // process the store only serves the rendezvous; a server process is an
+  // error (dist_allreduce has no servers).
+  static StatusOr<std::unique_ptr<KVStore>> Create(const KVStoreOptions& options);
   // The scheduler process of a launch.py job: only serves the rendezvous.
   static std::unique_ptr<KVStore> RendezvousOnly(const KVStoreOptions& options);
   // `owns_comm`: Finalize and the destructor close the communicator (false
@@ -50,7 +56,6 @@ class AllreduceKVStore : public KVStore {
   int num_workers() const override { return comm_->size(); }
   // Also hands optimizer states that rank 0 loaded to every rank.
   Status Barrier() override;
-  bool FusesPushes() const override { return true; }
 
   Status Init(const std::vector<Key>& keys,
               const std::vector<Tensor>& values) override;
@@ -104,7 +109,7 @@ class AllreduceKVStore : public KVStore {
   Status ReduceBucket(int bucket, std::vector<float> buffer,
                       std::vector<uint64_t> ids) EXCLUDES(mu_);
   void WorkLoop();
-  KVHandle AddPending(Pending p) EXCLUDES(mu_);
+  KVHandle AddPending(Pending p);
 
   std::shared_ptr<collective::Communicator> comm_;
   const size_t bucket_floats_;
@@ -117,8 +122,7 @@ class AllreduceKVStore : public KVStore {
   std::map<uint64_t, Entry> store_ GUARDED_BY(mu_);
   std::vector<Bucket> buckets_ GUARDED_BY(mu_);
   int seal_cursor_ GUARDED_BY(mu_) = 0;
-  Updater updater_ GUARDED_BY(mu_);
-  std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);
+  ProcessUpdate update_ GUARDED_BY(mu_){&keys_};
   std::string loaded_states_ GUARDED_BY(mu_);  // to hand out at Barrier
 
   std::deque<std::pair<uint64_t, std::function<Status()>>> work_
@@ -129,8 +133,7 @@ class AllreduceKVStore : public KVStore {
   bool stop_ GUARDED_BY(mu_) = false;
   bool finalized_ GUARDED_BY(mu_) = false;
 
-  KVHandle next_handle_ GUARDED_BY(mu_) = 1;
-  std::map<KVHandle, Pending> handles_ GUARDED_BY(mu_);
+  kv::HandleTable<Pending> handles_;
   std::thread worker_;
 };
 

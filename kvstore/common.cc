@@ -153,11 +153,26 @@ StatusOr<std::vector<std::string>> ReadStatesFile(const std::string& path) {
   return std::vector<std::string>(file.states().begin(), file.states().end());
 }
 
-Updater OptimizerUpdater(std::shared_ptr<Optimizer> opt, KeyTable* keys) {
-  return [opt, keys](const Key& key, const Tensor& grad, Tensor* weight) {
+Status ProcessUpdate::SetOptimizer(const proto::OptimizerSpec& spec) {
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> created, Optimizer::Create(spec));
+  std::shared_ptr<Optimizer> opt(std::move(created));
+  KeyTable* keys = keys_;
+  optimizer_ = opt;
+  updater_ = [opt, keys](const Key& key, const Tensor& grad, Tensor* weight) {
     KV_ASSIGN_OR_RETURN(uint64_t id, keys->Id(key));
     return opt->Update(static_cast<int64_t>(id), *weight, grad);
   };
+  return Status::OK();
+}
+
+void ProcessUpdate::SetUpdater(Updater updater) {
+  optimizer_.reset();
+  updater_ = std::move(updater);
+}
+
+Status ProcessUpdate::Apply(const Key& key, const std::string& name,
+                            const Tensor& grad, Tensor* weight) const {
+  return updater_(key, grad, weight).Annotate("key " + name + ": updater");
 }
 
 Status SaveProcessStates(const std::shared_ptr<Optimizer>& opt,

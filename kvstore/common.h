@@ -58,7 +58,38 @@ StatusOr<Tensor> SumOn(const std::vector<Tensor>& values, const Device& device);
 // Copies `src` into every tensor of `outs`.
 Status Broadcast(const Tensor& src, const std::vector<Tensor>& outs);
 
-// "key fc1_weight: <message>".
+// The handles of a store's asynchronous calls: Add files what Wait will
+// need and returns a new handle; Take hands it back once; an unknown or
+// already-waited handle is an error naming it. Thread-safe.
+template <typename T>
+class HandleTable {
+ public:
+  KVHandle Add(T item) EXCLUDES(mu_) {
+    std::lock_guard<std::mutex> l(mu_);
+    const KVHandle h = next_++;
+    items_.emplace(h, std::move(item));
+    return h;
+  }
+  Status Take(KVHandle h, T* item) EXCLUDES(mu_) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = items_.find(h);
+    if (it == items_.end()) {
+      return Status::InvalidArgument("KVStore::Wait: unknown handle " +
+                                     std::to_string(h) +
+                                     " (each handle is waited for once)");
+    }
+    *item = std::move(it->second);
+    items_.erase(it);
+    return Status::OK();
+  }
+
+ private:
+  std::mutex mu_;
+  KVHandle next_ GUARDED_BY(mu_) = 1;
+  std::map<KVHandle, T> items_ GUARDED_BY(mu_);
+};
+
+// "key fc1_weight: <message>", with `code`.
 Status KeyError(Status::Code code, const std::string& name,
                 const std::string& message);
 
@@ -84,10 +115,32 @@ Status WriteStatesFile(const std::string& path, const std::string& store_type,
                        const std::vector<std::string>& states);
 StatusOr<std::vector<std::string>> ReadStatesFile(const std::string& path);
 
-// Stores that update in this process (local, device, dist_allreduce) share
-// these. The updater applies `opt` with the store's key ids, the ids the
-// servers of dist_sync use, so states files agree between store types.
-Updater OptimizerUpdater(std::shared_ptr<Optimizer> opt, KeyTable* keys);
+// The update of a store that updates in this process (local, device,
+// dist_allreduce): SetOptimizer's optimizer, applied with the store's key
+// ids (the ids dist_sync's servers use, so states files agree between store
+// types), or SetUpdater's function; and the optimizer's states files. Not
+// thread-safe: the store guards it with its own mutex.
+class ProcessUpdate {
+ public:
+  explicit ProcessUpdate(KeyTable* keys) : keys_(keys) {}
+
+  Status SetOptimizer(const proto::OptimizerSpec& spec);
+  void SetUpdater(Updater updater);
+  // Whether an optimizer or updater is set; without one a push stores the
+  // merged value as it is.
+  bool active() const { return static_cast<bool>(updater_); }
+  // weight <- update(weight, grad); errors name the key.
+  Status Apply(const Key& key, const std::string& name, const Tensor& grad,
+               Tensor* weight) const;
+  // Null without an optimizer (none set, or a custom updater).
+  const std::shared_ptr<Optimizer>& optimizer() const { return optimizer_; }
+
+ private:
+  KeyTable* const keys_;
+  std::shared_ptr<Optimizer> optimizer_;
+  Updater updater_;
+};
+
 // One optimizer's states in a states file; `opt` is null when the store has
 // no optimizer (none set, or a custom updater). Load returns what it restored.
 Status SaveProcessStates(const std::shared_ptr<Optimizer>& opt,

@@ -306,25 +306,12 @@ StatusOr<KVHandle> DistKVStore::PushPullAsync(const std::vector<Key>& keys,
 }
 
 KVHandle DistKVStore::Track(Pending pending) {
-  std::lock_guard<std::mutex> lock(handles_mu_);
-  const KVHandle h = next_handle_++;
-  pending_.emplace(h, std::move(pending));
-  return h;
+  return pending_.Add(std::move(pending));
 }
 
 Status DistKVStore::Wait(KVHandle handle) {
   Pending p;
-  {
-    std::lock_guard<std::mutex> lock(handles_mu_);
-    auto it = pending_.find(handle);
-    if (it == pending_.end()) {
-      return Status::InvalidArgument("KVStore::Wait: unknown handle " +
-                                     std::to_string(handle) +
-                                     " (each handle is waited for once)");
-    }
-    p = std::move(it->second);
-    pending_.erase(it);
-  }
+  KV_RETURN_IF_ERROR(pending_.Take(handle, &p));
   bool open = false;
   if (!p.buckets.empty()) {
     std::lock_guard<std::mutex> lock(bucket_mu_);

@@ -33,7 +33,6 @@ class DistKVStore : public KVStore {
   Role role() const override;
   // Push-pulls of small keys are bucketed: push every key of a step, then
   // wait (a Wait sends a bucket that is not yet full).
-  bool FusesPushes() const override { return settings_.bucket_bytes > 0; }
   int rank() const override;
   int num_workers() const override;
   Status Barrier() override;
@@ -116,7 +115,7 @@ class DistKVStore : public KVStore {
   Status FlushBucket() EXCLUDES(bucket_mu_);
   // The bucket's answer, written into every entry's outs (first call).
   Status WaitBucket(Bucket* b);
-  KVHandle Track(Pending pending) EXCLUDES(handles_mu_);
+  KVHandle Track(Pending pending);
   std::string Mode() const;
 
   ps::Postoffice* po_;
@@ -135,9 +134,7 @@ class DistKVStore : public KVStore {
   std::mutex bucket_mu_;
   std::shared_ptr<Bucket> open_ GUARDED_BY(bucket_mu_);
 
-  std::mutex handles_mu_;
-  KVHandle next_handle_ GUARDED_BY(handles_mu_) = 1;
-  std::map<KVHandle, Pending> pending_ GUARDED_BY(handles_mu_);
+  kv::HandleTable<Pending> pending_;
 };
 
 }  // namespace kv

@@ -24,32 +24,7 @@ StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type,
   if (type == "dist_sync" || type == "dist_device_sync" || type == "dist_async") {
     return kv::DistKVStore::Create(type, options);
   }
-  if (type == "dist_allreduce") {
-    if (options.communicator) {
-      return CreateAllreduceKVStore(options.communicator, options);
-    }
-    KV_ASSIGN_OR_RETURN(StoreSettings settings, StoreSettings::FromEnv(options.env));
-    const EnvLookup& env = options.env;
-    const auto role = env(env::kRole);
-    const bool mpi = env(env::kOmpiSize) || env(env::kPmiSize);
-    if (role == "scheduler") return kv::AllreduceKVStore::RendezvousOnly(options);
-    if (role == "server") {
-      return Status::FailedPrecondition(
-          "dist_allreduce has no servers, but this process has DMLC_ROLE=server "
-          "(launch with -s 0)");
-    }
-    std::shared_ptr<collective::Communicator> comm;
-    if (!mpi && !role) {
-      // Not launched: a group of one.
-      KV_ASSIGN_OR_RETURN(auto group, collective::Communicator::CreateLocalGroup(1));
-      comm = group[0];
-    } else {
-      KV_ASSIGN_OR_RETURN(comm, collective::Communicator::CreateFromEnv(env));
-    }
-    KV_ASSIGN_OR_RETURN(size_t bucket_bytes, kv::AllreduceBucketBytes(options.env));
-    return std::unique_ptr<KVStore>(new kv::AllreduceKVStore(
-        std::move(comm), bucket_bytes, settings.timeout, /*owns_comm=*/true));
-  }
+  if (type == "dist_allreduce") return kv::AllreduceKVStore::Create(options);
   std::string valid;
   for (const std::string& t : Types()) valid += (valid.empty() ? "" : ", ") + t;
   return Status::InvalidArgument("unknown KVStore type \"" + type +

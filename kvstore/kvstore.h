@@ -93,10 +93,9 @@ class KVStore {
   virtual int num_workers() const { return 1; }
   // Waits for every worker.
   virtual Status Barrier() { return Status::OK(); }
-  // True when pushes are fused into buckets that are reduced once all of
-  // their keys are pushed (dist_allreduce): a caller pushes every key of a
-  // step before it waits on any, or the Wait reduces a partial bucket.
-  virtual bool FusesPushes() const { return false; }
+  // A dist_* type: the job has other workers (and, but for
+  // dist_allreduce, servers) that this store talks to.
+  bool is_distributed() const { return type_.rfind("dist", 0) == 0; }
 
   // Sets the keys' initial values. Dist types: rank 0's values win, and
   // every worker returns only when they are on the servers. A key may be
@@ -104,6 +103,11 @@ class KVStore {
   virtual Status Init(const std::vector<Key>& keys,
                       const std::vector<Tensor>& values) = 0;
 
+  // A step's calls: issue every key's PushPullAsync (or PushAsync) first,
+  // then Wait on them; stores may gather the keys of a step into buckets
+  // that travel or reduce together, and a Wait before the rest of its
+  // bucket was pushed sends or reduces the bucket early.
+  //
   // Pushes values: a key may appear several times (one value per device);
   // its values are summed first. Then the key's update runs: the optimizer
   // or updater if set, otherwise the stored value becomes the sum. Higher

@@ -70,9 +70,8 @@ Status LocalKVStore::DoPush(const std::vector<Key>& keys,
                           e.value.shape().ToString());
     }
     KV_ASSIGN_OR_RETURN(Tensor merged, SumOn(g.tensors, e.value.device()));
-    if (updater_) {
-      KV_RETURN_IF_ERROR(updater_(e.key, merged, &e.value)
-                             .Annotate("key " + g.name + ": updater"));
+    if (update_.active()) {
+      KV_RETURN_IF_ERROR(update_.Apply(e.key, g.name, merged, &e.value));
     } else {
       e.value = std::move(merged);
     }
@@ -99,10 +98,7 @@ Status LocalKVStore::DoPull(const std::vector<Key>& keys,
 }
 
 KVHandle LocalKVStore::Finish(Status status) {
-  std::lock_guard<std::mutex> lock(handles_mu_);
-  const KVHandle h = next_handle_++;
-  done_.emplace(h, std::move(status));
-  return h;
+  return done_.Add(std::move(status));
 }
 
 StatusOr<KVHandle> LocalKVStore::PushAsync(const std::vector<Key>& keys,
@@ -127,31 +123,19 @@ StatusOr<KVHandle> LocalKVStore::PushPullAsync(const std::vector<Key>& keys,
 }
 
 Status LocalKVStore::Wait(KVHandle handle) {
-  std::lock_guard<std::mutex> lock(handles_mu_);
-  auto it = done_.find(handle);
-  if (it == done_.end()) {
-    return Status::InvalidArgument("KVStore::Wait: unknown handle " +
-                                   std::to_string(handle) +
-                                   " (each handle is waited for once)");
-  }
-  Status s = std::move(it->second);
-  done_.erase(it);
+  Status s;
+  KV_RETURN_IF_ERROR(done_.Take(handle, &s));
   return s;
 }
 
 Status LocalKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> created, Optimizer::Create(spec));
-  std::shared_ptr<Optimizer> opt(std::move(created));
   std::lock_guard<std::mutex> lock(mu_);
-  optimizer_ = opt;
-  updater_ = OptimizerUpdater(opt, &keys_);
-  return Status::OK();
+  return update_.SetOptimizer(spec);
 }
 
 Status LocalKVStore::SetUpdater(Updater updater) {
   std::lock_guard<std::mutex> lock(mu_);
-  optimizer_.reset();
-  updater_ = std::move(updater);
+  update_.SetUpdater(std::move(updater));
   return Status::OK();
 }
 
@@ -159,14 +143,14 @@ Status LocalKVStore::SaveOptimizerStates(const std::string& path) {
   std::shared_ptr<Optimizer> opt;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    opt = optimizer_;
+    opt = update_.optimizer();
   }
   return SaveProcessStates(opt, path, type());
 }
 
 Status LocalKVStore::LoadOptimizerStates(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
-  return LoadProcessStates(optimizer_.get(), path, type()).status();
+  return LoadProcessStates(update_.optimizer().get(), path, type()).status();
 }
 
 }  // namespace kv

@@ -52,7 +52,7 @@ class LocalKVStore : public KVStore {
       EXCLUDES(mu_);
   Status DoPull(const std::vector<Key>& keys, const std::vector<Tensor>& outs)
       EXCLUDES(mu_);
-  KVHandle Finish(Status status) EXCLUDES(handles_mu_);
+  KVHandle Finish(Status status);
   // The entry of g's key, or a not-found error naming it.
   StatusOr<Entry*> Find(const KeyGroup& g) REQUIRES(mu_);
 
@@ -60,12 +60,10 @@ class LocalKVStore : public KVStore {
   KeyTable keys_;
   std::mutex mu_;
   std::map<uint64_t, Entry> store_ GUARDED_BY(mu_);
-  Updater updater_ GUARDED_BY(mu_);
-  std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);
+  ProcessUpdate update_ GUARDED_BY(mu_){&keys_};
 
-  std::mutex handles_mu_;
-  KVHandle next_handle_ GUARDED_BY(handles_mu_) = 1;
-  std::map<KVHandle, Status> done_ GUARDED_BY(handles_mu_);
+  // Each call's outcome until its Wait.
+  kv::HandleTable<Status> done_;
 };
 
 }  // namespace kv

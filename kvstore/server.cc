@@ -7,6 +7,7 @@
 #include <glog/logging.h>
 
 #include "base/trace.h"
+#include "kvstore/common.h"
 #include "tensor/blas.h"
 
 namespace kvtrain {
@@ -21,14 +22,6 @@ Tensor View(const ps::Blob& vals) {
                       DType::kFloat32, Device::CPU(), [keep] {});
 }
 
-Status NamedError(const std::string& key, const std::string& message,
-                  Status::Code code = Status::Code::kInvalidArgument) {
-  const std::string m = "key " + key + ": " + message;
-  return code == Status::Code::kNotFound ? Status::NotFound(m)
-       : code == Status::Code::kAlreadyExists ? Status::AlreadyExists(m)
-       : code == Status::Code::kFailedPrecondition ? Status::FailedPrecondition(m)
-                                                   : Status::InvalidArgument(m);
-}
 
 }  // namespace
 
@@ -78,8 +71,9 @@ ServerHandler::KeyState* ServerHandler::FindOrRespond(
     ps::KVServer* server) {
   KeyState* st = Find(key);
   if (st == nullptr) {
-    server->RespondError(meta, NamedError(name, "was never initialised (call Init first)",
-                                          Status::Code::kNotFound));
+    server->RespondError(meta,
+                         KeyError(Status::Code::kNotFound, name,
+                                  "was never initialised (call Init first)"));
   }
   return st;
 }
@@ -99,8 +93,9 @@ void ServerHandler::Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (keys_.count(key)) {
-      server->RespondError(meta, NamedError(info.key_name(), "initialised twice",
-                                            Status::Code::kAlreadyExists));
+      server->RespondError(
+          meta, KeyError(Status::Code::kAlreadyExists, info.key_name(),
+                         "initialised twice"));
       return;
     }
     keys_.emplace(key, std::move(st));
@@ -115,10 +110,11 @@ void ServerHandler::Push(const ps::RequestMeta& meta, const ps::KVPairs& data,
   if (st == nullptr) return;
   std::lock_guard<std::mutex> lock(st->mu);
   if (data.vals.size() != st->value.nbytes()) {
-    server->RespondError(meta, NamedError(
-        st->name, "pushed " + std::to_string(data.vals.size() / 4) +
-                      " values but this server holds " +
-                      std::to_string(st->value.size()) + " of it"));
+    server->RespondError(
+        meta, KeyError(Status::Code::kInvalidArgument, st->name,
+                       "pushed " + std::to_string(data.vals.size() / 4) +
+                           " values but this server holds " +
+                           std::to_string(st->value.size()) + " of it"));
     return;
   }
   if (info.mode() == proto::KV_ASYNC) {
@@ -141,13 +137,18 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
   const int64_t step = push.info.step();
   const std::string who = push.meta.sender_name;
   if (rank < 0 || rank >= num_workers_) {
-    Fail(push, NamedError(st->name, "push from " + who + ", which is not a worker"), server);
+    Fail(push,
+         KeyError(Status::Code::kInvalidArgument, st->name,
+                  "push from " + who + ", which is not a worker"),
+         server);
     return;
   }
   if (step <= st->step) {
     Fail(push,
-         NamedError(st->name, who + " pushed step " + std::to_string(step) +
-                                  " again (step " + std::to_string(st->step) + " is applied)"),
+         KeyError(Status::Code::kInvalidArgument, st->name,
+                  who + " pushed step " + std::to_string(step) +
+                      " again (step " + std::to_string(st->step) +
+                      " is applied)"),
          server);
     return;
   }
@@ -156,7 +157,9 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
     return;
   }
   if (st->pushed[rank]) {
-    Fail(push, NamedError(st->name, who + " pushed step " + std::to_string(step) + " twice"),
+    Fail(push,
+         KeyError(Status::Code::kInvalidArgument, st->name,
+                  who + " pushed step " + std::to_string(step) + " twice"),
          server);
     return;
   }
@@ -181,7 +184,8 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
   if (st->num_pushed == num_workers_) CompleteStep(st, key, server);
 }
 
-void ServerHandler::CompleteStep(KeyState* st, uint64_t key, ps::KVServer* server) {
+void ServerHandler::CompleteStep(KeyState* st, uint64_t key,
+                                 ps::KVServer* server) {
   Status s;
   if (st->first.defined()) {
     // One push this step: update straight from the received message.
@@ -212,7 +216,8 @@ void ServerHandler::CompleteStep(KeyState* st, uint64_t key, ps::KVServer* serve
   }
   auto range = st->later.equal_range(st->step + 1);
   std::vector<Deferred> next;
-  for (auto it = range.first; it != range.second; ++it) next.push_back(it->second);
+  for (auto it = range.first; it != range.second; ++it)
+    next.push_back(it->second);
   st->later.erase(range.first, range.second);
   for (const Deferred& p : next) SyncPush(st, key, p, server);
 }
@@ -225,11 +230,13 @@ Status ServerHandler::Apply(KeyState* st, uint64_t key, const Tensor& grad,
     return opt->Update(static_cast<int64_t>(key), st->value, grad)
         .Annotate("key " + st->name + ": update");
   }
-  return accumulate ? blas::Axpy(1.0f, grad, &st->value) : st->value.CopyFrom(grad);
+  return accumulate ? blas::Axpy(1.0f, grad, &st->value)
+                    : st->value.CopyFrom(grad);
 }
 
 void ServerHandler::RespondValue(KeyState* st, uint64_t key,
-                                 const ps::RequestMeta& meta, ps::KVServer* server) {
+                                 const ps::RequestMeta& meta,
+                                 ps::KVServer* server) {
   const Tensor& v = st->value;
   ps::Blob vals(v.storage(), v.raw_data(), v.nbytes());
   server->Respond(meta, ps::KVPairs::From({key}, vals));
@@ -257,9 +264,10 @@ void ServerHandler::Answer(const Deferred& d, KeyState* st, uint64_t key,
   if (bytes == st->value.nbytes()) {
     std::memcpy(g.values->data() + off, st->value.raw_data(), bytes);
   } else if (g.error.ok()) {
-    g.error = NamedError(st->name, "answer of " + std::to_string(bytes / 4) +
-                                       " values requested but this server holds " +
-                                       std::to_string(st->value.size()));
+    g.error = KeyError(Status::Code::kInvalidArgument, st->name,
+                       "answer of " + std::to_string(bytes / 4) +
+                           " values requested but this server holds " +
+                           std::to_string(st->value.size()));
   }
   if (--g.remaining > 0) return;
   if (!g.error.ok()) {
@@ -273,7 +281,8 @@ void ServerHandler::Answer(const Deferred& d, KeyState* st, uint64_t key,
   server->Respond(g.meta, out);
 }
 
-void ServerHandler::Fail(const Deferred& d, const Status& error, ps::KVServer* server) {
+void ServerHandler::Fail(const Deferred& d, const Status& error,
+                         ps::KVServer* server) {
   if (d.gather == nullptr) {
     server->RespondError(d.meta, error);
     return;
@@ -289,12 +298,15 @@ void ServerHandler::Ack(const Deferred& d, ps::KVServer* server) {
   if (d.gather == nullptr) server->Respond(d.meta);
 }
 
-void ServerHandler::MultiPush(const ps::RequestMeta& meta, const ps::KVPairs& data,
-                              const proto::RequestInfo& info, ps::KVServer* server) {
+void ServerHandler::MultiPush(const ps::RequestMeta& meta,
+                              const ps::KVPairs& data,
+                              const proto::RequestInfo& info,
+                              ps::KVServer* server) {
   const size_t n = data.num_keys();
   if (!meta.pull || n == 0) {
     server->RespondError(meta, Status::InvalidArgument(
-        "a multi-key push from " + meta.sender_name + " must be a push-pull of some keys"));
+                                   "a multi-key push from " + meta.sender_name +
+                                   " must be a push-pull of some keys"));
     return;
   }
   std::map<uint64_t, const proto::KeyEntry*> entries;
@@ -310,9 +322,10 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta, const ps::KVPairs& da
     const uint64_t key = data.key(i);
     auto e = entries.find(key);
     if (e == entries.end()) {
-      server->RespondError(meta, Status::InvalidArgument(
-          "multi-key push from " + meta.sender_name + ": no entry for key " +
-          std::to_string(key)));
+      server->RespondError(
+          meta,
+          Status::InvalidArgument("multi-key push from " + meta.sender_name +
+                                  ": no entry for key " + std::to_string(key)));
       return;
     }
     infos[i] = info;
@@ -321,8 +334,9 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta, const ps::KVPairs& da
     infos[i].set_key_name(e->second->name());
     states[i] = FindOrRespond(key, e->second->name(), meta, server);
     if (states[i] == nullptr) return;
-    const size_t bytes = data.lens.empty() ? data.vals.size() / n
-                                           : static_cast<size_t>(data.lens.as<int64_t>()[i]);
+    const size_t bytes = data.lens.empty()
+                             ? data.vals.size() / n
+                             : static_cast<size_t>(data.lens.as<int64_t>()[i]);
     g->offsets.push_back(g->offsets.back() + bytes);
   }
   g->values = std::make_shared<std::vector<char>>(g->offsets.back());
@@ -332,12 +346,15 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta, const ps::KVPairs& da
     KeyState* st = states[i];
     Deferred d{meta, {}, infos[i], g, static_cast<int>(i)};
     d.data.keys = data.keys.Slice(i * sizeof(uint64_t), sizeof(uint64_t));
-    d.data.vals = data.vals.Slice(g->offsets[i], g->offsets[i + 1] - g->offsets[i]);
+    d.data.vals =
+        data.vals.Slice(g->offsets[i], g->offsets[i + 1] - g->offsets[i]);
     std::lock_guard<std::mutex> lock(st->mu);
     if (d.data.vals.size() != st->value.nbytes()) {
-      Fail(d, NamedError(st->name, "pushed " + std::to_string(d.data.vals.size() / 4) +
-                                       " values but this server holds " +
-                                       std::to_string(st->value.size()) + " of it"),
+      Fail(d,
+           KeyError(Status::Code::kInvalidArgument, st->name,
+                    "pushed " + std::to_string(d.data.vals.size() / 4) +
+                        " values but this server holds " +
+                        std::to_string(st->value.size()) + " of it"),
            server);
     } else if (info.mode() == proto::KV_ASYNC) {
       const Status s = Apply(st, key, View(d.data.vals), /*accumulate=*/true);

@@ -60,65 +60,43 @@ Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer)
   for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartForward(true).status());
   for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartBackward().status());
   // One engine op per parameter: it runs once every device has that
-  // gradient, while earlier layers' backward still computes, and the next
-  // forward waits for the weights it writes.
+  // gradient, while earlier layers' backward still computes, and hands the
+  // gradients to the store (PushPullAsync never waits on the network). The
+  // step then waits for every result (FinishStep): so a store may carry a
+  // step's keys together (buckets), and one path serves every store type.
+  // The op runs in the thread that produced the gradient, saving a
+  // hand-off to another thread per parameter.
   std::vector<Completion> comms;
-  const int ndev = static_cast<int>(execs_.size());
-  // Stores that fuse pushes into buckets: each op only hands its gradients
-  // over, and the step waits for the results once every key is pushed.
-  const bool fused = kv->FusesPushes();
   auto handles = std::make_shared<std::vector<KVHandle>>(param_names_.size(), 0);
   for (size_t p = 0; p < param_names_.size(); ++p) {
     const int arg = param_args_[p];
     std::vector<Engine::Var*> reads, writes;
-    std::vector<Tensor> grads, weights;
+    std::vector<Tensor> grads, outs;
     for (const auto& e : execs_) {
       reads.push_back(e->grad_var(arg));
       writes.push_back(e->arg_var(arg));
       grads.push_back(e->grad_arrays()[arg]);
-      weights.push_back(e->arg_arrays()[arg]);
+      // The store writes weights, or summed gradients the local optimizer
+      // applies.
+      outs.push_back(local_optimizer == nullptr ? e->arg_arrays()[arg]
+                                                : e->grad_arrays()[arg]);
+      if (local_optimizer != nullptr) writes.push_back(e->grad_var(arg));
     }
-    const std::vector<Key> keys(ndev, Key(param_names_[p]));
+    const std::vector<Key> keys(execs_.size(), Key(param_names_[p]));
     const int priority = -static_cast<int>(p);
-    Engine::Fn fn;
-    if (fused) {
-      if (local_optimizer != nullptr) {
-        for (const auto& e : execs_) writes.push_back(e->grad_var(arg));
-      }
-      const std::vector<Tensor> outs = local_optimizer == nullptr ? weights : grads;
-      fn = [kv, keys, grads, outs, priority, handles, p]() -> Status {
-        KV_ASSIGN_OR_RETURN((*handles)[p], kv->PushPullAsync(keys, grads, outs, priority));
-        return Status::OK();
-      };
-    } else if (local_optimizer == nullptr) {
-      fn = [kv, keys, grads, weights, priority] {
-        return kv->PushPull(keys, grads, weights, priority);
-      };
-    } else {
-      // The store sums gradients; every device applies the same update.
-      for (const auto& e : execs_) writes.push_back(e->grad_var(arg));
-      const int64_t base = static_cast<int64_t>(p) * ndev;
-      fn = [kv, keys, grads, weights, priority, local_optimizer, base] {
-        KV_RETURN_IF_ERROR(kv->PushPull(keys, grads, grads, priority));
-        for (size_t d = 0; d < weights.size(); ++d) {
-          KV_RETURN_IF_ERROR(local_optimizer->Update(base + d, weights[d], grads[d]));
-        }
-        return Status::OK();
-      };
-    }
-    // A fused push only copies the gradient into its bucket and never
-    // blocks: it runs in the thread that produced the gradient, saving a
-    // hand-off to the I/O pool per parameter.
+    Engine::Fn fn = [kv, keys, grads, outs, priority, handles, p]() -> Status {
+      KV_ASSIGN_OR_RETURN((*handles)[p], kv->PushPullAsync(keys, grads, outs, priority));
+      return Status::OK();
+    };
     comms.push_back(engine_->Push(std::move(fn), reads, writes, Device::CPU(),
-                                  fused ? Engine::Queue::kInline : Engine::Queue::kIo,
-                                  "kvstore " + param_names_[p]));
+                                  Engine::Queue::kInline, "kvstore " + param_names_[p]));
   }
   Status first;
   for (const Completion& c : comms) {
     const Status s = c.Wait(kStepTimeout);
     if (!s.ok() && first.ok()) first = s;
   }
-  if (fused && first.ok()) first = FinishFusedStep(kv, local_optimizer, *handles);
+  if (first.ok()) first = FinishStep(kv, local_optimizer, *handles);
   for (auto& e : execs_) {
     const Status s = e->Wait();
     if (!s.ok() && first.ok()) first = s;
@@ -128,7 +106,7 @@ Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer)
 
 // Every parameter's PushPullAsync was issued: wait for the results (the
 // store writes weights, or summed gradients the local optimizer applies).
-Status Module::FinishFusedStep(KVStore* kv, Optimizer* local_optimizer,
+Status Module::FinishStep(KVStore* kv, Optimizer* local_optimizer,
                                const std::vector<KVHandle>& handles) {
   const int ndev = static_cast<int>(execs_.size());
   for (size_t p = 0; p < param_names_.size(); ++p) {
@@ -161,7 +139,7 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
   KV_RETURN_IF_ERROR(SyncParams(kv));
   std::unique_ptr<Optimizer> local_optimizer;
   KV_RETURN_IF_ERROR(SetUpOptimizer(kv, o, &local_optimizer));
-  const bool dist = kv->type().rfind("dist", 0) == 0;
+  const bool dist = kv->is_distributed();
   // With model parallelism only the rank with the output reports.
   const bool report = has_output();
   KV_ASSIGN_OR_RETURN(Progress progress,

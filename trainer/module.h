@@ -121,8 +121,9 @@ class Module {
   Status UpdateMetrics(MetricSet* metrics, const Batch& batch);
   // One training step: forward, backward and the parameters' KVStore ops.
   Status Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer);
-  Status FinishFusedStep(KVStore* kv, Optimizer* local_optimizer,
-                         const std::vector<KVHandle>& handles);
+  // Waits for the step's store results; a local optimizer then updates.
+  Status FinishStep(KVStore* kv, Optimizer* local_optimizer,
+                    const std::vector<KVHandle>& handles);
   // Initial values on the store, the same on every device and worker.
   Status SyncParams(KVStore* kv);
   Status SetUpOptimizer(KVStore* kv, const FitOptions& o,
