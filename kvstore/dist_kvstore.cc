@@ -16,10 +16,10 @@ namespace {
 // Long enough for any training job; dead peers end it sooner (heartbeats).
 constexpr auto kJobLifetime = std::chrono::hours(24 * 365);
 
-std::string Info(proto::KVCommand cmd, proto::KVSyncMode mode, int64_t step,
-                 const std::string& name, const std::string& payload = "") {
+// `name`: KV_INIT only (the server keeps it).
+std::string Info(proto::KVSyncMode mode, int64_t step, const std::string& name,
+                 const std::string& payload = "") {
   proto::RequestInfo info;
-  info.set_command(cmd);
   info.set_mode(mode);
   info.set_step(step);
   info.set_key_name(name);
@@ -150,7 +150,7 @@ Status DistKVStore::Init(const std::vector<Key>& keys,
       KV_ASSIGN_OR_RETURN(Tensor host, g.tensors[0].CopyTo(Device::CPU()));
       ps::RequestOptions opts;
       opts.head = proto::KV_INIT;
-      opts.body = Info(proto::KV_INIT, sync_ ? proto::KV_SYNC : proto::KV_ASYNC, 0, g.name);
+      opts.body = Info(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, 0, g.name);
       KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(ps::KVPairs::From(
                                           ki->server_keys, TensorBlob(host),
                                           ki->part_bytes), opts));
@@ -214,7 +214,7 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
   }
   const proto::KVSyncMode mode = sync_ ? proto::KV_SYNC : proto::KV_ASYNC;
   opts.head = push ? proto::KV_PUSH : proto::KV_PULL;
-  opts.body = Info(push ? proto::KV_PUSH : proto::KV_PULL, mode, step, g.name);
+  opts.body = Info(mode, step, "");
   // Pull straight into the first output when it is host memory.
   Tensor landing;
   if (pull) {
@@ -347,7 +347,7 @@ Status DistKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
   if (rank() == 0) {
     ps::RequestOptions opts;
     opts.head = proto::KV_SET_OPTIMIZER;
-    opts.body = Info(proto::KV_SET_OPTIMIZER, proto::KV_SYNC_UNSPECIFIED, 0, "",
+    opts.body = Info(proto::KV_SYNC_UNSPECIFIED, 0, "",
                      spec.SerializeAsString());
     KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(ps::KVPairs{}, opts));
     KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout)
@@ -367,7 +367,7 @@ Status DistKVStore::SaveOptimizerStates(const std::string& path) {
   KV_RETURN_IF_ERROR(FlushBucket());
   ps::RequestOptions opts;
   opts.head = proto::KV_SAVE_STATES;
-  opts.body = Info(proto::KV_SAVE_STATES, proto::KV_SYNC_UNSPECIFIED, 0, "");
+  opts.body = Info(proto::KV_SYNC_UNSPECIFIED, 0, "");
   KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Pull(ps::Blob(), opts));
   ps::PullResult result;
   KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout, &result)
@@ -398,7 +398,7 @@ Status DistKVStore::LoadOptimizerStates(const std::string& path) {
   }
   ps::RequestOptions opts;
   opts.head = proto::KV_LOAD_STATES;
-  opts.body = Info(proto::KV_LOAD_STATES, proto::KV_SYNC_UNSPECIFIED, 0, "");
+  opts.body = Info(proto::KV_SYNC_UNSPECIFIED, 0, "");
   KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(ps::KVPairs::From(
                                       keys, ps::Blob::FromString(std::move(all)),
                                       lens), opts));

@@ -84,7 +84,6 @@ Status DistKVStore::FlushBucket() {
   std::vector<int64_t> lens;
   auto vals = std::make_shared<std::vector<char>>(b->bytes);
   proto::RequestInfo info;
-  info.set_command(proto::KV_PUSH);
   info.set_mode(sync_ ? proto::KV_SYNC : proto::KV_ASYNC);
   size_t off = 0;
   for (size_t i : b->order) {
@@ -97,7 +96,6 @@ Status DistKVStore::FlushBucket() {
     proto::KeyEntry* k = info.add_keys();
     k->set_key(e.server_key);
     k->set_step(e.step);
-    k->set_name(e.name);
   }
   ps::RequestOptions opts;
   opts.head = proto::KV_PUSH;

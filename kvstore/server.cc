@@ -29,16 +29,15 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
                            ps::KVServer* server) {
   trace::Scope span("server", "handle from ", meta.sender_name, meta.timestamp);
   proto::RequestInfo info;
-  if (!info.ParseFromString(meta.body) ||
-      static_cast<int>(info.command()) != meta.head) {
+  if (!info.ParseFromString(meta.body)) {
     server->RespondError(meta, Status::InvalidArgument(
         "malformed KVStore request from " + meta.sender_name));
     return;
   }
-  const bool keyed = info.command() == proto::KV_INIT ||
-                     info.command() == proto::KV_PUSH ||
-                     info.command() == proto::KV_PULL;
-  if (info.command() == proto::KV_PUSH && info.keys_size() > 0) {
+  const auto command = static_cast<proto::KVCommand>(meta.head);
+  const bool keyed = command == proto::KV_INIT || command == proto::KV_PUSH ||
+                     command == proto::KV_PULL;
+  if (command == proto::KV_PUSH && info.keys_size() > 0) {
     return MultiPush(meta, data, info, server);
   }
   if (keyed && data.num_keys() != 1) {
@@ -47,7 +46,7 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
         std::to_string(data.num_keys())));
     return;
   }
-  switch (info.command()) {
+  switch (command) {
     case proto::KV_INIT: return Init(meta, data, info, server);
     case proto::KV_PUSH: return Push(meta, data, info, server);
     case proto::KV_PULL: return Pull(meta, data, info, server);
@@ -67,13 +66,12 @@ ServerHandler::KeyState* ServerHandler::Find(uint64_t key) {
 }
 
 ServerHandler::KeyState* ServerHandler::FindOrRespond(
-    uint64_t key, const std::string& name, const ps::RequestMeta& meta,
-    ps::KVServer* server) {
+    uint64_t key, const ps::RequestMeta& meta, ps::KVServer* server) {
   KeyState* st = Find(key);
   if (st == nullptr) {
-    server->RespondError(meta,
-                         KeyError(Status::Code::kNotFound, name,
-                                  "was never initialised (call Init first)"));
+    server->RespondError(
+        meta, Status::NotFound("server key " + std::to_string(key) +
+                               " was never initialised (call Init first)"));
   }
   return st;
 }
@@ -106,7 +104,7 @@ void ServerHandler::Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
 void ServerHandler::Push(const ps::RequestMeta& meta, const ps::KVPairs& data,
                          const proto::RequestInfo& info, ps::KVServer* server) {
   const uint64_t key = data.key(0);
-  KeyState* st = FindOrRespond(key, info.key_name(), meta, server);
+  KeyState* st = FindOrRespond(key, meta, server);
   if (st == nullptr) return;
   std::lock_guard<std::mutex> lock(st->mu);
   if (data.vals.size() != st->value.nbytes()) {
@@ -331,8 +329,7 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
     infos[i] = info;
     infos[i].clear_keys();
     infos[i].set_step(e->second->step());
-    infos[i].set_key_name(e->second->name());
-    states[i] = FindOrRespond(key, e->second->name(), meta, server);
+    states[i] = FindOrRespond(key, meta, server);
     if (states[i] == nullptr) return;
     const size_t bytes = data.lens.empty()
                              ? data.vals.size() / n
@@ -372,7 +369,7 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
 void ServerHandler::Pull(const ps::RequestMeta& meta, const ps::KVPairs& data,
                          const proto::RequestInfo& info, ps::KVServer* server) {
   const uint64_t key = data.key(0);
-  KeyState* st = FindOrRespond(key, info.key_name(), meta, server);
+  KeyState* st = FindOrRespond(key, meta, server);
   if (st == nullptr) return;
   std::lock_guard<std::mutex> lock(st->mu);
   if (info.mode() == proto::KV_ASYNC || info.step() <= st->step) {

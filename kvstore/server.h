@@ -91,10 +91,11 @@ class ServerHandler {
                     ps::KVServer* server) REQUIRES(st->mu);
 
   KeyState* Find(uint64_t key) EXCLUDES(mu_);
-  // Find, answering `meta` with a not-found error naming `name` if missing.
-  KeyState* FindOrRespond(uint64_t key, const std::string& name,
-                          const ps::RequestMeta& meta, ps::KVServer* server)
-      EXCLUDES(mu_);
+  // Find, answering `meta` with a not-found error if missing (naming the
+  // server key: the name arrives with KV_INIT only; a worker checks its own
+  // keys first and names them).
+  KeyState* FindOrRespond(uint64_t key, const ps::RequestMeta& meta,
+                          ps::KVServer* server) EXCLUDES(mu_);
   std::shared_ptr<Optimizer> optimizer() EXCLUDES(mu_);
 
   const int num_workers_;
