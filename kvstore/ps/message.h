@@ -8,7 +8,7 @@
 
 #include "base/status.h"
 #include "kvstore/ps/ps.h"
-#include "proto/wire.pb.h"
+#include "kvstore/ps/wire.pb.h"
 
 namespace kvtrain {
 namespace ps {

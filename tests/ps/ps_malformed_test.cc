@@ -14,7 +14,7 @@
 #include <zmq.h>
 
 #include "net/curve.h"
-#include "proto/wire.pb.h"
+#include "kvstore/ps/wire.pb.h"
 #include "tests/ps/ps_job.h"
 
 namespace kvtrain {

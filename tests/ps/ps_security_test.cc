@@ -15,7 +15,7 @@
 #include <regex>
 
 #include "net/curve.h"
-#include "proto/wire.pb.h"
+#include "kvstore/ps/wire.pb.h"
 #include "tests/ps/ps_job.h"
 
 namespace kvtrain {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "proto/wire.pb.h"
+#include "kvstore/ps/wire.pb.h"
 
 namespace kvtrain {
 namespace {
