@@ -231,8 +231,8 @@ Status Mesh::SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
     if (size > 0) std::memcpy(zmq_msg_data(&m), data, size);
   } else {
     unreleased_.fetch_add(1);
-    zmq_msg_init_data(&m, const_cast<void*>(data), size, ReleaseZeroCopy,
-                      this);
+    // Cannot fail short of memory exhaustion (then an empty frame goes).
+    (void)net::InitZeroCopy(&m, data, size, ReleaseZeroCopy, this);
   }
   if (zmq_msg_send(&m, p.dealer, 0) < 0) {
     const std::string err = ZmqError();

@@ -27,6 +27,7 @@
 #include "base/thread_annotations.h"
 #include "net/curve.h"
 #include "net/liveness.h"
+#include "net/zmq_frame.h"
 
 namespace kvtrain {
 namespace collective {
@@ -56,19 +57,7 @@ enum class MsgKind : uint32_t {
 };
 
 // A received payload; keeps the ZeroMQ frame alive (no copy).
-class Payload {
- public:
-  Payload() { zmq_msg_init(&msg); }
-  ~Payload() { zmq_msg_close(&msg); }
-  Payload(const Payload&) = delete;
-  Payload& operator=(const Payload&) = delete;
-  const char* data() const {
-    return static_cast<const char*>(zmq_msg_data(const_cast<zmq_msg_t*>(&msg)));
-  }
-  size_t size() const { return zmq_msg_size(const_cast<zmq_msg_t*>(&msg)); }
-
-  zmq_msg_t msg;
-};
+using Payload = net::ZmqFrame;
 
 struct MeshOptions {
   // Heartbeats and when a peer is dead (net/liveness.h's rule).

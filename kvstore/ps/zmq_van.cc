@@ -4,6 +4,7 @@
 #include "base/trace.h"
 #include "net/same_host.h"
 #include "net/zmq_error.h"
+#include "net/zmq_frame.h"
 
 #include <glog/logging.h>
 #include <zmq.h>
@@ -37,14 +38,6 @@ struct FrameHold {
   int64_t msg_bytes = 0;
 };
 
-// Storage of a received frame; the Blob handed up shares it.
-struct ZmqMsgHolder {
-  ZmqMsgHolder() { zmq_msg_init(&msg); }
-  ~ZmqMsgHolder() { zmq_msg_close(&msg); }
-  zmq_msg_t msg;
-};
-
-char kEmptyFrame[1];
 
 }  // namespace
 
@@ -70,14 +63,13 @@ Status SendFrames(void* socket, ZmqVan::Conn* c, OutMessage* m,
     Blob& b = m->frames[i];
     auto* hold =
         new FrameHold{std::move(b), last ? c : nullptr, last ? m->bytes : 0};
-    void* data =
-        hold->blob.empty() ? kEmptyFrame : const_cast<char*>(hold->blob.data());
     zmq_msg_t msg;
-    if (zmq_msg_init_data(&msg, data, hold->blob.size(), ReleaseFrame, hold) !=
-        0) {
-      // Cannot happen short of memory exhaustion; account as released.
-      ReleaseFrame(nullptr, hold);
-      status = Status::Internal("zmq_msg_init_data: " + ZmqError());
+    const Status init = net::InitZeroCopy(&msg, hold->blob.data(),
+                                          hold->blob.size(), ReleaseFrame, hold);
+    if (!init.ok()) {
+      // Cannot happen short of memory exhaustion; accounted as released.
+      zmq_msg_close(&msg);
+      status = init;
       continue;
     }
     if (!status.ok()) {
@@ -364,7 +356,7 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
   zmq_msg_close(&id);
   msg->frames.clear();
   while (more) {
-    auto holder = std::make_shared<ZmqMsgHolder>();
+    auto holder = std::make_shared<net::ZmqFrame>();
     if (zmq_msg_recv(&holder->msg, router_, 0) < 0) {
       return Status::Unavailable("receive: " + ZmqError());
     }
