@@ -9,9 +9,9 @@
 #include "ops/cpu_math.h"
 #include "ops/op_util.h"
 #include "tensor/blas.h"
+#include "tensor/cpu_threads.h"
 
 #ifdef KVTRAIN_CUDA
-#include "tensor/cpu_threads.h"
 #include "tensor/fill_kernels.h"
 #endif
 
