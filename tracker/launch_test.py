@@ -12,6 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import hostfile  # noqa: E402
 import launch  # noqa: E402
+import launch_testlib  # noqa: E402
 import launchers  # noqa: E402
 import netaddr  # noqa: E402
 import supervisor  # noqa: E402
@@ -232,6 +233,33 @@ class DescribeExitTest(unittest.TestCase):
         self.assertEqual(supervisor.describe_exit(-9), "signal SIGKILL")
         self.assertEqual(supervisor.describe_exit(137, remote=True), "exit code 137 (SIGKILL)")
         self.assertEqual(supervisor.describe_exit(137), "exit code 137")
+
+
+class ReadUntilTest(unittest.TestCase):
+    """launch_testlib.read_until, which the multi-process tests wait with."""
+
+    def test_lines_that_arrive_together_are_all_seen(self):
+        # Both lines reach the pipe in one write, then nothing more comes:
+        # each must still be found, by this call and the next.
+        p = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys, time; sys.stdout.write('one\\ntwo\\nthree\\n'); "
+             "sys.stdout.flush(); time.sleep(30)"],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(launch_testlib.read_until(p, "one", timeout=10), "one\n")
+            self.assertEqual(launch_testlib.read_until(p, "three", timeout=10),
+                             "two\nthree\n")
+        finally:
+            p.kill()
+            p.communicate()
+
+    def test_timeout_shows_what_was_read(self):
+        p = subprocess.Popen([sys.executable, "-c", "print('partial')"],
+                             stdout=subprocess.PIPE, text=True)
+        with self.assertRaisesRegex(AssertionError, "(?s)did not see 'never'.*partial"):
+            launch_testlib.read_until(p, "never", timeout=5)
+        p.communicate()
 
 
 if __name__ == "__main__":

@@ -72,20 +72,36 @@ def start_launch(args, env=None):
 
 
 def read_until(popen, needle, timeout=60):
-    """Reads launch.py's output until a line contains `needle`; returns all
-    output read so far (raises AssertionError on timeout or EOF)."""
+    """Reads launch.py's output until a line contains `needle`; returns the
+    output read so far up to that line (raises AssertionError on timeout or
+    EOF). Reads the pipe's descriptor itself: a buffered readline after
+    select() would leave lines that arrived together in Python's buffer,
+    where select() no longer sees them. Lines read past the needle are kept
+    for the next call."""
     import selectors
+    fd = popen.stdout.fileno()
     sel = selectors.DefaultSelector()
-    sel.register(popen.stdout, selectors.EVENT_READ)
+    sel.register(fd, selectors.EVENT_READ)
+    pending = getattr(popen, "_read_until_pending", b"")
     seen = []
     end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if not sel.select(timeout=0.2):
-            continue
-        line = popen.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if needle in line:
-            return "".join(seen)
+    try:
+        while True:
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                seen.append(line.decode(errors="replace") + "\n")
+                if needle in seen[-1]:
+                    return "".join(seen)
+            if time.monotonic() >= end:
+                break
+            if not sel.select(timeout=0.2):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            pending += chunk
+    finally:
+        popen._read_until_pending = pending
+        sel.close()
+    seen.append(pending.decode(errors="replace"))
     raise AssertionError("did not see %r; output:\n%s" % (needle, "".join(seen)))
