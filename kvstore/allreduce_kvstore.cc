@@ -69,7 +69,7 @@ std::unique_ptr<KVStore> AllreduceKVStore::RendezvousOnly(
 AllreduceKVStore::AllreduceKVStore(
     std::shared_ptr<collective::Communicator> comm, size_t bucket_bytes,
     std::chrono::milliseconds timeout, bool owns_comm)
-    : KVStore("dist_allreduce"),
+    : InProcessKVStore("dist_allreduce"),
       comm_(std::move(comm)),
       bucket_floats_(std::max<size_t>(1, bucket_bytes / sizeof(float))),
       timeout_(timeout),
@@ -409,29 +409,9 @@ Status AllreduceKVStore::Wait(KVHandle handle) {
   return Status::OK();
 }
 
-Status AllreduceKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return update_.SetOptimizer(spec);
-}
-
-Status AllreduceKVStore::SetUpdater(Updater updater) {
-  std::lock_guard<std::mutex> lock(mu_);
-  update_.SetUpdater(std::move(updater));
-  return Status::OK();
-}
-
-Status AllreduceKVStore::SaveOptimizerStates(const std::string& path) {
-  std::shared_ptr<Optimizer> opt;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    opt = update_.optimizer();
-  }
-  return SaveProcessStates(opt, path, type());
-}
-
 Status AllreduceKVStore::LoadOptimizerStates(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
-  KV_ASSIGN_OR_RETURN(loaded_states_, LoadProcessStates(update_.optimizer().get(), path, type()));
+  KV_ASSIGN_OR_RETURN(loaded_states_, LoadStatesLocked(path));
   return Status::OK();
 }
 

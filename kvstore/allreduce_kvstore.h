@@ -35,7 +35,7 @@ namespace kv {
 //    or when a Wait needs a key of it (then the buckets up to it are sealed
 //    with whatever was pushed);
 //  - sealed buckets are all-reduced in order on one background thread.
-class AllreduceKVStore : public KVStore {
+class AllreduceKVStore : public InProcessKVStore {
  public:
   // KVStore::Create("dist_allreduce"): the group from options.communicator,
   // else joined from the environment (Open MPI, PMI or launch.py's DMLC_*
@@ -70,12 +70,9 @@ class AllreduceKVStore : public KVStore {
                                    const std::vector<Tensor>& outs,
                                    int priority) override;
   Status Wait(KVHandle handle) override;
-  Status SetOptimizer(const proto::OptimizerSpec& spec) override;
-  Status SetUpdater(Updater updater) override;
   // Every rank's states are the same; any rank may save them. Load: call it
   // on rank 0 (or on all) and then Barrier, which hands them to the others.
-  Status SaveOptimizerStates(const std::string& path) override;
-  Status LoadOptimizerStates(const std::string& path) override;
+  Status LoadOptimizerStates(const std::string& path) override EXCLUDES(mu_);
   Status Finalize() override;
 
  private:
@@ -115,14 +112,11 @@ class AllreduceKVStore : public KVStore {
   const size_t bucket_floats_;
   const std::chrono::milliseconds timeout_;
   const bool owns_comm_;
-  KeyTable keys_;
 
-  std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint64_t, Entry> store_ GUARDED_BY(mu_);
   std::vector<Bucket> buckets_ GUARDED_BY(mu_);
   int seal_cursor_ GUARDED_BY(mu_) = 0;
-  ProcessUpdate update_ GUARDED_BY(mu_){&keys_};
   std::string loaded_states_ GUARDED_BY(mu_);  // to hand out at Barrier
 
   std::deque<std::pair<uint64_t, std::function<Status()>>> work_

@@ -204,5 +204,34 @@ StatusOr<std::string> LoadProcessStates(Optimizer* opt, const std::string& path,
   return states[0];
 }
 
+Status InProcessKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return update_.SetOptimizer(spec);
+}
+
+Status InProcessKVStore::SetUpdater(Updater updater) {
+  std::lock_guard<std::mutex> lock(mu_);
+  update_.SetUpdater(std::move(updater));
+  return Status::OK();
+}
+
+Status InProcessKVStore::SaveOptimizerStates(const std::string& path) {
+  std::shared_ptr<Optimizer> opt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    opt = update_.optimizer();
+  }
+  return SaveProcessStates(opt, path, type());
+}
+
+Status InProcessKVStore::LoadOptimizerStates(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return LoadStatesLocked(path).status();
+}
+
+StatusOr<std::string> InProcessKVStore::LoadStatesLocked(const std::string& path) {
+  return LoadProcessStates(update_.optimizer().get(), path, type());
+}
+
 }  // namespace kv
 }  // namespace kvtrain

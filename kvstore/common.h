@@ -141,6 +141,27 @@ class ProcessUpdate {
   Updater updater_;
 };
 
+// The skeleton of a store that updates in this process (local, device,
+// dist_allreduce): the key table, the store's mutex, and SetOptimizer /
+// SetUpdater / optimizer states over a ProcessUpdate, written once.
+class InProcessKVStore : public KVStore {
+ public:
+  Status SetOptimizer(const proto::OptimizerSpec& spec) override EXCLUDES(mu_);
+  Status SetUpdater(Updater updater) override EXCLUDES(mu_);
+  Status SaveOptimizerStates(const std::string& path) override EXCLUDES(mu_);
+  // Restores the states into this process's optimizer.
+  Status LoadOptimizerStates(const std::string& path) override EXCLUDES(mu_);
+
+ protected:
+  explicit InProcessKVStore(const std::string& type) : KVStore(type) {}
+  // LoadOptimizerStates' work; returns what it restored.
+  StatusOr<std::string> LoadStatesLocked(const std::string& path) REQUIRES(mu_);
+
+  KeyTable keys_;
+  std::mutex mu_;
+  ProcessUpdate update_ GUARDED_BY(mu_){&keys_};
+};
+
 // One optimizer's states in a states file; `opt` is null when the store has
 // no optimizer (none set, or a custom updater). Load returns what it restored.
 Status SaveProcessStates(const std::shared_ptr<Optimizer>& opt,

@@ -7,7 +7,7 @@ namespace kvtrain {
 namespace kv {
 
 LocalKVStore::LocalKVStore(const std::string& type, bool on_gpu)
-    : KVStore(type), on_gpu_(on_gpu) {
+    : InProcessKVStore(type), on_gpu_(on_gpu) {
   if (on_gpu_ && NumGpus() == 0) {
     LOG(INFO) << "KVStore '" << type << "': no GPU (" << NoGpuReason()
               << "); reducing and updating on the CPU";
@@ -126,31 +126,6 @@ Status LocalKVStore::Wait(KVHandle handle) {
   Status s;
   KV_RETURN_IF_ERROR(done_.Take(handle, &s));
   return s;
-}
-
-Status LocalKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return update_.SetOptimizer(spec);
-}
-
-Status LocalKVStore::SetUpdater(Updater updater) {
-  std::lock_guard<std::mutex> lock(mu_);
-  update_.SetUpdater(std::move(updater));
-  return Status::OK();
-}
-
-Status LocalKVStore::SaveOptimizerStates(const std::string& path) {
-  std::shared_ptr<Optimizer> opt;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    opt = update_.optimizer();
-  }
-  return SaveProcessStates(opt, path, type());
-}
-
-Status LocalKVStore::LoadOptimizerStates(const std::string& path) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return LoadProcessStates(update_.optimizer().get(), path, type()).status();
 }
 
 }  // namespace kv

@@ -17,7 +17,7 @@ namespace kvtrain {
 namespace kv {
 
 // Thread-safe (one mutex; operations run to completion in the call).
-class LocalKVStore : public KVStore {
+class LocalKVStore : public InProcessKVStore {
  public:
   // `on_gpu`: the device type.
   LocalKVStore(const std::string& type, bool on_gpu);
@@ -35,10 +35,6 @@ class LocalKVStore : public KVStore {
                                    const std::vector<Tensor>& outs,
                                    int priority) override;
   Status Wait(KVHandle handle) override;
-  Status SetOptimizer(const proto::OptimizerSpec& spec) override;
-  Status SetUpdater(Updater updater) override;
-  Status SaveOptimizerStates(const std::string& path) override;
-  Status LoadOptimizerStates(const std::string& path) override;
 
  private:
   struct Entry {
@@ -57,10 +53,7 @@ class LocalKVStore : public KVStore {
   StatusOr<Entry*> Find(const KeyGroup& g) REQUIRES(mu_);
 
   const bool on_gpu_;
-  KeyTable keys_;
-  std::mutex mu_;
   std::map<uint64_t, Entry> store_ GUARDED_BY(mu_);
-  ProcessUpdate update_ GUARDED_BY(mu_){&keys_};
 
   // Each call's outcome until its Wait.
   kv::HandleTable<Status> done_;
