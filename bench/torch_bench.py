@@ -2,7 +2,8 @@
 """PyTorch peer of train_bench: the same MLP and LeNet, batch and SGD step,
 timed the same way (best of --repeats). Prints one line per network:
 `<net> <samples/s>`.
-Exits with status 3 when torch is not installed (the caller then skips it).
+Exits with status 3 when torch is not installed, or --device cuda has no GPU
+(the caller then skips it).
 Thread settings come from the environment the caller sets
 (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS) and --threads.
 """
@@ -32,9 +33,12 @@ def lenet():
         torch.nn.Linear(500, 10))
 
 
-def measure(net, shape, batches, seconds, repeats):
-    data = [torch.rand(*shape) for _ in range(batches)]
-    labels = [torch.randint(0, 10, (shape[0],)) for _ in range(batches)]
+def measure(net, shape, batches, seconds, repeats, device):
+    net = net.to(device)
+    data = [torch.rand(*shape, device=device) for _ in range(batches)]
+    labels = [torch.randint(0, 10, (shape[0],), device=device) for _ in range(batches)]
+    # GPU work is queued: the clock is read after the queue drains.
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -46,6 +50,7 @@ def measure(net, shape, batches, seconds, repeats):
 
     for i in range(10):
         step(i)
+    sync()
     best = 0.0
     for _ in range(repeats):
         n = 0
@@ -53,6 +58,7 @@ def measure(net, shape, batches, seconds, repeats):
         while time.perf_counter() - start < seconds:
             step(n)
             n += 1
+        sync()
         best = max(best, n * shape[0] / (time.perf_counter() - start))
     return best
 
@@ -64,14 +70,18 @@ def main():
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--nets", default="mlp,lenet")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = p.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("torch %s in %s sees no GPU" % (torch.__version__, sys.executable))
+        sys.exit(3)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     shapes = {"mlp": (args.batch, 784), "lenet": (args.batch, 1, 28, 28)}
     makers = {"mlp": mlp, "lenet": lenet}
     for name in args.nets.split(","):
         rate = measure(makers[name](), shapes[name], 10, args.seconds,
-                       args.repeats)
+                       args.repeats, args.device)
         print("%s %.1f" % (name, rate), flush=True)
 
 

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -195,10 +196,13 @@ std::string TorchScript(const char* argv0) {
   return "bench/torch_bench.py";
 }
 
-// PyTorch's samples/s per network at `threads` (OpenMP threads = threads,
-// OpenBLAS's own pool at 1), or an empty map with *why set.
+// PyTorch's samples/s per network on `device` ("cpu" or "cuda") at
+// `threads` (OpenMP threads = threads, OpenBLAS's own pool at 1), or an
+// empty map with *why set.
 std::map<std::string, double> MeasureTorch(const std::string& script,
-                                           int threads, std::string* why) {
+                                           const std::string& device,
+                                           int threads, int batch,
+                                           std::string* why) {
   std::map<std::string, double> rates;
   // glibc's adaptive mmap threshold makes PyTorch's large per-step tensors
   // alternate between heap and fresh mmaps (page faults), which swings its
@@ -207,8 +211,8 @@ std::map<std::string, double> MeasureTorch(const std::string& script,
       "OMP_NUM_THREADS=" + std::to_string(threads) +
       " OPENBLAS_NUM_THREADS=1 MALLOC_MMAP_THRESHOLD_=4294967296"
       " MALLOC_TRIM_THRESHOLD_=4294967296 " + FLAGS_python + " " + script +
-      " --threads " + std::to_string(threads) + " --batch " +
-      std::to_string(FLAGS_batch) + " --seconds " +
+      " --device " + device + " --threads " + std::to_string(threads) +
+      " --batch " + std::to_string(batch) + " --seconds " +
       std::to_string(FLAGS_seconds) + " --repeats " +
       std::to_string(FLAGS_repeats) + " --nets " + FLAGS_nets + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -272,13 +276,13 @@ int Main(const char* argv0) {
   for (std::string s; std::getline(ss, s, ',');) nets.push_back(s);
   const std::string script = TorchScript(argv0);
   bool failed = false;
-  std::string torch_note;
+  std::set<std::string> torch_notes;
   for (int threads : ParseList(FLAGS_threads)) {
     SetCpuThreads(threads);
     std::string why;
     std::map<std::string, double> torch;
-    if (FLAGS_torch) torch = MeasureTorch(script, threads, &why);
-    if (FLAGS_torch && torch.empty()) torch_note = "PyTorch skipped: " + why;
+    if (FLAGS_torch) torch = MeasureTorch(script, "cpu", threads, FLAGS_batch, &why);
+    if (FLAGS_torch && torch.empty()) torch_notes.insert("PyTorch skipped: " + why);
     for (const std::string& net : nets) {
       StatusOr<double> rate = MeasureKvtrain(net, Device::CPU(), FLAGS_batch);
       if (!rate.ok()) {
@@ -293,6 +297,10 @@ int Main(const char* argv0) {
     std::printf("\nGPU rows: none (%s)\n", NoGpuReason().c_str());
   }
   for (int batch : NumGpus() > 0 ? ParseList(FLAGS_gpu_batches) : std::vector<int>{}) {
+    std::string why;
+    std::map<std::string, double> torch;
+    if (FLAGS_torch) torch = MeasureTorch(script, "cuda", 1, batch, &why);
+    if (FLAGS_torch && torch.empty()) torch_notes.insert("PyTorch skipped: " + why);
     for (const std::string& net : nets) {
       StatusOr<double> rate = MeasureKvtrain(net, Device::GPU(0), batch);
       if (!rate.ok()) {
@@ -300,10 +308,10 @@ int Main(const char* argv0) {
         failed = true;
         continue;
       }
-      PrintRow(net, "gpu(0)", "-", batch, *rate, {});
+      PrintRow(net, "gpu(0)", "-", batch, *rate, torch);
     }
   }
-  if (!torch_note.empty()) std::printf("\n%s\n", torch_note.c_str());
+  for (const std::string& note : torch_notes) std::printf("\n%s\n", note.c_str());
   return failed ? 1 : 0;
 }
 
