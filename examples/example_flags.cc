@@ -14,7 +14,22 @@ DEFINE_double(wd, 0.0001, "weight decay");
 DEFINE_double(lr_factor, 0.2, "multiply the learning rate by this ...");
 DEFINE_string(lr_step_epochs, "6,8", "... after these epochs (empty: never)");
 
+DECLARE_bool(help);
+DECLARE_string(helpmatch);
+
 namespace kvtrain {
+
+void ParseExampleFlags(int* argc, char*** argv, const std::string& usage) {
+  gflags::SetUsageMessage(usage);
+  gflags::ParseCommandLineNonHelpFlags(argc, argv, true);
+  if (FLAGS_help) {
+    // The flags defined in files under examples/ (gflags matches the
+    // defining file's path).
+    FLAGS_help = false;
+    FLAGS_helpmatch = "examples/";
+  }
+  gflags::HandleCommandLineHelpFlags();
+}
 
 StatusOr<std::vector<double>> ParseNumbers(const std::string& text, const char* flag) {
   std::vector<double> out;

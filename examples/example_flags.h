@@ -12,6 +12,11 @@
 
 namespace kvtrain {
 
+// gflags::ParseCommandLineFlags for the example programs, with `usage`; but
+// --help lists only the examples' own flags (--helpfull lists gflags' and
+// glog's too).
+void ParseExampleFlags(int* argc, char*** argv, const std::string& usage);
+
 // "1,2.5,3" -> {1, 2.5, 3}; the error names --`flag`.
 StatusOr<std::vector<double>> ParseNumbers(const std::string& text, const char* flag);
 

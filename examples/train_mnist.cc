@@ -8,6 +8,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "base/env.h"
 #include "engine/io/data_iter.h"
 #include "engine/models.h"
 #include "examples/example_flags.h"
@@ -23,6 +24,9 @@ DEFINE_int32(cpus, 1, "CPU contexts to split each batch across (data parallelism
 DEFINE_string(work_load_list, "", "relative batch share per device, e.g. 1,3");
 DEFINE_int32(batch_size, 100, "examples per batch (per worker)");
 DEFINE_int32(num_epochs, 10, "epochs to train");
+DEFINE_int64(epoch_size, 0,
+             "batches per epoch per worker (0: this worker's part of the data; "
+             "dist_async: its own part)");
 DEFINE_string(model_prefix, "", "checkpoint prefix (P-symbol.txt, P-NNNN.params)");
 DEFINE_int32(load_epoch, 0, "resume from the checkpoint of this epoch");
 DEFINE_string(data_dir, kvtrain::kDefaultMnistDir, "MNIST-format data directory");
@@ -54,6 +58,24 @@ StatusOr<std::vector<Device>> Devices() {
 }
 
 // Everything that can be checked before joining a job.
+// Started as one of several MPI ranks (mpiexec -n 4 train_mnist) with a
+// single-process store, each rank would train a model of its own.
+Status CheckNotOneOfManyRanks() {
+  if (FLAGS_kv_store != "local" && FLAGS_kv_store != "device") return Status::OK();
+  const EnvLookup env = ProcessEnv();
+  for (const char* var : {env::kOmpiSize, env::kPmiSize}) {
+    StatusOr<int64_t> ranks = GetIntVar(env, var, 1, 1, 1 << 20);
+    if (ranks.ok() && *ranks > 1) {
+      return Status::FailedPrecondition(
+          std::string("this process is one of ") + std::to_string(*ranks) + " MPI ranks (" +
+          var + "=" + std::to_string(*ranks) + ") but --kv-store=" + FLAGS_kv_store +
+          " trains a separate model in each; use --kv-store dist_allreduce to train one "
+          "model on all ranks");
+    }
+  }
+  return Status::OK();
+}
+
 Status CheckFlags() {
   if (FLAGS_network != "mlp" && FLAGS_network != "lenet") {
     return Status::InvalidArgument("--network=" + FLAGS_network + ": expected mlp or lenet");
@@ -68,6 +90,11 @@ Status CheckFlags() {
   if (FLAGS_num_epochs < FLAGS_load_epoch) {
     return Status::InvalidArgument("--num-epochs is below --load-epoch");
   }
+  if (FLAGS_epoch_size < 0) {
+    return Status::InvalidArgument("--epoch-size=" + std::to_string(FLAGS_epoch_size) +
+                                   ": expected a number of batches (0: the data's)");
+  }
+  KV_RETURN_IF_ERROR(CheckNotOneOfManyRanks());
   return OptimizerFromFlags(1).status();
 }
 
@@ -114,8 +141,14 @@ Status Train(KVStore* kv) {
   init.seed = FLAGS_seed;
   KV_RETURN_IF_ERROR(module->InitParams(init, FLAGS_load_epoch > 0 ? &loaded : nullptr));
   fo.num_epochs = FLAGS_num_epochs;
-  fo.epoch_size = kv->type() == "dist_async" ? 0 : epoch_size;
-  KV_ASSIGN_OR_RETURN(fo.optimizer, OptimizerFromFlags(epoch_size));
+  if (FLAGS_epoch_size > 0) {
+    fo.epoch_size = FLAGS_epoch_size;
+  } else {
+    // Sync stores: every worker runs the same number of steps.
+    fo.epoch_size = kv->type() == "dist_async" ? 0 : epoch_size;
+  }
+  KV_ASSIGN_OR_RETURN(fo.optimizer,
+                      OptimizerFromFlags(FLAGS_epoch_size > 0 ? FLAGS_epoch_size : epoch_size));
   fo.update_on_kvstore = FLAGS_update_on_kvstore;
   fo.metrics = {"accuracy", "cross-entropy"};
   fo.disp_batches = FLAGS_disp_batches;
@@ -159,9 +192,8 @@ int Main() {
 }  // namespace kvtrain
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage(
-      "trains an MLP or LeNet on MNIST-format data; see README.md for examples");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  kvtrain::ParseExampleFlags(
+      &argc, &argv, "trains an MLP or LeNet on MNIST-format data; see README.md for examples");
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines reach launchers at once

@@ -229,10 +229,10 @@ int Main() {
 }  // namespace kvtrain
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage(
+  kvtrain::ParseExampleFlags(
+      &argc, &argv,
       std::string("trains the MLP split across processes (") + kvtrain::kProgram +
-      "); see README.md");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+          "); see README.md");
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   setvbuf(stdout, nullptr, _IOLBF, 0);

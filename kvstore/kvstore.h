@@ -96,6 +96,11 @@ class KVStore {
   // A dist_* type: the job has other workers (and, but for
   // dist_allreduce, servers) that this store talks to.
   bool is_distributed() const { return type_.rfind("dist", 0) == 0; }
+  // Whether one update applies the sum of every worker's gradients (the
+  // synchronous dist types and dist_allreduce), not one worker's push
+  // (dist_async, where each push is its own update). The trainer scales
+  // gradients by 1/(batch x num_workers) only for these, as MXNet does.
+  bool sums_workers() const { return is_distributed() && type_ != "dist_async"; }
 
   // Sets the keys' initial values. Dist types: rank 0's values win, and
   // every worker returns only when they are on the servers. A key may be

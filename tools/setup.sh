@@ -16,8 +16,10 @@ PACKAGES=(
   # the default data set (Fashion-MNIST IDX files)
   dataset-fashion-mnist
   # launchers and their tests: ssh (with a test sshd), rsync, Open MPI,
-  # network namespaces, the process table
+  # Slurm (a test cluster of slurmctld + slurmd + munge), network
+  # namespaces, the process table
   openssh-client openssh-server rsync openmpi-bin iproute2 procps
+  slurm-client slurmctld slurmd munge
   # tools/plot_metrics
   python3-matplotlib
   # tools/fuzz.sh: clang with libFuzzer and AddressSanitizer (bookworm: 14)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Starts a kvtrain job: a scheduler on this host, then servers and workers
-locally, over ssh or through mpirun. Stops the whole job when any process
+locally, over ssh, through mpirun or through Slurm's srun. Stops the whole job when any process
 fails or on Ctrl-C, and says which process failed and how."""
 
 import argparse
@@ -28,14 +28,29 @@ EXAMPLES = """examples:
   tracker/launch.py -n 4 -s 2 --launcher ssh -H hosts \\
       --sync-dst-dir /tmp/kvtrain-job ./train_mnist --kv-store dist_sync
 
+  # MXNet's form: with -H the launcher is ssh, -s defaults to -n
+  tracker/launch.py -n 2 -H hosts --sync-dst-dir /tmp/kvtrain \\
+      train_mnist --network lenet --kv-store dist_sync
+
   # pick the NIC every node advertises, log the control plane
   DMLC_INTERFACE=eth1 PS_VERBOSE=1 tracker/launch.py -n 2 -s 2 ...
 
   # through Open MPI's mpirun (servers and workers as two rank groups)
   tracker/launch.py -n 2 -s 2 --launcher mpi -H hosts ./train_mnist ...
 
+  # through Slurm's srun, e.g. inside `salloc -n 4` or an sbatch script
+  tracker/launch.py -n 2 -s 2 --launcher slurm ./train_mnist --kv-store dist_sync
+
 hostfile lines: `host`, `host:sshport`, `host slots=N`; # comments.
 """
+
+# MXNet's launchers that kvtrain does not have, and what to use instead.
+NOT_HERE = {
+    "sge": "kvtrain has no Sun Grid Engine launcher; use --launcher ssh -H "
+           "hosts (or --launcher mpi) with the hosts SGE allotted, or --launcher slurm",
+    "yarn": "kvtrain has no YARN launcher; use --launcher ssh -H hosts, "
+            "--launcher mpi or --launcher slurm",
+}
 
 # The scheduler binds any free port and writes its number here, so no other
 # process can take the port between choosing and binding it.
@@ -50,17 +65,18 @@ def parse_args(argv):
                     help="number of worker processes")
     ap.add_argument("-s", "--num-servers", type=int,
                     help="number of server processes (default: the number of workers)")
-    ap.add_argument("--launcher", choices=["local", "ssh", "mpi"], default="local",
-                    help="how servers and workers are started (default: local)")
+    ap.add_argument("--launcher", choices=["local", "ssh", "mpi", "slurm"] + sorted(NOT_HERE),
+                    help="how servers and workers are started (default: ssh with "
+                    "-H, else local)")
     ap.add_argument("-H", "--hostfile", help="hosts for ssh and mpi")
     ap.add_argument("--sync-dst-dir", metavar="DIR",
                     help="ssh: rsync the working directory to DIR on every host, run there")
     ap.add_argument("--env", action="append", metavar="K=V", default=[],
-                    help="set K=V for every process (repeatable)")
+                    help="set K=V (or K:V) for every process (repeatable)")
     ap.add_argument("--env-server", action="append", metavar="K=V", default=[],
-                    help="set K=V for servers only (repeatable)")
+                    help="set K=V (or K:V, MXNet's form) for servers only (repeatable)")
     ap.add_argument("--env-worker", action="append", metavar="K=V", default=[],
-                    help="set K=V for workers only (repeatable)")
+                    help="set K=V (or K:V, MXNet's form) for workers only (repeatable)")
     ap.add_argument("--host-ip", help="the scheduler's address (overrides the rule)")
     ap.add_argument("--timeout", type=float, metavar="SECONDS",
                     help="stop the whole job after this long (exit code 124)")
@@ -68,6 +84,8 @@ def parse_args(argv):
                     help="extra argument for ssh, e.g. --ssh-arg=-i --ssh-arg=key")
     ap.add_argument("--mpirun-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for mpirun")
+    ap.add_argument("--slurm-arg", action="append", default=[], metavar="ARG",
+                    help="extra argument for srun, e.g. --slurm-arg=--partition=gpu")
     ap.add_argument("--insecure", action="store_true",
                     help="no CURVE security (plain ZeroMQ): anyone who can reach "
                     "the job's ports can join it; also KVTRAIN_INSECURE=1")
@@ -78,6 +96,12 @@ def parse_args(argv):
         args.command = args.command[1:]
     if args.num_servers is None:
         args.num_servers = args.num_workers
+    if args.launcher in NOT_HERE:
+        ap.error("--launcher %s: %s" % (args.launcher, NOT_HERE[args.launcher]))
+    if args.launcher is None:
+        # MXNet's launch.py defaults to ssh; without a hostfile there is
+        # nowhere to ssh to.
+        args.launcher = "ssh" if args.hostfile else "local"
     problems = []
     if not args.command:
         problems.append("no command given")
@@ -121,9 +145,11 @@ class Launcher:
         else:
             self.placement = [(role, rank, None) for role, rank in roles]
         interface = self.spec.forwarded().get("DMLC_INTERFACE")
-        remote = [h.name for h in self.hosts] if a.launcher != "local" else []
+        remote = [h.name for h in self.hosts] if a.launcher in ("ssh", "mpi") else []
+        if a.launcher == "slurm" and not (a.host_ip or interface):
+            remote = launchers.slurm_remote_hosts()
         self.spec.root_uri = netaddr.scheduler_address(a.host_ip, interface, remote)
-        launchers.check_local_command(a.command)
+        self.spec.command = a.command = launchers.resolve_command(a.command)
         self.prepare_security()
         self.workdir = a.sync_dst_dir or os.getcwd()
         if a.launcher == "ssh":
@@ -188,6 +214,8 @@ class Launcher:
             return launchers.local_procs(self.spec, [(r, k) for r, k, _ in self.placement])
         if a.launcher == "ssh":
             return launchers.ssh_procs(self.spec, self.placement, a.ssh_arg, self.workdir)
+        if a.launcher == "slurm":
+            return launchers.slurm_procs(self.spec, a.slurm_arg)
         return launchers.mpi_procs(self.spec, self._mpi_hostfile(), a.mpirun_arg,
                                    self.port_dir)
 

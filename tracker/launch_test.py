@@ -2,6 +2,7 @@
 scheduler address, argument checks, exit descriptions."""
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -85,6 +86,24 @@ class EnvTest(unittest.TestCase):
         s.root_uri, s.root_port = "10.0.0.1", 9091
         return s
 
+    def node_host(self, spec):
+        """DMLC_NODE_HOST in the ssh script of worker 0 on host `h1`, or None."""
+        (proc,) = launchers.ssh_procs(spec, [("worker", 0, hostfile.Host("h1"))], [], "/w")
+        m = re.search(r"export DMLC_NODE_HOST=(\S+)", proc.stdin_data)
+        return m and m.group(1)
+
+    def test_interface_wins_over_the_hostfile_name(self):
+        # The launcher's environment names an interface: the node advertises
+        # its address, so no hostfile name (nor a stale DMLC_NODE_HOST).
+        spec = self.spec()
+        spec.environ["DMLC_NODE_HOST"] = "stale-host"
+        self.assertIsNone(self.node_host(spec))
+        spec = self.spec(env_worker={"DMLC_NODE_HOST": "chosen"})
+        self.assertEqual(self.node_host(spec), "chosen")
+        spec = self.spec()
+        del spec.environ["DMLC_INTERFACE"]
+        self.assertEqual(self.node_host(spec), "h1")
+
     def test_job_variables(self):
         env = self.spec().role_env("worker", 1)
         self.assertEqual(env["DMLC_ROLE"], "worker")
@@ -115,6 +134,10 @@ class EnvTest(unittest.TestCase):
     def test_env_arg_errors(self):
         self.assertEqual(launchers.parse_env_args(["K=a=b", "E="], "--env"),
                          {"K": "a=b", "E": ""})
+        # MXNet's NAME:VALUE form; the first separator after the name counts.
+        self.assertEqual(launchers.parse_env_args(["OMP_NUM_THREADS:4", "U:http://h:1",
+                                                   "Q=a:b"], "--env-server"),
+                         {"OMP_NUM_THREADS": "4", "U": "http://h:1", "Q": "a:b"})
         for bad, msg in (("novalue", "--env 'novalue': expected NAME=VALUE"),
                          ("1X=2", "expected NAME=VALUE"),
                          ("DMLC_ROLE=server", "DMLC_ROLE is set by launch.py")):
@@ -168,6 +191,32 @@ class ArgsTest(unittest.TestCase):
         a = launch.parse_args(["-n", "3", "prog", "--kv-store", "dist_sync"])
         self.assertEqual((a.num_workers, a.num_servers, a.launcher), (3, 3, "local"))
         self.assertEqual(a.command, ["prog", "--kv-store", "dist_sync"])
+        # MXNet's default: with a hostfile and no --launcher, ssh.
+        a = launch.parse_args(["-n", "2", "-H", "hosts", "--sync-dst-dir", "/tmp/x", "prog"])
+        self.assertEqual((a.launcher, a.num_servers), ("ssh", 2))
+
+    def test_mxnet_launchers_that_kvtrain_lacks_say_what_to_use(self):
+        for name in ("sge", "yarn"):
+            err = self.error_of(["-n", "1", "--launcher", name, "true"])
+            self.assertIn("--launcher %s: kvtrain has no" % name, err)
+            self.assertIn("use --launcher ssh -H hosts", err)
+
+    def test_bare_program_in_the_working_directory(self):
+        d = tempfile.mkdtemp()
+        prog = os.path.join(d, "train_kvt_example")
+        with open(prog, "w") as f:
+            f.write("#!/bin/sh\n")
+        os.chmod(prog, 0o755)
+        cwd = os.getcwd()
+        os.chdir(d)
+        try:
+            self.assertEqual(launchers.resolve_command(["train_kvt_example", "--x"]),
+                             ["./train_kvt_example", "--x"])
+            self.assertEqual(launchers.resolve_command(["sh", "-c", "true"])[0], "sh")
+            with self.assertRaisesRegex(launchers.LaunchError, "command not found: nope"):
+                launchers.resolve_command(["nope"])
+        finally:
+            os.chdir(cwd)
 
     def test_help_has_examples(self):
         r = subprocess.run([sys.executable, launch.__file__, "-h"], capture_output=True,

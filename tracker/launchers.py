@@ -5,6 +5,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 
 import jobkey
@@ -74,13 +75,18 @@ class JobSpec:
         return env
 
 
+ENV_PAIR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)[=:](.*)$", re.S)
+
+
 def parse_env_args(pairs, flag):
-    """['K=V', ...] -> dict; names the flag and entry on error."""
+    """['K=V', 'K:V' (MXNet's form), ...] -> dict; names the flag and entry
+    on error."""
     env = {}
     for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            raise LaunchError("%s %r: expected NAME=VALUE" % (flag, pair))
+        m = ENV_PAIR.match(pair)
+        if not m:
+            raise LaunchError("%s %r: expected NAME=VALUE or NAME:VALUE" % (flag, pair))
+        key, value = m.group(1), m.group(2)
         if key in JOB_VARS:
             raise LaunchError("%s %s: %s is set by launch.py for each process"
                               % (flag, pair, key))
@@ -93,12 +99,25 @@ def parse_env_args(pairs, flag):
     return env
 
 
-def check_local_command(command):
+def resolve_command(command):
+    """The command as every launcher runs it: a bare name that is not on
+    PATH but is an executable in the working directory becomes ./name (as
+    MXNet's `launch.py ... python train_mnist.py` finds its script there).
+    Raises LaunchError when the program is found in neither."""
     prog = command[0]
-    found = (os.access(prog, os.X_OK) and os.path.isfile(prog)) if "/" in prog \
-        else shutil.which(prog)
+    on_path = shutil.which(prog) if "/" not in prog else None
+    if "/" not in prog and _is_executable(prog) and (
+            on_path is None or os.path.samefile(on_path, prog)):
+        # (PATH may hold "."; a remote host's PATH need not.)
+        prog = "./" + prog
+    found = _is_executable(prog) if "/" in prog else shutil.which(prog)
     if not found:
         raise LaunchError("command not found: %s" % prog)
+    return [prog] + list(command[1:])
+
+
+def _is_executable(path):
+    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 def local_procs(spec, placement):
@@ -157,7 +176,14 @@ def ssh_procs(spec, placement, ssh_args, workdir):
     procs = []
     for role, rank, host in placement:
         env = spec.role_env(role, rank)
-        env["DMLC_NODE_HOST"] = host.name
+        # A node advertises DMLC_NODE_HOST over DMLC_INTERFACE, so the
+        # hostfile's name is only the fallback: a node given an interface
+        # advertises that interface's address (unless --env set the host).
+        explicit = {**spec.env_all, **spec.env_server, **spec.env_worker}
+        if "DMLC_INTERFACE" not in env:
+            env["DMLC_NODE_HOST"] = host.name
+        elif "DMLC_NODE_HOST" not in explicit:
+            env.pop("DMLC_NODE_HOST", None)
         argv = ssh_base(host, ssh_args) + ["bash", "-s"]
         local_env = dict(os.environ)
         procs.append(Proc(role, rank, argv, local_env, host=host.name,
@@ -209,13 +235,15 @@ def sync_dir(hosts, ssh_args, dst, log):
             raise LaunchError("rsync to %s:%s failed: %s" % (h.name, dst, err))
 
 
-# --- mpi ---------------------------------------------------------------------
+# --- mpi and slurm: one launcher command per role ----------------------------
 
-class MpiProc(Proc):
-    """One mpirun that starts every process of a role; its output lines carry
-    Open MPI's rank tag, which becomes the usual [role rank] prefix."""
+class GroupProc(Proc):
+    """One launcher command (mpirun, srun) that starts every process of a
+    role; its output lines carry the launcher's rank tag, which becomes the
+    usual [role rank] prefix."""
 
-    TAG = re.compile(rb"^\[\d+,(\d+)\]<std(?:out|err)>:")
+    TAG = None  # bytes regex whose group 1 is the rank
+    TOOL = None
 
     def split_label(self, line):
         m = self.TAG.match(line)
@@ -225,7 +253,33 @@ class MpiProc(Proc):
 
     @property
     def name(self):
-        return "%s group (mpirun)" % self.role
+        return "%s group (%s)" % (self.role, self.TOOL)
+
+
+class MpiProc(GroupProc):
+    TAG = re.compile(rb"^\[\d+,(\d+)\]<std(?:out|err)>:")
+    TOOL = "mpirun"
+
+
+class SlurmProc(GroupProc):
+    TAG = re.compile(rb"^\s*(\d+): ")
+    TOOL = "srun"
+
+
+def _group_env(spec, role):
+    """A role's environment for a launcher that starts all of its processes
+    (the rank comes from the launcher's own variable)."""
+    env = {k: v for k, v in spec.environ.items() if k not in SECURITY_VARS}
+    role_env = spec.role_env(role, 0)
+    role_env.pop("DMLC_RANK")
+    env.update(role_env)
+    return env, role_env
+
+
+def _with_rank_from(var_chain, command):
+    """sh -c wrapper: DMLC_RANK from the launcher's rank variable."""
+    return ["sh", "-c", 'DMLC_RANK=%s; export DMLC_RANK; exec "$@"' % var_chain,
+            "kvtrain-rank"] + list(command)
 
 
 def mpi_procs(spec, hostfile_path, mpirun_args, tmp_dir):
@@ -236,11 +290,7 @@ def mpi_procs(spec, hostfile_path, mpirun_args, tmp_dir):
     for role, count in (("server", spec.num_servers), ("worker", spec.num_workers)):
         if count == 0:
             continue
-        env = {k: v for k, v in spec.environ.items()
-               if k not in SECURITY_VARS}
-        role_env = spec.role_env(role, 0)
-        role_env.pop("DMLC_RANK")
-        env.update(role_env)
+        env, role_env = _group_env(spec, role)
         # Each mpirun gets its own session directory: two started at once in
         # the default one race to create it and one fails.
         session = os.path.join(tmp_dir, "ompi-" + role)
@@ -252,7 +302,53 @@ def mpi_procs(spec, hostfile_path, mpirun_args, tmp_dir):
         for k in sorted(role_env):
             argv += ["-x", k]  # the value travels in mpirun's environment
         # Each process's rank within its role is its MPI rank.
-        argv += ["sh", "-c", 'DMLC_RANK=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}; '
-                 'export DMLC_RANK; exec "$@"', "kvtrain-rank"] + list(spec.command)
+        argv += _with_rank_from("${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}", spec.command)
         procs.append(MpiProc(role, 0, argv, env))
     return procs
+
+
+def slurm_procs(spec, srun_args):
+    """One srun per role, one task per process: the rank within the role is
+    the task's SLURM_PROCID; the environment (job key included) reaches the
+    tasks through srun's own (--export=ALL), never its command line; a task
+    that fails ends its step (--kill-on-bad-exit), and so the job."""
+    srun = shutil.which("srun")
+    if not srun:
+        raise LaunchError("--launcher slurm needs srun (Debian package slurm-client)")
+    procs = []
+    for role, count in (("server", spec.num_servers), ("worker", spec.num_workers)):
+        if count == 0:
+            continue
+        env, _ = _group_env(spec, role)
+        argv = [srun, "--label", "--kill-on-bad-exit=1", "--export=ALL",
+                "--ntasks=%d" % count, "--job-name=kvtrain-%s" % role] + list(srun_args)
+        argv += _with_rank_from("${SLURM_PROCID:-0}", spec.command)
+        procs.append(SlurmProc(role, 0, argv, env))
+    return procs
+
+
+def slurm_remote_hosts():
+    """The Slurm nodes a job's tasks may run on that are not this host: the
+    allocation's (inside salloc/sbatch), else every node sinfo lists. Used
+    only to pick the scheduler's address; [] when Slurm does not say."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    argv = (["scontrol", "show", "hostnames", nodelist] if nodelist
+            else ["sinfo", "-h", "-N", "-o", "%N"])
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if r.returncode != 0:
+        return []
+    local = {socket.gethostname(), socket.getfqdn(), "localhost"}
+    hosts = []
+    for name in r.stdout.split():
+        if name in local or name in hosts:
+            continue
+        try:
+            if socket.gethostbyname(name).startswith("127."):
+                continue
+        except OSError:
+            pass
+        hosts.append(name)
+    return hosts

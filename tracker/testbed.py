@@ -96,7 +96,10 @@ class SshServer:
 class NetnsBed:
     """Namespaces kvtns1..N, each with interface `ifname` at 10.213.0.(i+1),
     bridged to interface `ifname` at 10.213.0.1 in the root namespace, so the
-    same DMLC_INTERFACE names the right device on every "host"."""
+    same DMLC_INTERFACE names the right device on every "host". Each
+    namespace's interface also holds a second address, 10.213.0.(i+101)
+    (`alias_addrs`): a name for the host that is not its interface's own
+    (first) address."""
 
     SUBNET = "10.213.0."
 
@@ -106,6 +109,7 @@ class NetnsBed:
         self.tag = "%x" % (os.getpid() & 0xfff)
         self.namespaces = ["kvtns%s_%d" % (self.tag, i) for i in range(1, count + 1)]
         self.addrs = [self.SUBNET + str(i + 1) for i in range(1, count + 1)]
+        self.alias_addrs = [self.SUBNET + str(i + 101) for i in range(1, count + 1)]
         self.root_addr = self.SUBNET + "1"
 
     @staticmethod
@@ -124,13 +128,15 @@ class NetnsBed:
         _run(["ip", "link", "add", self.ifname, "type", "bridge"])
         _run(["ip", "addr", "add", self.root_addr + "/24", "dev", self.ifname])
         _run(["ip", "link", "set", self.ifname, "up"])
-        for i, (ns, addr) in enumerate(zip(self.namespaces, self.addrs), 1):
+        for i, (ns, addr, alias) in enumerate(
+                zip(self.namespaces, self.addrs, self.alias_addrs), 1):
             host_end = "kvth%s%d" % (self.tag, i)
             _run(["ip", "netns", "add", ns])
             _run(["ip", "link", "add", host_end, "type", "veth", "peer", "name",
                   self.ifname, "netns", ns])
             _run(["ip", "link", "set", host_end, "master", self.ifname, "up"])
             _run(["ip", "-n", ns, "addr", "add", addr + "/24", "dev", self.ifname])
+            _run(["ip", "-n", ns, "addr", "add", alias + "/24", "dev", self.ifname])
             _run(["ip", "-n", ns, "link", "set", self.ifname, "up"])
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
         return self
@@ -139,6 +145,109 @@ class NetnsBed:
         for ns in self.namespaces:
             _run(["ip", "netns", "del", ns], check=False)
         _run(["ip", "link", "del", self.ifname], check=False)
+
+
+class SlurmCluster:
+    """A single-node Slurm (munged, slurmctld and slurmd from Debian's
+    packages) on 127.0.0.1 with a throw-away configuration under `workdir`;
+    `env()` is what srun and sinfo need to reach it (SLURM_CONF). The node
+    claims 16 CPUs whatever the machine has, so a 2-worker, 2-server job
+    fits on a small machine."""
+
+    DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
+
+    def __init__(self, workdir):
+        self.dir = workdir
+        self.procs = []
+        self.conf = os.path.join(workdir, "slurm.conf")
+        self.socket = os.path.join(workdir, "munge.socket")
+
+    @classmethod
+    def available(cls):
+        return (os.geteuid() == 0 and all(os.path.exists(d) for d in cls.DAEMONS)
+                and shutil.which("srun") is not None)
+
+    def env(self):
+        return {"SLURM_CONF": self.conf}
+
+    def start(self, timeout=60):
+        d = self.dir
+        for sub in ("state", "spool"):
+            os.makedirs(os.path.join(d, sub), exist_ok=True)
+        key = os.path.join(d, "munge.key")
+        with open(key, "wb") as f:
+            f.write(os.urandom(1024))
+        os.chmod(key, 0o600)
+        # munged refuses to run as root without --force; it checks the
+        # directories of its files, so they all live in `d` (0700).
+        os.chmod(d, 0o700)
+        self._spawn(["/usr/sbin/munged", "--foreground", "--force", "--key-file", key,
+                     "--socket", self.socket, "--pid-file", os.path.join(d, "munged.pid"),
+                     "--log-file", os.path.join(d, "munged.log"),
+                     "--seed-file", os.path.join(d, "munged.seed")])
+        self._wait(lambda: os.path.exists(self.socket), timeout, "munged's socket")
+        ctld_port, slurmd_port = free_port(), free_port()
+        with open(self.conf, "w") as f:
+            f.write("\n".join([
+                "ClusterName=kvtrain-test",
+                "SlurmctldHost=localhost(127.0.0.1)",
+                "SlurmctldPort=%d" % ctld_port, "SlurmdPort=%d" % slurmd_port,
+                "AuthType=auth/munge", "CredType=cred/munge",
+                "AuthInfo=socket=%s" % self.socket,
+                "SlurmUser=root", "SlurmdUser=root",
+                "StateSaveLocation=%s" % os.path.join(d, "state"),
+                "SlurmdSpoolDir=%s" % os.path.join(d, "spool"),
+                "SlurmctldPidFile=%s" % os.path.join(d, "slurmctld.pid"),
+                "SlurmdPidFile=%s" % os.path.join(d, "slurmd.pid"),
+                "SlurmctldLogFile=%s" % os.path.join(d, "slurmctld.log"),
+                "SlurmdLogFile=%s" % os.path.join(d, "slurmd.log"),
+                "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+                "JobAcctGatherType=jobacct_gather/none",
+                "AccountingStorageType=accounting_storage/none",
+                "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
+                "SlurmdParameters=config_overrides", "ReturnToService=2",
+                "MpiDefault=none", "KillWait=5", "InactiveLimit=0",
+                "NodeName=localhost NodeAddr=127.0.0.1 CPUs=16 State=UNKNOWN",
+                "PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE "
+                "State=UP OverSubscribe=YES", ""]))
+        self._spawn(["/usr/sbin/slurmctld", "-D", "-i", "-f", self.conf])
+        self._spawn(["/usr/sbin/slurmd", "-D", "-N", "localhost", "-f", self.conf])
+        self._wait(self._node_idle, timeout, "an idle Slurm node")
+        return self
+
+    def _spawn(self, argv):
+        env = dict(os.environ, SLURM_CONF=self.conf)
+        self.procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.STDOUT, env=env,
+                                           start_new_session=True))
+
+    def _node_idle(self):
+        r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
+                           env=dict(os.environ, SLURM_CONF=self.conf), timeout=20)
+        return r.returncode == 0 and r.stdout.strip() in ("idle", "mix", "alloc")
+
+    def _wait(self, ready, timeout, what):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise RuntimeError("%s exited (%s) waiting for %s; logs in %s"
+                                       % (p.args[0], p.returncode, what, self.dir))
+            if ready():
+                return
+            time.sleep(0.5)
+        raise RuntimeError("no %s within %d s; logs in %s" % (what, timeout, self.dir))
+
+    def stop(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        self.procs = []
 
 
 def temp_dir():

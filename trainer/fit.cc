@@ -36,7 +36,9 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o,
                               std::unique_ptr<Optimizer>* local_optimizer) {
   proto::OptimizerSpec spec = o.optimizer;
   if (!spec.has_rescale_grad()) {
-    spec.set_rescale_grad(1.0f / static_cast<float>(batch_size_ * kv->num_workers()));
+    // The mean over the examples one update sums (MXNet's rule).
+    const int workers = kv->sums_workers() ? kv->num_workers() : 1;
+    spec.set_rescale_grad(1.0f / static_cast<float>(batch_size_ * workers));
   }
   if (o.update_on_kvstore) {
     KV_RETURN_IF_ERROR(kv->SetOptimizer(spec));

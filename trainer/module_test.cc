@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 namespace kvtrain {
 namespace {
 
@@ -84,6 +86,69 @@ TEST(ModuleTest, Errors) {
   bad.data_name = "pixels";
   auto m2 = std::move(Module::Create(models::Mlp({4}, 2), bad)).value();
   EXPECT_FALSE(m2->Bind({4, 8}, {4}).ok());
+}
+
+// A store of another type and worker count over a local store: records the
+// optimizer Fit gives it.
+class RecordingStore : public KVStore {
+ public:
+  RecordingStore(const std::string& type, int workers)
+      : KVStore(type), workers_(workers), inner_(std::move(KVStore::Create("local")).value()) {}
+  int num_workers() const override { return workers_; }
+  Status Init(const std::vector<Key>& k, const std::vector<Tensor>& v) override {
+    return inner_->Init(k, v);
+  }
+  StatusOr<KVHandle> PushAsync(const std::vector<Key>& k, const std::vector<Tensor>& v,
+                               int p) override {
+    return inner_->PushAsync(k, v, p);
+  }
+  StatusOr<KVHandle> PullAsync(const std::vector<Key>& k, const std::vector<Tensor>& o,
+                               int p) override {
+    return inner_->PullAsync(k, o, p);
+  }
+  StatusOr<KVHandle> PushPullAsync(const std::vector<Key>& k, const std::vector<Tensor>& v,
+                                   const std::vector<Tensor>& o, int p) override {
+    return inner_->PushPullAsync(k, v, o, p);
+  }
+  Status Wait(KVHandle h) override { return inner_->Wait(h); }
+  Status SetOptimizer(const proto::OptimizerSpec& spec) override {
+    spec_ = spec;
+    return inner_->SetOptimizer(spec);
+  }
+  Status SetUpdater(Updater u) override { return inner_->SetUpdater(std::move(u)); }
+  Status SaveOptimizerStates(const std::string& p) override { return inner_->SaveOptimizerStates(p); }
+  Status LoadOptimizerStates(const std::string& p) override { return inner_->LoadOptimizerStates(p); }
+  const proto::OptimizerSpec& spec() const { return spec_; }
+
+ private:
+  const int workers_;
+  std::unique_ptr<KVStore> inner_;
+  proto::OptimizerSpec spec_;
+};
+
+// MXNet's rule: gradients are averaged over every example one update sums,
+// so over all workers' batches for the synchronous stores and over one
+// worker's batch for dist_async (each push is its own update).
+TEST(ModuleTest, GradientScaleFollowsWhatAnUpdateSums) {
+  for (const auto& [type, workers, want] :
+       std::vector<std::tuple<std::string, int, float>>{{"dist_sync", 4, 1.f / 80},
+                                                        {"dist_device_sync", 2, 1.f / 40},
+                                                        {"dist_allreduce", 3, 1.f / 60},
+                                                        {"dist_async", 4, 1.f / 20},
+                                                        {"local", 1, 1.f / 20}}) {
+    auto m = std::move(Module::Create(models::Mlp({4}, 2), ModuleOptions())).value();
+    auto it = TwoClasses(20);
+    ASSERT_TRUE(m->Bind(it->data_shape(), {20}).ok());
+    ASSERT_TRUE(m->InitParams(InitializerOptions()).ok());
+    RecordingStore kv(type, workers);
+    FitOptions fo;
+    fo.num_epochs = 1;
+    fo.epoch_size = 2;
+    fo.optimizer = Sgd();
+    fo.disp_batches = 0;
+    ASSERT_TRUE(m->Fit(it.get(), nullptr, &kv, fo).ok()) << type;
+    EXPECT_FLOAT_EQ(kv.spec().rescale_grad(), want) << type << " with " << workers << " workers";
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 """tracker/launch.py running real kvtrain jobs (the transport's test node):
 local, over ssh to a real sshd on 127.0.0.1, across two network namespaces
-with DMLC_INTERFACE naming their veth device, and through Open MPI's mpirun;
+with DMLC_INTERFACE naming their veth device (the hostfile naming each host
+by another address), and through Open MPI's mpirun;
 a remote worker SIGKILLed mid-traffic ends the job, with nothing left."""
 
 import os
@@ -110,15 +111,18 @@ class NetnsRealJobTest(unittest.TestCase):
     """Two 'hosts' in their own network namespaces, bridged to this one."""
 
     def test_nodes_advertise_their_interface_address(self):
+        # The hostfile names each host by its second address; DMLC_INTERFACE
+        # names the interface whose own (first) address every node must
+        # advertise, so the parameter traffic takes the NIC the user chose.
         bed = testbed.NetnsBed(2).setup()
         workdir = testbed.temp_dir()
         servers = []
         try:
-            for ns, addr in zip(bed.namespaces, bed.addrs):
-                servers.append(testbed.SshServer(workdir, addr=addr, port=22, netns=ns).start())
+            for ns, alias in zip(bed.namespaces, bed.alias_addrs):
+                servers.append(testbed.SshServer(workdir, addr=alias, port=22, netns=ns).start())
             hostfile = os.path.join(workdir, "hosts")
             with open(hostfile, "w") as f:
-                f.write("".join(a + "\n" for a in bed.addrs))
+                f.write("".join(a + "\n" for a in bed.alias_addrs))
             marker = new_marker()
             code, out = launch(
                 ["-n", "2", "-s", "2", "--launcher", "ssh", "-H", hostfile,
@@ -127,12 +131,15 @@ class NetnsRealJobTest(unittest.TestCase):
                 + node(marker, "--rounds=1"), timeout=300)
             self.assertEqual(code, 0, out)
             # The scheduler took the interface's address in this namespace
-            # and heard every node advertise its own namespace's address.
+            # and heard every node advertise its own namespace's interface
+            # address, never the hostfile's name for it.
             self.assertIn("scheduler at %s:" % bed.root_addr, out)
-            for addr in bed.addrs:
+            for addr, alias in zip(bed.addrs, bed.alias_addrs):
                 self.assertRegex(out, r"registered a (server|worker) at %s:\d+" % addr)
-            self.assertIn("launch.py: server 0 -> %s" % bed.addrs[0], out)
-            self.assertIn("launch.py: server 1 -> %s" % bed.addrs[1], out)
+                self.assertNotRegex(out, r"registered a (server|worker) at %s:" % alias)
+            self.assertIn("launch.py: server 0 -> %s" % bed.alias_addrs[0], out)
+            self.assertIn("launch.py: server 1 -> %s" % bed.alias_addrs[1], out)
+            self.assertIn("[worker 0] ps_test_node: one big key round 1", out)
             self.assertEqual(wait_no_processes(marker), [])
         finally:
             for s in servers:

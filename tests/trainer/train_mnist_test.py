@@ -2,7 +2,8 @@
 the MLP and LeNet, dist_sync == local with the combined batch,
 dist_allreduce == dist_sync (launch.py -s 0 and mpirun), dist_async,
 exact resume from a checkpoint (local and dist_sync), uneven multi-device
-data parallelism, and one-line errors for bad input."""
+data parallelism, one-line errors for bad input (mpiexec with a local store
+too), --help and --epoch-size."""
 
 import os
 import re
@@ -121,9 +122,12 @@ class TrainMnistTest(unittest.TestCase):
         self.assertTrue(ok, report)
 
     def test_dist_async_mlp_reaches_85_percent(self):
+        # Under MXNet's scaling each of the 2 workers' pushes is its own update
+        # of one batch's mean gradient: half the sync runs' learning rate keeps
+        # the step per example of one process at --lr 0.05.
         code, out = launch(["-n", "2", "-s", "2"] + JOB_ENV + [
-            TRAIN, "--disp-batches=0", "--kv-store=dist_async", "--num-epochs=10"],
-            timeout=1500)
+            TRAIN, "--disp-batches=0", "--kv-store=dist_async", "--num-epochs=10",
+            "--lr=0.025"], timeout=1500)
         self.assertEqual(code, 0, out)
         accs = [float(a) for a in re.findall(r"\[worker \d\] Test accuracy=([0-9.]+)", out)]
         print("MLP dist_async, 2 workers, 10 epochs: test accuracy %s" % accs)
@@ -221,6 +225,50 @@ class BadInputTest(unittest.TestCase):
 
     def test_zero_batch_size(self):
         self.check(["--batch-size=0"], "--batch-size=0: expected a positive number of examples")
+
+    def test_one_of_several_mpi_ranks_with_a_local_store(self):
+        # mpiexec -n 4 train_mnist (ChainerMN's habit) would train 4 models.
+        message = ("this process is one of 4 MPI ranks (OMPI_COMM_WORLD_SIZE=4) but "
+                   "--kv-store=local trains a separate model in each; use --kv-store "
+                   "dist_allreduce")
+        old = os.environ.get("OMPI_COMM_WORLD_SIZE")
+        os.environ["OMPI_COMM_WORLD_SIZE"] = "4"
+        try:
+            self.check([], message)
+        finally:
+            if old is None:
+                del os.environ["OMPI_COMM_WORLD_SIZE"]
+            else:
+                os.environ["OMPI_COMM_WORLD_SIZE"] = old
+
+    @unittest.skipUnless(shutil.which("mpirun"), "mpirun is not installed")
+    def test_mpiexec_without_dist_allreduce_is_refused(self):
+        r = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "2",
+                            TRAIN, "--num-epochs=1"], capture_output=True, text=True,
+                           timeout=120)
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("one of 2 MPI ranks", r.stdout + r.stderr)
+        self.assertNotIn("Epoch[0]", r.stdout)
+
+    def test_help_lists_its_own_flags(self):
+        r = subprocess.run([TRAIN, "--help"], capture_output=True, text=True, timeout=60)
+        text = r.stdout + r.stderr
+        for flag in ("-kv_store", "-epoch_size", "-network", "-lr "):
+            self.assertIn(flag, text)
+        self.assertNotIn("-logtostderr", text)  # glog's: --helpfull only
+        self.assertLess(len(text.splitlines()), 80, text)
+        full = subprocess.run([TRAIN, "--helpfull"], capture_output=True, text=True,
+                              timeout=60)
+        self.assertIn("-logtostderr", full.stdout + full.stderr)
+
+    @unittest.skipUnless(os.path.isdir(DATA), "Fashion-MNIST is not installed (tools/setup.sh)")
+    def test_epoch_size_sets_the_batches_per_epoch(self):
+        code, out, err = train("--epoch-size=7", "--num-epochs=1", "--disp-batches=1",
+                               timeout=120)
+        self.assertEqual(code, 0, err)
+        batches = re.findall(r"Epoch\[0\] Batch\[(\d+)\]", out + err)
+        self.assertTrue(batches, out + err)
+        self.assertEqual(max(int(b) for b in batches), 7, out + err)
 
 
 if __name__ == "__main__":
