@@ -35,6 +35,26 @@ def processes_with(marker):
     return found
 
 
+def node_pid(marker, role, rank, program=None):
+    """The PID of the job's process of `role` and `rank` (from its
+    environment; `program`: its name in /proc/PID/comm, to pass over
+    launcher processes that carry the same variables), or None."""
+    found = None
+    for pid in processes_with(marker):
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+            with open("/proc/%d/comm" % pid) as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if (program is None or comm == program) and \
+                ("DMLC_ROLE=%s" % role).encode() in env and \
+                ("DMLC_RANK=%d" % rank).encode() in env:
+            found = pid
+    return found
+
+
 def wait_no_processes(marker, timeout=15):
     """Waits until nothing with `marker` runs; returns what is left."""
     end = time.monotonic() + timeout

@@ -266,6 +266,12 @@ class SlurmProc(GroupProc):
     TOOL = "srun"
 
 
+def _role_groups(spec):
+    """(role, process count) of each role the job has."""
+    return [(role, count) for role, count in
+            (("server", spec.num_servers), ("worker", spec.num_workers)) if count > 0]
+
+
 def _group_env(spec, role):
     """A role's environment for a launcher that starts all of its processes
     (the rank comes from the launcher's own variable)."""
@@ -287,9 +293,7 @@ def mpi_procs(spec, hostfile_path, mpirun_args, tmp_dir):
     if not mpirun:
         raise LaunchError("--launcher mpi needs mpirun (Debian package openmpi-bin)")
     procs = []
-    for role, count in (("server", spec.num_servers), ("worker", spec.num_workers)):
-        if count == 0:
-            continue
+    for role, count in _role_groups(spec):
         env, role_env = _group_env(spec, role)
         # Each mpirun gets its own session directory: two started at once in
         # the default one race to create it and one fails.
@@ -316,9 +320,7 @@ def slurm_procs(spec, srun_args):
     if not srun:
         raise LaunchError("--launcher slurm needs srun (Debian package slurm-client)")
     procs = []
-    for role, count in (("server", spec.num_servers), ("worker", spec.num_workers)):
-        if count == 0:
-            continue
+    for role, count in _role_groups(spec):
         env, _ = _group_env(spec, role)
         argv = [srun, "--label", "--kill-on-bad-exit=1", "--export=ALL",
                 "--ntasks=%d" % count, "--job-name=kvtrain-%s" % role] + list(srun_args)

@@ -14,7 +14,7 @@ import time
 import unittest
 
 from tracker import testbed
-from tracker.launch_testlib import (kill_marked, launch, new_marker, processes_with,
+from tracker.launch_testlib import (kill_marked, launch, new_marker, node_pid,
                                     read_until, start_launch, wait_no_processes)
 from tools import pyunit
 
@@ -88,12 +88,7 @@ class SshRealJobTest(unittest.TestCase):
         marker = new_marker()
         p = start_launch(self.base() + node(marker, "--scenario=traffic"))
         read_until(p, "[worker 1] ps_test_node: traffic running", timeout=120)
-        victim = None
-        for pid in processes_with(marker):
-            with open("/proc/%d/environ" % pid, "rb") as f:
-                env = f.read().split(b"\0")
-            if b"DMLC_ROLE=worker" in env and b"DMLC_RANK=1" in env:
-                victim = pid
+        victim = node_pid(marker, "worker", 1)
         self.assertIsNotNone(victim)
         killed = time.monotonic()
         os.kill(victim, signal.SIGKILL)

@@ -12,7 +12,7 @@ import time
 import unittest
 
 from tracker import testbed
-from tracker.launch_testlib import (kill_marked, launch, new_marker, processes_with,
+from tracker.launch_testlib import (kill_marked, launch, new_marker, node_pid,
                                     read_until, start_launch, wait_no_processes)
 from tools import pyunit
 
@@ -67,18 +67,7 @@ class SlurmJobTest(unittest.TestCase):
                                         "--scenario=traffic"], env=self.cluster.env())
         try:
             read_until(p, "[worker 1] ps_test_node: traffic running", timeout=120)
-            victim = None
-            for pid in processes_with(marker):
-                try:
-                    with open("/proc/%d/environ" % pid, "rb") as f:
-                        env = f.read().split(b"\0")
-                    with open("/proc/%d/comm" % pid) as f:
-                        comm = f.read().strip()
-                except OSError:
-                    continue
-                if comm == "ps_test_node" and b"DMLC_ROLE=worker" in env \
-                        and b"DMLC_RANK=1" in env:
-                    victim = pid
+            victim = node_pid(marker, "worker", 1, program="ps_test_node")
             self.assertIsNotNone(victim)
             killed = time.monotonic()
             os.kill(victim, signal.SIGKILL)
