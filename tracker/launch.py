@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Starts a kvtrain job: a scheduler on this host, then servers and workers
-locally, over ssh, through mpirun or through Slurm's srun. Stops the whole job when any process
-fails or on Ctrl-C, and says which process failed and how."""
+locally, over ssh, through mpirun or through Slurm's srun. Stops the whole
+job when any process fails or on Ctrl-C, and says which process failed and
+how."""
 
 import argparse
 import os

@@ -179,7 +179,8 @@ def ssh_procs(spec, placement, ssh_args, workdir):
         # A node advertises DMLC_NODE_HOST over DMLC_INTERFACE, so the
         # hostfile's name is only the fallback: a node given an interface
         # advertises that interface's address (unless --env set the host).
-        explicit = {**spec.env_all, **spec.env_server, **spec.env_worker}
+        explicit = {**spec.env_all,
+                    **(spec.env_server if role == "server" else spec.env_worker)}
         if "DMLC_INTERFACE" not in env:
             env["DMLC_NODE_HOST"] = host.name
         elif "DMLC_NODE_HOST" not in explicit:
