@@ -224,6 +224,33 @@ class ArgsTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0)
         self.assertIn("--launcher ssh -H hosts", r.stdout)
         self.assertIn("DMLC_INTERFACE=eth1", r.stdout)
+        self.assertIn("(default: ssh with -H, else local)", " ".join(r.stdout.split()))
+        self.assertIn("--launcher slurm", r.stdout)
+
+    def test_slurm_command_lines(self):
+        # One srun per role; the rank from SLURM_PROCID; --slurm-arg passed
+        # through; the job key only in srun's environment.
+        spec = launchers.JobSpec(["./prog", "--x"], 2, 1, environ={"PATH": os.environ["PATH"]})
+        spec.root_uri, spec.root_port = "10.0.0.1", 9091
+        spec.security_env = {"KVTRAIN_JOB_KEY": "secret-key"}
+        orig = launchers.shutil.which
+        launchers.shutil.which = lambda name: "/usr/bin/" + name
+        try:
+            procs = launchers.slurm_procs(spec, ["--partition=gpu"])
+        finally:
+            launchers.shutil.which = orig
+        self.assertEqual([p.name for p in procs], ["server group (srun)", "worker group (srun)"])
+        worker = procs[1]
+        self.assertIn("--ntasks=2", worker.argv)
+        self.assertIn("--partition=gpu", worker.argv)
+        self.assertIn("--kill-on-bad-exit=1", worker.argv)
+        self.assertIn("${SLURM_PROCID:-0}", " ".join(worker.argv))
+        self.assertEqual(worker.argv[-2:], ["./prog", "--x"])
+        self.assertNotIn("secret-key", " ".join(worker.argv))
+        self.assertEqual(worker.env["KVTRAIN_JOB_KEY"], "secret-key")
+        self.assertEqual(worker.env["DMLC_ROLE"], "worker")
+        self.assertNotIn("DMLC_RANK", worker.env)
+        self.assertEqual(worker.split_label(b" 1: hello\n"), ("worker 1", b"hello\n"))
 
 
 class RemoteScriptTest(unittest.TestCase):
