@@ -5,13 +5,23 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <random>
 
 namespace kvtrain {
 namespace {
 
 std::string Errno(const std::string& what, const std::string& path) {
   return what + " " + path + ": " + std::strerror(errno);
+}
+
+// 64 random bits in hex, for names another process cannot guess.
+std::string RandomHex() {
+  static thread_local std::mt19937_64 gen(std::random_device{}());
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(gen()));
+  return buf;
 }
 
 std::string DirOf(const std::string& path) {
@@ -23,38 +33,53 @@ std::string DirOf(const std::string& path) {
 }  // namespace
 
 Status WriteFileAtomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Unavailable(Errno("cannot create", tmp));
+  // An unpredictable name, created exclusively and never through a link: a
+  // file or symlink planted at a guessed temporary name is neither followed
+  // nor truncated.
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    tmp = path + ".tmp." + std::to_string(getpid()) + "." + RandomHex();
+    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && (errno != EEXIST || attempt >= 8)) {
+      return Status::Unavailable(Errno("cannot create", tmp));
+    }
+  }
+  // Every failure from here on removes the temporary file.
+  auto fail = [&](const std::string& what) {
+    const Status s = Status::Unavailable(Errno(what, tmp));
+    if (fd >= 0) close(fd);
+    unlink(tmp.c_str());
+    return s;
+  };
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const Status s = Status::Unavailable(Errno("cannot write", tmp));
-      close(fd);
-      unlink(tmp.c_str());
-      return s;
-    }
+    if (n < 0) return fail("cannot write");
     done += static_cast<size_t>(n);
   }
-  if (fsync(fd) != 0) {
-    const Status s = Status::Unavailable(Errno("cannot fsync", tmp));
-    close(fd);
-    unlink(tmp.c_str());
-    return s;
-  }
-  close(fd);
+  if (fsync(fd) != 0) return fail("cannot fsync");
+  const int closed = close(fd);
+  fd = -1;
+  if (closed != 0) return fail("cannot close");
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     const Status s = Status::Unavailable(Errno("cannot rename " + tmp + " to", path));
     unlink(tmp.c_str());
     return s;
   }
-  const int dir = open(DirOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    fsync(dir);
-    close(dir);
+  // The rename is durable only once the directory is: its errors are the
+  // caller's too (the new file is in place, but may not survive a crash).
+  const std::string dir = DirOf(path);
+  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return Status::Unavailable(Errno("cannot open the directory", dir));
+  // EINVAL: the file system has no directory fsync (nothing to wait for).
+  if (fsync(dfd) != 0 && errno != EINVAL) {
+    const Status s = Status::Unavailable(Errno("cannot fsync the directory", dir));
+    close(dfd);
+    return s;
   }
+  if (close(dfd) != 0) return Status::Unavailable(Errno("cannot close the directory", dir));
   return Status::OK();
 }
 

@@ -10,8 +10,11 @@
 
 namespace kvtrain {
 
-// Writes `bytes` to `path` atomically: `path`.tmp.<pid> is written and
-// fsynced, renamed over `path`, and the directory is fsynced.
+// Writes `bytes` to `path` atomically: a new temporary file beside it
+// (`path`.tmp.<pid>.<64 random bits>, created with O_EXCL|O_NOFOLLOW, so a
+// planted file or symlink is never written through) is written, fsynced and
+// closed, renamed over `path`, and the directory is fsynced. Any failure of
+// those steps, closes and the directory's fsync included, is an error.
 Status WriteFileAtomic(const std::string& path, const std::string& bytes);
 
 // The whole file; NotFound when it does not exist.

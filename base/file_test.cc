@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -37,6 +38,21 @@ TEST(FileTest, Errors) {
   Status s = WriteFileAtomic(Tmp("no/such/dir/f"), "x");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("cannot create"), std::string::npos);
+}
+
+// A symlink planted at the temporary names an attacker can guess (the old
+// `path`.tmp.<pid>) must not be followed: the file it points at stays intact.
+TEST(FileTest, PlantedSymlinkAtTheTemporaryNameIsNotFollowed) {
+  const std::string victim = Tmp("victim");
+  ASSERT_TRUE(WriteFileAtomic(victim, "precious").ok());
+  const std::string p = Tmp("target.params");
+  const std::string guess = p + ".tmp." + std::to_string(getpid());
+  unlink(guess.c_str());
+  ASSERT_EQ(symlink(victim.c_str(), guess.c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomic(p, "new contents").ok());
+  EXPECT_EQ(*ReadWholeFile(victim), "precious");
+  EXPECT_EQ(*ReadWholeFile(p), "new contents");
+  unlink(guess.c_str());
 }
 
 }  // namespace

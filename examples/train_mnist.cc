@@ -132,9 +132,10 @@ Status Train(KVStore* kv) {
   FitOptions fo;
   ModelArrays loaded;
   if (FLAGS_load_epoch > 0) {
-    KV_ASSIGN_OR_RETURN(loaded, LoadParams(ParamsPath(FLAGS_model_prefix, FLAGS_load_epoch)));
+    KV_ASSIGN_OR_RETURN(loaded, LoadCheckpointParams(FLAGS_model_prefix, FLAGS_load_epoch));
     fo.begin_epoch = FLAGS_load_epoch;
     fo.resume_states = StatesPath(FLAGS_model_prefix, FLAGS_load_epoch);
+    fo.resume_params = &loaded;
   }
   InitializerOptions init;
   init.type = InitializerOptions::Type::kXavier;

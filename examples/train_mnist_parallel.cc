@@ -167,9 +167,10 @@ Status Train(Placement* p) {
   FitOptions fo;
   ModelArrays loaded;
   if (FLAGS_load_epoch > 0) {
-    KV_ASSIGN_OR_RETURN(loaded, LoadParams(ParamsPath(ShardPrefix(p->shard), FLAGS_load_epoch)));
+    KV_ASSIGN_OR_RETURN(loaded, LoadCheckpointParams(ShardPrefix(p->shard), FLAGS_load_epoch));
     fo.begin_epoch = FLAGS_load_epoch;
     fo.resume_states = StatesPath(ShardPrefix(p->shard), FLAGS_load_epoch);
+    fo.resume_params = &loaded;
   }
   InitializerOptions init;
   init.type = InitializerOptions::Type::kXavier;

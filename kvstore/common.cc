@@ -139,6 +139,12 @@ Status WriteStatesFile(const std::string& path, const std::string& store_type,
   proto::KVStoreStatesFile file;
   file.set_store_type(store_type);
   for (const std::string& s : states) file.add_states(s);
+  // protobuf writes nothing (an empty string) above 2 GB.
+  if (file.ByteSizeLong() > static_cast<size_t>(INT32_MAX)) {
+    return Status::FailedPrecondition(
+        "saving optimizer states: " + std::to_string(file.ByteSizeLong()) +
+        " bytes; a states file holds at most 2147483647 (protobuf's 2 GB limit)");
+  }
   return WriteFileAtomic(path, file.SerializeAsString())
       .Annotate("saving optimizer states");
 }

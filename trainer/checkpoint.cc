@@ -44,21 +44,52 @@ Status AddArrays(const std::map<std::string, Tensor>& arrays, const std::string&
 
 }  // namespace
 
-StatusOr<std::string> EncodeParams(const ModelArrays& arrays, int epoch) {
+StatusOr<std::string> EncodeParams(const ModelArrays& arrays, int epoch,
+                                   uint64_t states_digest) {
+  // Checked before anything is copied: protobuf cannot write a message
+  // above 2 GB (SerializeAsString would return an empty string).
+  int64_t bytes = 0;
+  for (const auto* m : {&arrays.args, &arrays.aux}) {
+    for (const auto& [name, t] : *m) bytes += static_cast<int64_t>(t.nbytes()) + 64 + 2 * name.size();
+  }
+  if (bytes > kMaxParamsFileBytes - 64) {
+    return Status::FailedPrecondition(
+        "checkpoint: the model's arrays take " + std::to_string(bytes) +
+        " bytes; a params file holds at most " + std::to_string(kMaxParamsFileBytes) +
+        " (protobuf's 2 GB limit)");
+  }
   proto::ParamsFile file;
   file.set_epoch(epoch);
+  file.set_states_digest(states_digest);
   KV_RETURN_IF_ERROR(AddArrays(arrays.args, "arg", &file));
   KV_RETURN_IF_ERROR(AddArrays(arrays.aux, "aux", &file));
-  return file.SerializeAsString();
+  file.set_num_arrays(static_cast<uint32_t>(file.arrays_size()));
+  std::string out;
+  if (!file.SerializeToString(&out) || out.empty()) {
+    return Status::Internal("checkpoint: the params could not be serialized");
+  }
+  return out;
 }
 
 StatusOr<ModelArrays> DecodeParams(const std::string& bytes, const std::string& name,
                                    int* epoch) {
+  if (bytes.empty()) return Status::DataLoss(name + ": the file is empty");
   proto::ParamsFile file;
   if (!file.ParseFromString(bytes)) {
     return Status::DataLoss(name + ": not a params file (truncated or corrupt)");
   }
+  if (file.num_arrays() == 0) {
+    return Status::DataLoss(name + ": has no array count (" + std::to_string(file.arrays_size()) +
+                            " arrays before the end of the file): truncated, or not a "
+                            "complete params file");
+  }
+  if (file.num_arrays() != static_cast<uint32_t>(file.arrays_size())) {
+    return Status::DataLoss(name + ": holds " + std::to_string(file.arrays_size()) + " of its " +
+                            std::to_string(file.num_arrays()) + " arrays (truncated or corrupt)");
+  }
   ModelArrays out;
+  out.source = name;
+  out.states_digest = file.states_digest();
   for (const proto::NamedArray& a : file.arrays()) {
     const size_t colon = a.name().find(':');
     const std::string kind = colon == std::string::npos ? "" : a.name().substr(0, colon);
@@ -83,15 +114,55 @@ StatusOr<ModelArrays> DecodeParams(const std::string& bytes, const std::string& 
   return out;
 }
 
-Status SaveParams(const std::string& path, const ModelArrays& arrays, int epoch) {
-  KV_ASSIGN_OR_RETURN(std::string bytes, EncodeParams(arrays, epoch));
+Status SaveParams(const std::string& path, const ModelArrays& arrays, int epoch,
+                  uint64_t states_digest) {
+  KV_ASSIGN_OR_RETURN(std::string bytes, EncodeParams(arrays, epoch, states_digest));
   return WriteFileAtomic(path, bytes);
+}
+
+uint64_t StatesDigest(const std::string& bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h == 0 ? 1 : h;  // 0 means "no states saved"
+}
+
+StatusOr<ModelArrays> LoadCheckpointParams(const std::string& prefix, int epoch) {
+  const std::string path = ParamsPath(prefix, epoch);
+  int found = 0;
+  KV_ASSIGN_OR_RETURN(ModelArrays arrays, LoadParams(path, &found));
+  if (found != epoch) {
+    return Status::DataLoss(path + ": holds the arrays after epoch " + std::to_string(found) +
+                            ", not " + std::to_string(epoch));
+  }
+  return arrays;
+}
+
+Status CheckStatesBelong(const std::string& states_path, const ModelArrays& params) {
+  if (params.states_digest == 0) {
+    return Status::DataLoss(params.source + " was saved without optimizer states; " +
+                            states_path + " does not belong to it");
+  }
+  KV_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(states_path));
+  if (bytes.empty()) return Status::DataLoss(states_path + ": the file is empty");
+  if (StatesDigest(bytes) != params.states_digest) {
+    return Status::DataLoss(states_path + ": not the optimizer states saved with " +
+                            params.source + " (another epoch's, or cut or changed since)");
+  }
+  return Status::OK();
 }
 
 Status WriteLocalStates(const std::string& path, const std::string& states) {
   proto::KVStoreStatesFile file;
   file.set_store_type("worker");
   file.add_states(states);
+  if (file.ByteSizeLong() > static_cast<size_t>(kMaxParamsFileBytes)) {
+    return Status::FailedPrecondition(path + ": the optimizer states take " +
+                                      std::to_string(file.ByteSizeLong()) +
+                                      " bytes; a states file holds at most 2147483647");
+  }
   return WriteFileAtomic(path, file.SerializeAsString());
 }
 

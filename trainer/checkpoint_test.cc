@@ -49,6 +49,81 @@ TEST(CheckpointTest, CorruptFilesAreNamed) {
             "checkpoint: i is int32, only float32 is saved");
 }
 
+TEST(CheckpointTest, EmptyAndCutFilesAreRefused) {
+  ModelArrays a;
+  a.args["fc1_weight"] = Tensor::FromVector({1, 2, 3, 4}, {2, 2});
+  a.args["fc1_bias"] = Tensor::FromVector({5, 6}, {2});
+  StatusOr<std::string> bytes = EncodeParams(a, 1);
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_TRUE(WriteFileAtomic(Tmp("empty.params"), "").ok());
+  StatusOr<ModelArrays> empty = LoadParams(Tmp("empty.params"));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().message(), Tmp("empty.params") + ": the file is empty");
+  // Every cut of the file is refused, those at an array's end included (a
+  // protobuf parser alone accepts them: they are well-formed messages).
+  int refused = 0;
+  for (size_t n = 1; n < bytes->size(); ++n) {
+    StatusOr<ModelArrays> cut = DecodeParams(bytes->substr(0, n), "cut.params");
+    EXPECT_FALSE(cut.ok()) << "cut at " << n << " of " << bytes->size();
+    if (!cut.ok()) {
+      EXPECT_EQ(cut.status().code(), Status::Code::kDataLoss);
+      EXPECT_EQ(cut.status().message().rfind("cut.params: ", 0), 0u) << cut.status();
+      ++refused;
+    }
+  }
+  EXPECT_EQ(refused, static_cast<int>(bytes->size()) - 1);
+}
+
+TEST(CheckpointTest, AnotherEpochsParamsAreRefused) {
+  ModelArrays a;
+  a.args["w"] = Tensor::FromVector({1}, {1});
+  const std::string prefix = Tmp("ep");
+  ASSERT_TRUE(SaveParams(ParamsPath(prefix, 1), a, 2).ok());  // a copied epoch-2 file
+  StatusOr<ModelArrays> b = LoadCheckpointParams(prefix, 1);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().message(),
+            ParamsPath(prefix, 1) + ": holds the arrays after epoch 2, not 1");
+  ASSERT_TRUE(SaveParams(ParamsPath(prefix, 1), a, 1).ok());
+  StatusOr<ModelArrays> c = LoadCheckpointParams(prefix, 1);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->source, ParamsPath(prefix, 1));
+}
+
+TEST(CheckpointTest, StatesMustBeTheOnesSavedWithTheParams) {
+  ModelArrays a;
+  a.args["w"] = Tensor::FromVector({1}, {1});
+  ASSERT_TRUE(WriteLocalStates(Tmp("s1.states"), "states of epoch 1").ok());
+  ASSERT_TRUE(WriteLocalStates(Tmp("s2.states"), "states of epoch 2").ok());
+  const uint64_t digest = StatesDigest(*ReadWholeFile(Tmp("s1.states")));
+  ASSERT_TRUE(SaveParams(Tmp("s-0001.params"), a, 1, digest).ok());
+  StatusOr<ModelArrays> p = LoadParams(Tmp("s-0001.params"));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->states_digest, digest);
+  EXPECT_TRUE(CheckStatesBelong(Tmp("s1.states"), *p).ok());
+  Status other = CheckStatesBelong(Tmp("s2.states"), *p);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.message(), Tmp("s2.states") + ": not the optimizer states saved with " +
+                                 Tmp("s-0001.params") +
+                                 " (another epoch's, or cut or changed since)");
+  ASSERT_TRUE(WriteFileAtomic(Tmp("s0.states"), "").ok());
+  EXPECT_EQ(CheckStatesBelong(Tmp("s0.states"), *p).message(),
+            Tmp("s0.states") + ": the file is empty");
+  EXPECT_EQ(CheckStatesBelong(Tmp("none.states"), *p).code(), Status::Code::kNotFound);
+}
+
+TEST(CheckpointTest, ModelsAboveTwoGigabytesAreAClearError) {
+  // Never touched: the size check comes before any copy.
+  ModelArrays a;
+  a.args["huge"] = Tensor::Empty(Shape({(int64_t{1} << 29) + 1}));
+  StatusOr<std::string> bytes = EncodeParams(a, 1);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_NE(bytes.status().message().find("a params file holds at most 2147483647"),
+            std::string::npos)
+      << bytes.status();
+  EXPECT_FALSE(SaveParams(Tmp("huge.params"), a, 1).ok());
+  EXPECT_EQ(ReadWholeFile(Tmp("huge.params")).status().code(), Status::Code::kNotFound);
+}
+
 TEST(CheckpointTest, LocalStatesRoundTrip) {
   ASSERT_TRUE(WriteLocalStates(Tmp("s.states"), "opaque bytes").ok());
   EXPECT_EQ(*ReadLocalStates(Tmp("s.states")), "opaque bytes");

@@ -43,13 +43,21 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o,
   if (o.update_on_kvstore) {
     KV_RETURN_IF_ERROR(kv->SetOptimizer(spec));
     if (!o.resume_states.empty()) {
-      if (kv->rank() == 0) KV_RETURN_IF_ERROR(kv->LoadOptimizerStates(o.resume_states));
+      if (kv->rank() == 0) {
+        if (o.resume_params != nullptr) {
+          KV_RETURN_IF_ERROR(CheckStatesBelong(o.resume_states, *o.resume_params));
+        }
+        KV_RETURN_IF_ERROR(kv->LoadOptimizerStates(o.resume_states));
+      }
       KV_RETURN_IF_ERROR(kv->Barrier());
     }
     return Status::OK();
   }
   KV_ASSIGN_OR_RETURN(*local_optimizer, Optimizer::Create(spec));
   if (!o.resume_states.empty()) {
+    if (o.resume_params != nullptr) {
+      KV_RETURN_IF_ERROR(CheckStatesBelong(o.resume_states, *o.resume_params));
+    }
     KV_ASSIGN_OR_RETURN(std::string states, ReadLocalStates(o.resume_states));
     KV_RETURN_IF_ERROR((*local_optimizer)->LoadStates(states));
   }

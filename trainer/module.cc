@@ -111,11 +111,21 @@ Status Module::Bind(const Shape& data_shape, const Shape& label_shape) {
 
 namespace {
 
-// The array named `name` in `arrays`, or null.
-const Tensor* Find(const std::map<std::string, Tensor>* arrays, const std::string& name) {
-  if (arrays == nullptr) return nullptr;
-  auto it = arrays->find(name);
-  return it == arrays->end() ? nullptr : &it->second;
+// Copies the saved array `name` of `from` into `t`: it must be there, with
+// t's shape (errors name the file, the array and both shapes).
+Status LoadArray(const ModelArrays& from, const std::map<std::string, Tensor>& arrays,
+                 const std::string& kind, const std::string& name, Tensor* t) {
+  const std::string source = from.source.empty() ? "the loaded arrays" : from.source;
+  auto it = arrays.find(name);
+  if (it == arrays.end()) {
+    return Status::DataLoss(source + ": has no " + kind + " " + name);
+  }
+  if (it->second.shape() != t->shape()) {
+    return Status::InvalidArgument(source + ": " + kind + " " + name + " has shape " +
+                                   it->second.shape().ToString() + ", the model's is " +
+                                   t->shape().ToString());
+  }
+  return t->CopyFrom(it->second).Annotate("loading " + kind + " " + name);
 }
 
 }  // namespace
@@ -127,8 +137,8 @@ Status Module::InitParams(const InitializerOptions& init, const ModelArrays* fro
   for (size_t p = 0; p < param_names_.size(); ++p) {
     Tensor t = first->arg_arrays()[param_args_[p]];
     const std::string& name = param_names_[p];
-    if (const Tensor* saved = Find(from ? &from->args : nullptr, name)) {
-      KV_RETURN_IF_ERROR(t.CopyFrom(*saved).Annotate("loading parameter " + name));
+    if (from != nullptr) {
+      KV_RETURN_IF_ERROR(LoadArray(*from, from->args, "parameter", name, &t));
     } else {
       KV_RETURN_IF_ERROR(initializer.Init(name, &t));
     }
@@ -136,8 +146,8 @@ Status Module::InitParams(const InitializerOptions& init, const ModelArrays* fro
   for (size_t a = 0; a < first->aux_names().size(); ++a) {
     Tensor t = first->aux_arrays()[a];
     const std::string& name = first->aux_names()[a];
-    if (const Tensor* saved = Find(from ? &from->aux : nullptr, name)) {
-      KV_RETURN_IF_ERROR(t.CopyFrom(*saved).Annotate("loading state " + name));
+    if (from != nullptr) {
+      KV_RETURN_IF_ERROR(LoadArray(*from, from->aux, "auxiliary state", name, &t));
     } else {
       KV_RETURN_IF_ERROR(initializer.Init(name, &t));
     }
@@ -229,12 +239,17 @@ Status Module::SaveCheckpoint(const std::string& prefix, int epoch, KVStore* kv,
     KV_RETURN_IF_ERROR(WriteFileAtomic(SymbolPath(prefix), text));
   }
   KV_ASSIGN_OR_RETURN(ModelArrays arrays, Arrays());
-  KV_RETURN_IF_ERROR(SaveParams(ParamsPath(prefix, epoch), arrays, epoch));
+  // The states first, then the params recording their digest: resuming
+  // from a params file checks that the states beside it are these.
+  const std::string states_path = StatesPath(prefix, epoch);
   if (local_optimizer != nullptr) {
     KV_ASSIGN_OR_RETURN(std::string states, local_optimizer->SaveStates());
-    return WriteLocalStates(StatesPath(prefix, epoch), states);
+    KV_RETURN_IF_ERROR(WriteLocalStates(states_path, states));
+  } else {
+    KV_RETURN_IF_ERROR(kv->SaveOptimizerStates(states_path));
   }
-  return kv->SaveOptimizerStates(StatesPath(prefix, epoch));
+  KV_ASSIGN_OR_RETURN(std::string states_bytes, ReadWholeFile(states_path));
+  return SaveParams(ParamsPath(prefix, epoch), arrays, epoch, StatesDigest(states_bytes));
 }
 
 int Module::ParamIndex(const std::string& name) const {

@@ -75,6 +75,9 @@ struct FitOptions {
   std::string model_prefix;
   // Resume: optimizer states to restore before begin_epoch ("" = none).
   std::string resume_states;
+  // The params file resumed from (its source and states_digest): when set,
+  // resume_states must be the states file saved with it.
+  const ModelArrays* resume_params = nullptr;
 };
 
 // Not thread-safe: one thread drives it.
@@ -87,8 +90,10 @@ class Module {
   // Binds one executor per device for global batches of `data_shape`
   // (first dimension: the batch) and labels of `label_shape`.
   Status Bind(const Shape& data_shape, const Shape& label_shape);
-  // Fills the parameters: from `from` where it has an array (shapes must
-  // match), else by the initializer. Every device gets the same values.
+  // Fills the parameters: from `from` when given (every parameter and
+  // auxiliary state must be there with the model's shape: otherwise an
+  // error names the file and the array), else by the initializer. Every
+  // device gets the same values.
   Status InitParams(const InitializerOptions& init, const ModelArrays* from = nullptr);
 
   // Trains; `eval` (may be null) is scored after every epoch.

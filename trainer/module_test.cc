@@ -88,6 +88,25 @@ TEST(ModuleTest, Errors) {
   EXPECT_FALSE(m2->Bind({4, 8}, {4}).ok());
 }
 
+// Loading from saved arrays: every parameter must be there, with the
+// model's shape; errors name the file and the array.
+TEST(ModuleTest, LoadedArraysMustCoverTheModel) {
+  auto m = std::move(Module::Create(models::Mlp({4}, 2), ModuleOptions())).value();
+  ASSERT_TRUE(m->Bind({5, 8}, {5}).ok());
+  ASSERT_TRUE(m->InitParams(InitializerOptions()).ok());
+  ModelArrays saved = std::move(m->Arrays()).value();
+  saved.source = "m-0001.params";
+  EXPECT_TRUE(m->InitParams(InitializerOptions(), &saved).ok());
+  ModelArrays missing = saved;
+  missing.args.erase("fc2_weight");
+  EXPECT_EQ(m->InitParams(InitializerOptions(), &missing).message(),
+            "m-0001.params: has no parameter fc2_weight");
+  ModelArrays reshaped = saved;
+  reshaped.args["fc1_weight"] = Tensor::Zeros({4, 9});
+  EXPECT_EQ(m->InitParams(InitializerOptions(), &reshaped).message(),
+            "m-0001.params: parameter fc1_weight has shape (4, 9), the model's is (4, 8)");
+}
+
 // A store of another type and worker count over a local store: records the
 // optimizer Fit gives it.
 class RecordingStore : public KVStore {

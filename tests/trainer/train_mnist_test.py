@@ -190,6 +190,74 @@ class TrainMnistTest(unittest.TestCase):
             self.assertEqual(code, 0, out)
         self.check_resume(run)
 
+    def test_damaged_checkpoints_are_refused(self):
+        """--load-epoch with a params or states file that is empty, cut
+        short, another epoch's, or for another network: an error naming the
+        file and what is wrong, and no training."""
+        base = self.tmp + "/m"
+        code, _, err = train("--num-epochs=2", "--num-examples=2000",
+                             "--model-prefix=" + base)
+        self.assertEqual(code, 0, err)
+
+        def first_array_only(data):
+            # The wire format: field 1 (epoch, varint), then field 2 (arrays,
+            # length-delimited): keep the epoch and the first array.
+            pos = 0
+            while True:
+                tag = data[pos]
+                pos += 1
+                if tag == 0x08:
+                    while data[pos] & 0x80:
+                        pos += 1
+                    pos += 1
+                    continue
+                self.assertEqual(tag, 0x12)
+                length, shift = 0, 0
+                while True:
+                    b = data[pos]
+                    pos += 1
+                    length |= (b & 0x7F) << shift
+                    shift += 7
+                    if not b & 0x80:
+                        break
+                return data[:pos + length]
+
+        def params(epoch):
+            with open("%s-%04d.params" % (base, epoch), "rb") as f:
+                return f.read()
+
+        def states(epoch):
+            with open("%s-%04d.states" % (base, epoch), "rb") as f:
+                return f.read()
+
+        cases = [
+            ("empty params", b"", states(1), [], "-0001.params: the file is empty"),
+            ("first array only", first_array_only(params(1)), states(1), [],
+             "-0001.params: has no array count (1 arrays before the end of the file)"),
+            ("epoch 2's params", params(2), states(2), [],
+             "-0001.params: holds the arrays after epoch 2, not 1"),
+            ("epoch 2's states", params(1), states(2), [],
+             "-0001.states: not the optimizer states saved with "),
+            ("empty states", params(1), b"", [], "-0001.states: the file is empty"),
+            ("another network", params(1), states(1), ["--network=lenet"],
+             "-0001.params: has no parameter conv1_weight"),
+        ]
+        for i, (what, p, st, extra, message) in enumerate(cases):
+            with self.subTest(what):
+                prefix = "%s/case%d" % (self.tmp, i)
+                shutil.copy(base + "-symbol.txt", prefix + "-symbol.txt")
+                with open(prefix + "-0001.params", "wb") as f:
+                    f.write(p)
+                with open(prefix + "-0001.states", "wb") as f:
+                    f.write(st)
+                code, out, err = train("--num-epochs=2", "--num-examples=2000",
+                                       "--load-epoch=1", "--model-prefix=" + prefix, *extra,
+                                       timeout=120)
+                self.assertNotEqual(code, 0, out + err)
+                self.assertIn(prefix + message, err)
+                self.assertNotIn("Train-accuracy", out + err)
+                self.assertFalse(os.path.exists(prefix + "-0002.params"))
+
     def test_uneven_cpu_contexts_equal_one_device(self):
         common = ["--num-epochs=1", "--num-examples=6000", "--lr-step-epochs="]
         code, _, err = train(*common, "--model-prefix=%s/one" % self.tmp)
