@@ -207,6 +207,12 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
   ps::RequestOptions opts;
   opts.priority = priority;
   opts.dtype = "float32";
+  // Reduced before the push takes its step: a failed reduce leaves the
+  // key's step counter alone.
+  Tensor sum;
+  if (push) {
+    KV_ASSIGN_OR_RETURN(sum, Reduce(push->tensors));
+  }
   int64_t step;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -230,9 +236,9 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
   const ps::Blob keys = ps::Blob::FromVector(ki->server_keys);
   StatusOr<int64_t> ts = Status::Internal("no request");
   if (push) {
-    KV_ASSIGN_OR_RETURN(Tensor sum, Reduce(push->tensors));
     ps::KVPairs kvs = ps::KVPairs::From(ki->server_keys, TensorBlob(sum), ki->part_bytes);
     ts = pull ? worker_->PushPull(kvs, opts, dest) : worker_->Push(kvs, opts);
+    if (!ts.ok()) UndoPush(ki, step);
   } else {
     ts = worker_->Pull(keys, opts, dest);
   }
@@ -252,6 +258,11 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
     };
   }
   return Status::OK();
+}
+
+void DistKVStore::UndoPush(KeyInfo* ki, int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ki->pushes == step) --ki->pushes;
 }
 
 StatusOr<KVHandle> DistKVStore::PushAsync(const std::vector<Key>& keys,

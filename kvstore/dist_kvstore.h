@@ -73,6 +73,7 @@ class DistKVStore : public KVStore {
       std::string name;
       uint64_t server_key = 0;
       int64_t step = 0;
+      KeyInfo* key = nullptr;    // whose step counter gave `step`
       Tensor value;              // the reduced push, on the host
       std::vector<Tensor> outs;  // where the key's new value goes
     };
@@ -89,6 +90,9 @@ class DistKVStore : public KVStore {
     std::string Names() const;
   };
   // Requests in flight for one handle, and what to do when they are done.
+  // A push that never left: gives its step back when it is still the key's
+  // latest, so the next push takes the step the servers wait for.
+  void UndoPush(KeyInfo* ki, int64_t step) EXCLUDES(mu_);
   struct Pending {
     std::vector<int64_t> timestamps;
     std::vector<std::string> names;  // the key of each request

@@ -45,7 +45,7 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
       bool again = false;
       for (const Bucket::Entry& e : b->entries) again = again || e.server_key == server_key;
       if (!again) {
-        b->entries.push_back({push.name, server_key, step, sum, pull.tensors});
+        b->entries.push_back({push.name, server_key, step, ki, sum, pull.tensors});
         b->bytes += ki->part_bytes[0];
         b->priority = std::max(b->priority, priority);
         full = b->bytes >= settings_.bucket_bytes;
@@ -110,6 +110,7 @@ Status DistKVStore::FlushBucket() {
       opts);
   b->sent = true;
   if (!ts.ok()) {
+    for (const Bucket::Entry& e : b->entries) UndoPush(e.key, e.step);
     b->status = ts.status().Annotate("keys " + b->Names());
     return b->status;
   }

@@ -298,6 +298,53 @@ TEST(DistKVStoreTest, AKeyPushedTwiceBeforeAWaitKeepsItsSteps) {
   }
 }
 
+// dist_sync: the servers queue at most kSyncWindow steps ahead; pushes and
+// pulls beyond are refused naming the worker, the key and the steps, and the
+// queued steps complete in turn once the other worker catches up.
+TEST(DistKVStoreTest, SyncPushesFarAheadAreRefused) {
+  DistFixture f(1, 2);
+  Status s = f.Run("dist_sync", [&](KVStore* kv, int rank) -> Status {
+    KV_RETURN_IF_ERROR(kv->Init({"w"}, {Filled(3, 0)}));
+    proto::OptimizerSpec sgd;
+    sgd.set_type(proto::OptimizerSpec::SGD);
+    sgd.set_learning_rate(1.0f);
+    KV_RETURN_IF_ERROR(kv->SetOptimizer(sgd));
+    if (rank == 0) {
+      std::vector<KVHandle> handles;
+      for (int t = 1; t <= 20; ++t) {
+        KV_ASSIGN_OR_RETURN(KVHandle h, kv->PushAsync({"w"}, {Filled(3, 1)}));
+        handles.push_back(h);
+      }
+      for (int t = 17; t <= 20; ++t) {
+        Status e = kv->Wait(handles[t - 1]);
+        const std::string want = " pushed step " + std::to_string(t) +
+                                 ", more than 16 steps ahead of step 1, which this "
+                                 "server is summing";
+        if (e.message().find(want) == std::string::npos ||
+            e.message().find("key w: worker 0 (") == std::string::npos) {
+          return Status::Internal("step " + std::to_string(t) + ": " + e.ToString());
+        }
+      }
+      Status pull = kv->Pull({"w"}, {Tensor::Zeros({3})});
+      if (pull.message().find(" pulled step 20, more than 16 steps ahead of step 0") ==
+              std::string::npos ||
+          pull.message().find("key w: worker 0 (") == std::string::npos) {
+        return Status::Internal("pull: " + pull.ToString());
+      }
+      KV_RETURN_IF_ERROR(kv->Barrier());
+      for (int t = 1; t <= 16; ++t) KV_RETURN_IF_ERROR(kv->Wait(handles[t - 1]));
+    } else {
+      KV_RETURN_IF_ERROR(kv->Barrier());
+      for (int t = 1; t <= 16; ++t) KV_RETURN_IF_ERROR(kv->Push({"w"}, {Filled(3, 1)}));
+      Tensor w = Tensor::Zeros({3});
+      KV_RETURN_IF_ERROR(kv->Pull({"w"}, {w}));
+      if (w.ToVector()[2] != -32.0f) return Status::Internal("w = " + w.DebugString());
+    }
+    return kv->Barrier();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 TEST(DistKVStoreTest, BadInputIsAnErrorAndTheServersKeepServing) {
   DistFixture f(2, 1);
   Status s = f.Run("dist_sync", [](KVStore* kv, int) -> Status {
@@ -322,6 +369,12 @@ TEST(DistKVStoreTest, BadInputIsAnErrorAndTheServersKeepServing) {
     KV_RETURN_IF_ERROR(expect(kv->SetOptimizer(bad), "learning"));
     KV_RETURN_IF_ERROR(expect(kv->SaveOptimizerStates("/tmp/x"), "no optimizer"));
     KV_RETURN_IF_ERROR(expect(kv->RunServer(), "RunServer called in a worker process"));
+    // A push whose local reduce fails takes no step: the next push is
+    // still step 1 (with the step taken, the server would wait for step 1
+    // and this worker's PushPull below would hang).
+    if (kv->Push({"w", "w"}, {Filled(4, 1), Filled(5, 1)}).ok()) {
+      return Status::Internal("a push of two shapes for one key succeeded");
+    }
     // Still serving: a correct push and pull work.
     Tensor out = Tensor::Zeros({4});
     KV_RETURN_IF_ERROR(kv->PushPull({"w"}, {Filled(4, 2)}, {out}));

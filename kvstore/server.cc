@@ -131,6 +131,22 @@ void ServerHandler::Push(const ps::RequestMeta& meta, const ps::KVPairs& data,
 
 void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
                              ps::KVServer* server) {
+  // Iterative: each completed step admits the pushes queued for the next
+  // one, which may complete it in turn (no recursion per queued step).
+  if (!Admit(st, push, server)) return;
+  for (;;) {
+    CompleteStep(st, key, server);
+    auto range = st->later.equal_range(st->step + 1);
+    std::vector<Deferred> next;
+    for (auto it = range.first; it != range.second; ++it) next.push_back(it->second);
+    st->later.erase(range.first, range.second);
+    bool complete = false;
+    for (const Deferred& p : next) complete = Admit(st, p, server) || complete;
+    if (!complete) return;
+  }
+}
+
+bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* server) {
   const int rank = push.meta.sender_rank;
   const int64_t step = push.info.step();
   const std::string who = push.meta.sender_name;
@@ -139,7 +155,7 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
          KeyError(Status::Code::kInvalidArgument, st->name,
                   "push from " + who + ", which is not a worker"),
          server);
-    return;
+    return false;
   }
   if (step <= st->step) {
     Fail(push,
@@ -148,18 +164,37 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
                       " again (step " + std::to_string(st->step) +
                       " is applied)"),
          server);
-    return;
+    return false;
+  }
+  if (step > st->step + kSyncWindow) {
+    Fail(push,
+         KeyError(Status::Code::kInvalidArgument, st->name,
+                  who + " pushed step " + std::to_string(step) + ", more than " +
+                      std::to_string(kSyncWindow) + " steps ahead of step " +
+                      std::to_string(st->step + 1) + ", which this server is summing"),
+         server);
+    return false;
   }
   if (step > st->step + 1) {  // an early push: its step has not begun
+    for (auto range = st->later.equal_range(step); range.first != range.second;
+         ++range.first) {
+      if (range.first->second.meta.sender_rank == rank) {
+        Fail(push,
+             KeyError(Status::Code::kInvalidArgument, st->name,
+                      who + " pushed step " + std::to_string(step) + " twice"),
+             server);
+        return false;
+      }
+    }
     st->later.emplace(step, push);
-    return;
+    return false;
   }
   if (st->pushed[rank]) {
     Fail(push,
          KeyError(Status::Code::kInvalidArgument, st->name,
                   who + " pushed step " + std::to_string(step) + " twice"),
          server);
-    return;
+    return false;
   }
   const Tensor grad = View(push.data.vals);
   if (st->num_pushed == 0) {
@@ -179,7 +214,7 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
   } else {
     Ack(push, server);
   }
-  if (st->num_pushed == num_workers_) CompleteStep(st, key, server);
+  return st->num_pushed == num_workers_;
 }
 
 void ServerHandler::CompleteStep(KeyState* st, uint64_t key,
@@ -212,12 +247,6 @@ void ServerHandler::CompleteStep(KeyState* st, uint64_t key,
       Answer(p, st, key, server);
     }
   }
-  auto range = st->later.equal_range(st->step + 1);
-  std::vector<Deferred> next;
-  for (auto it = range.first; it != range.second; ++it)
-    next.push_back(it->second);
-  st->later.erase(range.first, range.second);
-  for (const Deferred& p : next) SyncPush(st, key, p, server);
 }
 
 Status ServerHandler::Apply(KeyState* st, uint64_t key, const Tensor& grad,
@@ -374,6 +403,13 @@ void ServerHandler::Pull(const ps::RequestMeta& meta, const ps::KVPairs& data,
   std::lock_guard<std::mutex> lock(st->mu);
   if (info.mode() == proto::KV_ASYNC || info.step() <= st->step) {
     RespondValue(st, key, meta, server);
+  } else if (info.step() > st->step + kSyncWindow) {
+    server->RespondError(
+        meta, KeyError(Status::Code::kInvalidArgument, st->name,
+                       meta.sender_name + " pulled step " + std::to_string(info.step()) +
+                           ", more than " + std::to_string(kSyncWindow) +
+                           " steps ahead of step " + std::to_string(st->step) +
+                           ", the last this server applied"));
   } else {
     st->pulls.push_back(Deferred{meta, data, info});
   }

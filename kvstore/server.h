@@ -27,6 +27,12 @@ namespace kv {
 // key in order.
 class ServerHandler {
  public:
+  // dist_sync: a worker's push or pull may be at most this many steps ahead
+  // of the step the server is summing; further ahead is refused with an
+  // error naming the worker, the key and both steps (a worker that waits
+  // for each step's answer is never more than one ahead).
+  static constexpr int64_t kSyncWindow = 16;
+
   explicit ServerHandler(int num_workers) : num_workers_(num_workers) {}
 
   void Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
@@ -79,10 +85,15 @@ class ServerHandler {
   void LoadStates(const ps::RequestMeta& meta, const ps::KVPairs& data,
                   ps::KVServer* server);
 
-  // Applies one sync push (state locked); returns false on a bad push.
+  // Applies one sync push (state locked), and completes every step it and
+  // the pushes queued for later steps complete.
   void SyncPush(KeyState* st, uint64_t key, const Deferred& push,
                 ps::KVServer* server) REQUIRES(st->mu);
-  // All workers pushed: update, answer this step's pulls, admit later pushes.
+  // Checks one sync push and adds it to its step's sum, queues it for a
+  // later step, or answers it with an error. True when it completes the
+  // step (every worker pushed).
+  bool Admit(KeyState* st, const Deferred& push, ps::KVServer* server) REQUIRES(st->mu);
+  // All workers pushed: update, answer this step's pulls.
   void CompleteStep(KeyState* st, uint64_t key, ps::KVServer* server)
       REQUIRES(st->mu);
   Status Apply(KeyState* st, uint64_t key, const Tensor& grad, bool accumulate)
