@@ -21,11 +21,17 @@ class Shape {
   int64_t& operator[](int i) { return dims_[i]; }
   const std::vector<int64_t>& dims() const { return dims_; }
 
-  // Product of the dimensions (1 for a scalar).
+  // At most this many elements (2^60): byte counts of any dtype fit in
+  // int64 and size_t.
+  static constexpr int64_t kMaxElements = int64_t{1} << 60;
+
+  // Product of the dimensions (1 for a scalar); INT64_MAX when the product
+  // overflows (check IsValid first where a shape comes from outside).
   int64_t NumElements() const;
-  // True when no dimension is negative.
+  // True when no dimension is negative and the product is at most
+  // kMaxElements (so NumElements() * DTypeSize never overflows).
   bool IsValid() const;
-  // Product of dims [begin, end).
+  // Product of dims [begin, end); INT64_MAX when it overflows.
   int64_t Product(int begin, int end) const;
 
   // "(10, 64)"; a scalar is "()".

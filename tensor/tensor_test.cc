@@ -50,6 +50,14 @@ TEST(ShapeTest, Basics) {
   EXPECT_EQ(Shape{}.ToString(), "()");
   EXPECT_EQ(Shape({5, 0}).NumElements(), 0);
   EXPECT_FALSE(Shape({2, -1}).IsValid());
+  // Products that overflow are invalid, and NumElements saturates instead
+  // of wrapping (a wrapped product could pass a size check).
+  const Shape huge({int64_t{1} << 32, int64_t{1} << 32});
+  EXPECT_FALSE(huge.IsValid());
+  EXPECT_EQ(huge.NumElements(), INT64_MAX);
+  EXPECT_FALSE(Shape({int64_t{1} << 31, int64_t{1} << 31, 4}).IsValid());  // 2^64
+  EXPECT_FALSE(Shape({(int64_t{1} << 60) + 1}).IsValid());
+  EXPECT_TRUE(Shape({int64_t{1} << 30, int64_t{1} << 30}).IsValid());
   EXPECT_EQ(Shape({1, 2}), Shape(std::vector<int64_t>{1, 2}));
   EXPECT_NE(Shape({1, 2}), Shape({2, 1}));
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "base/file.h"
+#include "proto/checkpoint.pb.h"
 
 namespace kvtrain {
 namespace {
@@ -72,6 +73,22 @@ TEST(CheckpointTest, EmptyAndCutFilesAreRefused) {
     }
   }
   EXPECT_EQ(refused, static_cast<int>(bytes->size()) - 1);
+}
+
+TEST(CheckpointTest, ShapesWhoseSizeWrapsAreRefused) {
+  // 2^62 x 4 elements x 4 bytes wraps to 0 bytes: it must not match the
+  // empty data (and allocate an impossible array).
+  proto::ParamsFile file;
+  file.set_epoch(1);
+  proto::NamedArray* a = file.add_arrays();
+  a->set_name("arg:w");
+  a->add_shape(int64_t{1} << 62);
+  a->add_shape(4);
+  file.set_num_arrays(1);
+  StatusOr<ModelArrays> d = DecodeParams(file.SerializeAsString(), "wrap.params");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().message(), "wrap.params: array arg:w of shape (4611686018427387904, 4) "
+                                  "holds 0 bytes");
 }
 
 TEST(CheckpointTest, AnotherEpochsParamsAreRefused) {

@@ -286,6 +286,24 @@ TEST(KVAppTest, BadRequestsAreRejectedUpFront) {
   auto pull =
       w->Pull(Blob::FromVector(std::vector<uint64_t>{1, 2, 3}), {}, dest);
   EXPECT_THAT(pull.status().message(), HasSubstr("does not split equally"));
+  // Per-key lengths that add up to the buffer's size only through a
+  // negative entry or by wrapping around 2^64 would place a key's answer
+  // past the buffer: refused before anything is sent.
+  std::vector<char> buf16(16);
+  const std::vector<std::pair<std::vector<int64_t>, std::string>> bad_lens = {
+      {{24, -8}, "PullDest.lens: entry 1 is negative (-8)"},
+      {{INT64_MAX, INT64_MAX, 18}, "PullDest.lens add up to more than 2^64 bytes (at entry 2)"},
+  };
+  for (const auto& [l, want] : bad_lens) {
+    PullDest d{buf16.data(), buf16.size(), Blob::FromVector(l)};
+    std::vector<uint64_t> keys;
+    for (size_t i = 0; i < l.size(); ++i) keys.push_back(i + 1);
+    auto r = w->Pull(Blob::FromVector(keys), {}, d);
+    EXPECT_THAT(r.status().message(), HasSubstr(want));
+  }
+  auto negative = w->Push(
+      KVPairs::From({1, 2}, Blob::FromVector(std::vector<float>{1, 2}), {12, -4}));
+  EXPECT_THAT(negative.status().message(), HasSubstr("lens: entry 1 is negative (-4)"));
   EXPECT_EQ(w->Wait(12345, kLong).code(), Status::Code::kNotFound);
   EXPECT_EQ(KVServer::Create(c.job.worker(0), 1, [](auto&, auto&, auto*) {})
                 .status()

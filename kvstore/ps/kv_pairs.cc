@@ -6,6 +6,27 @@
 namespace kvtrain {
 namespace ps {
 
+StatusOr<uint64_t> SumLens(const Blob& lens, size_t n, const std::string& what) {
+  if (lens.size() != n * sizeof(int64_t)) {
+    return Status::InvalidArgument(what + " hold " + std::to_string(lens.size() / 8) +
+                                   " entries for " + std::to_string(n) + " keys");
+  }
+  const int64_t* l = lens.as<int64_t>();
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (l[i] < 0) {
+      return Status::InvalidArgument(what + ": entry " + std::to_string(i) +
+                                     " is negative (" + std::to_string(l[i]) + ")");
+    }
+    // Lengths that wrap around 2^64 must not add up to the right total.
+    if (__builtin_add_overflow(total, static_cast<uint64_t>(l[i]), &total)) {
+      return Status::InvalidArgument(what + " add up to more than 2^64 bytes (at entry " +
+                                     std::to_string(i) + ")");
+    }
+  }
+  return total;
+}
+
 Status KVPairs::Validate() const {
   if (keys.size() % sizeof(uint64_t) != 0) {
     return Status::InvalidArgument("keys hold " + std::to_string(keys.size()) +
@@ -22,25 +43,7 @@ Status KVPairs::Validate() const {
     }
   }
   if (!lens.empty()) {
-    if (lens.size() != n * sizeof(int64_t)) {
-      return Status::InvalidArgument(
-          "lens hold " + std::to_string(lens.size() / sizeof(int64_t)) +
-          " entries for " + std::to_string(n) + " keys");
-    }
-    const int64_t* l = lens.as<int64_t>();
-    uint64_t total = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (l[i] < 0) {
-        return Status::InvalidArgument("key " + std::to_string(k[i]) +
-                                       " has negative length " +
-                                       std::to_string(l[i]));
-      }
-      // Lengths that wrap around 2^64 must not add up to the right total.
-      if (__builtin_add_overflow(total, static_cast<uint64_t>(l[i]), &total)) {
-        return Status::InvalidArgument("lens add up to more than 2^64 bytes (at key " +
-                                       std::to_string(k[i]) + ")");
-      }
-    }
+    KV_ASSIGN_OR_RETURN(uint64_t total, SumLens(lens, n, "lens"));
     if (total != vals.size()) {
       return Status::InvalidArgument(
           "lens add up to " + std::to_string(total) + " bytes but " +

@@ -105,15 +105,12 @@ Status KVWorker::Impl::CheckPullDest(const PullDest& dest, size_t n) const {
   if (dest.data == nullptr) return Status::OK();
   if (n == 0) return Status::InvalidArgument("a pull into a buffer needs keys");
   if (!dest.lens.empty()) {
-    if (dest.lens.size() != n * sizeof(int64_t)) {
+    // Checked like KVPairs::Validate: a negative or wrapping length could
+    // otherwise sum to the buffer's size and place a key past its end.
+    KV_ASSIGN_OR_RETURN(uint64_t total, SumLens(dest.lens, n, "PullDest.lens"));
+    if (total != dest.size) {
       return Status::InvalidArgument(
-          "PullDest.lens hold " + std::to_string(dest.lens.size() / 8) +
-          " entries for " + std::to_string(n) + " keys");
-    }
-    const std::vector<size_t> off = Offsets(dest.lens, n, dest.size);
-    if (off[n] != dest.size) {
-      return Status::InvalidArgument(
-          "PullDest.lens add up to " + std::to_string(off[n]) +
+          "PullDest.lens add up to " + std::to_string(total) +
           " bytes but the buffer has " + std::to_string(dest.size));
     }
     return Status::OK();

@@ -71,6 +71,11 @@ class Blob {
   size_t size_ = 0;
 };
 
+// The sum of n int64 byte lengths in `lens` (which must hold n of them);
+// an error names `what` and the first length that is negative or makes the
+// sum overflow.
+StatusOr<uint64_t> SumLens(const Blob& lens, size_t n, const std::string& what);
+
 // Keys with their values. Keys are uint64, sorted ascending and unique.
 // Values are raw bytes concatenated in key order; `lens` (int64, bytes per
 // key) is given when keys hold different sizes, else the values are split
