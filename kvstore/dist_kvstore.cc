@@ -331,10 +331,18 @@ Status DistKVStore::Wait(KVHandle handle) {
   // A bucket this handle needs is still open: send it now (a failed send
   // is the bucket's status, which WaitBucket returns).
   if (open) (void)FlushBucket();
+  // One deadline for the whole operation, however many requests it made:
+  // each waits for what is left (a timed-out request is cancelled).
+  const auto deadline = std::chrono::steady_clock::now() + settings_.timeout;
+  auto left = [deadline] {
+    return std::max(std::chrono::steady_clock::duration::zero(),
+                    deadline - std::chrono::steady_clock::now());
+  };
   Status first;
   for (size_t i = 0; i < p.timestamps.size(); ++i) {
     trace::Scope span("kvstore", "wait ", p.names[i], p.timestamps[i]);
-    Status s = worker_->Wait(p.timestamps[i], settings_.timeout);
+    Status s = worker_->Wait(p.timestamps[i],
+                             std::chrono::duration_cast<ps::Duration>(left()));
     if (!s.ok() && first.ok()) {
       // Server errors name the key already; transport errors do not.
       const std::string tag = "key " + p.names[i] + ":";
@@ -343,7 +351,7 @@ Status DistKVStore::Wait(KVHandle handle) {
     }
   }
   for (const auto& b : p.buckets) {
-    Status s = WaitBucket(b.get());
+    Status s = WaitBucket(b.get(), std::chrono::duration_cast<ps::Duration>(left()));
     if (!s.ok() && first.ok()) first = s;
   }
   if (!first.ok()) return first;
@@ -446,7 +454,9 @@ Status DistKVStore::Finalize() {
   if (finalized_) return Status::OK();
   if (worker_ != nullptr) (void)FlushBucket();
   finalized_ = true;
-  return po_->Finalize(settings_.timeout);
+  // Waits for the slowest worker (dist_async workers may finish far apart):
+  // no deadline, but a dead node still ends the wait (liveness).
+  return po_->Finalize(kJobLifetime);
 }
 
 }  // namespace kv

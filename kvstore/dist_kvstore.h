@@ -117,8 +117,9 @@ class DistKVStore : public KVStore {
                      int priority, Pending* pending) EXCLUDES(bucket_mu_);
   // Sends the open bucket, if any: one request per server.
   Status FlushBucket() EXCLUDES(bucket_mu_);
-  // The bucket's answer, written into every entry's outs (first call).
-  Status WaitBucket(Bucket* b);
+  // The bucket's answer, written into every entry's outs (first call),
+  // waiting at most `timeout`.
+  Status WaitBucket(Bucket* b, ps::Duration timeout);
   KVHandle Track(Pending pending);
   std::string Mode() const;
 

@@ -119,7 +119,7 @@ Status DistKVStore::FlushBucket() {
   return Status::OK();
 }
 
-Status DistKVStore::WaitBucket(Bucket* b) {
+Status DistKVStore::WaitBucket(Bucket* b, ps::Duration timeout) {
   std::lock_guard<std::mutex> l(b->mu);
   if (b->waited || !b->status.ok()) return b->status;
   b->waited = true;
@@ -127,7 +127,7 @@ Status DistKVStore::WaitBucket(Bucket* b) {
   ps::PullResult answer;
   {
     trace::Scope span("kvstore", "wait bucket", "", b->ts);
-    b->status = worker_->Wait(b->ts, settings_.timeout, &answer);
+    b->status = worker_->Wait(b->ts, timeout, &answer);
   }
   if (!b->status.ok()) {
     // Server errors name the key already; transport errors do not.

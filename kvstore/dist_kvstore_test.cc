@@ -345,6 +345,46 @@ TEST(DistKVStoreTest, SyncPushesFarAheadAreRefused) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+// One deadline per operation: a push-pull of 5 keys that the servers cannot
+// answer (the other worker has not pushed) fails after about one
+// KVTRAIN_KVSTORE_TIMEOUT, not five.
+TEST(DistKVStoreTest, AnOperationHasOneDeadline) {
+  DistFixture f(2, 2, {{"KVTRAIN_KVSTORE_TIMEOUT", "1"}, {"KVTRAIN_PS_BUCKET_BYTES", "0"}});
+  double waited = 0;
+  std::string error;
+  Status s = f.Run("dist_sync", [&](KVStore* kv, int rank) -> Status {
+    std::vector<Key> keys = {"a", "b", "c", "d", "e"};
+    std::vector<Tensor> vals, outs;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      vals.push_back(Filled(3, 1));
+      outs.push_back(Tensor::Zeros({3}));
+    }
+    KV_RETURN_IF_ERROR(kv->Init(keys, vals));
+    if (rank == 1) return Status::OK();  // never pushes
+    const auto start = std::chrono::steady_clock::now();
+    Status e = kv->PushPull(keys, vals, outs);
+    waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    error = e.ToString();
+    return Status::OK();
+  });
+  (void)s;  // the job itself ends with worker 1's early Finalize: not checked here
+  EXPECT_NE(error.find("not answered within"), std::string::npos) << error;
+  EXPECT_LT(waited, 3.0) << "5 requests waited " << waited << " s with a 1 s deadline";
+  EXPECT_GE(waited, 0.9);
+}
+
+// dist_async: a worker that finishes long before another waits for it at
+// Finalize (longer than KVTRAIN_KVSTORE_TIMEOUT) without failing the job.
+TEST(DistKVStoreTest, AsyncFinalizeWaitsForTheSlowestWorker) {
+  DistFixture f(1, 2, {{"KVTRAIN_KVSTORE_TIMEOUT", "0.5"}});
+  Status s = f.Run("dist_async", [&](KVStore* kv, int rank) -> Status {
+    KV_RETURN_IF_ERROR(kv->Init({"w"}, {Filled(3, 0)}));
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+    return kv->Push({"w"}, {Filled(3, 1)});
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 TEST(DistKVStoreTest, BadInputIsAnErrorAndTheServersKeepServing) {
   DistFixture f(2, 1);
   Status s = f.Run("dist_sync", [](KVStore* kv, int) -> Status {

@@ -329,6 +329,8 @@ void KVWorker::Impl::Accept(Message&& msg) {
     if (it != pending_.end()) {
       --it->second.copying;
       cb = MaybeFinish(ts);
+      // A Wait that timed out may be waiting for this copy to end.
+      if (!cb) cv_.notify_all();
     }
   }
   if (cb) cb();
@@ -358,14 +360,25 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
   }
   const bool answered = cv_.wait_until(l, deadline, ready);
   if (!answered) {
-    const Pending& p = pending_.at(ts);
     std::ostringstream os;
-    os << po_->name() << ": " << p.kind << " request " << ts
-       << " not answered within "
-       << std::chrono::duration<double>(timeout).count() << " s by";
-    for (const Slice& s : p.slices) {
-      if (!s.answered) os << " " << po_->PeerName(s.server);
+    {
+      const Pending& p = pending_.at(ts);
+      os << po_->name() << ": " << p.kind << " request " << ts
+         << " not answered within "
+         << std::chrono::duration<double>(timeout).count() << " s by";
+      for (const Slice& s : p.slices) {
+        if (!s.answered) os << " " << po_->PeerName(s.server);
+      }
     }
+    // Cancelled: an answer that arrives later finds no request and is
+    // dropped, never copied into the caller's buffer (which it may free as
+    // soon as this returns). A copy already under way finishes first.
+    cv_.wait(l, [&] {
+      auto i = pending_.find(ts);
+      return i == pending_.end() || i->second.copying == 0;
+    });
+    pending_.erase(ts);
+    os << " (cancelled: a later answer is dropped)";
     return Status::DeadlineExceeded(os.str());
   }
   it = pending_.find(ts);
