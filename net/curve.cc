@@ -2,8 +2,10 @@
 #include "net/curve.h"
 
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -195,6 +197,32 @@ Status SecureSocket(void* socket, const JobKey& key, bool is_server) {
                          "ZMQ_CURVE_PUBLICKEY"));
   return set(ZMQ_CURVE_SECRETKEY, sec.c_str(), sec.size() + 1,
              "ZMQ_CURVE_SECRETKEY");
+}
+
+Status LimitInbound(void* socket) {
+  const int64_t max_frame = kMaxFrameBytes;
+  if (zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max_frame, sizeof(max_frame)) != 0) {
+    return Status::Internal(std::string("zmq_setsockopt(ZMQ_MAXMSGSIZE): ") +
+                            zmq_strerror(zmq_errno()));
+  }
+  const int deadline = kHandshakeDeadlineMs;
+  if (zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &deadline, sizeof(deadline)) != 0) {
+    return Status::Internal(std::string("zmq_setsockopt(ZMQ_HANDSHAKE_IVL): ") +
+                            zmq_strerror(zmq_errno()));
+  }
+  return Status::OK();
+}
+
+void RaiseFileLimit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+    const rlim_t want = std::min<rlim_t>(r.rlim_max, 65536);
+    if (r.rlim_cur >= want) return;
+    r.rlim_cur = want;
+    setrlimit(RLIMIT_NOFILE, &r);
+  });
 }
 
 // ---- ZapHandler ----

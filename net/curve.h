@@ -82,6 +82,26 @@ StatusOr<std::string> Z85Decode(const std::string& text);
 // context should have a ZapHandler so that only the job's key is admitted.
 Status SecureSocket(void* zmq_socket, const JobKey& key, bool is_server);
 
+// What a peer, authenticated or not, can make a node hold. Every socket that
+// accepts connections gets LimitInbound before it binds.
+// The largest frame any socket receives: a larger declared frame closes the
+// connection at its size header, before anything is buffered (ZeroMQ
+// otherwise buffers a declared frame, of any size, before the handshake
+// completes). Senders carry larger arrays in several frames of at most this.
+inline constexpr int64_t kMaxFrameBytes = int64_t{4} << 20;
+// A connection must complete its handshake within this (ZMQ_HANDSHAKE_IVL).
+inline constexpr int kHandshakeDeadlineMs = 10000;
+// At most this many accepted connections may be in their handshake at once
+// per bound socket (HandshakeMonitor sheds the rest): with kMaxFrameBytes,
+// a stranger can make a bound socket hold at most 128 MiB, for at most
+// kHandshakeDeadlineMs.
+inline constexpr int kMaxPendingHandshakes = 32;
+Status LimitInbound(void* zmq_socket);
+
+// Raises this process's soft limit on open files to its hard limit (at
+// most 65536), once: descriptors are what a flood of connections uses up.
+void RaiseFileLimit();
+
 // The ZAP handler of one ZeroMQ context (RFC 27, inproc://zeromq.zap.01):
 // a thread that admits a CURVE client only when its public key is the job's
 // and logs every refusal with the peer's address, rate-limited. Start it

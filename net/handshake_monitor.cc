@@ -3,13 +3,18 @@
 #include "net/handshake_monitor.h"
 
 #include <arpa/inet.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <zmq.h>
 
+#include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <map>
+
+#include "net/curve.h"
 
 namespace kvtrain {
 namespace net {
@@ -18,17 +23,42 @@ struct HandshakeMonitor::Watched {
   void* pair = nullptr;  // receives the socket's events
   bool is_server = false;
   int tag = 0;
-  // Server: peer address by file descriptor, from ZMQ_EVENT_ACCEPTED.
-  std::map<uint32_t, std::string> peers;
+  // Server: every open accepted connection by file descriptor, from
+  // ZMQ_EVENT_ACCEPTED to ZMQ_EVENT_DISCONNECTED.
+  struct Accepted {
+    std::string peer;
+    std::chrono::steady_clock::time_point at;
+    bool shed = false;  // shut down by us; its DISCONNECTED is due
+  };
+  std::map<uint32_t, Accepted> peers;
+  // Server: how many of them completed their handshake. ZeroMQ does not
+  // say which (the event names no descriptor), but a connection that ends
+  // during its handshake always reports a failure just before its
+  // ZMQ_EVENT_DISCONNECTED (one I/O thread: nothing comes between), so each
+  // DISCONNECTED without one was an established connection.
+  int64_t established = 0;
   // Server: the reason of a failure whose ZMQ_EVENT_DISCONNECTED (which
-  // names the descriptor) comes next; "" = none.
+  // names the descriptor) comes next; "" = none (or logged elsewhere).
   std::string failed;
+  bool handshake_failed = false;
   // Client: failures in a row; whether the connection is up.
   int in_a_row = 0;
   bool up = false;
 };
 
 namespace {
+
+// Bytes the connection on `fd` has received (TCP only; -1 otherwise).
+int64_t BytesReceived(uint32_t fd) {
+  tcp_info info;
+  socklen_t len = sizeof(info);
+  std::memset(&info, 0, sizeof(info));
+  if (getsockopt(static_cast<int>(fd), IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+      len < offsetof(tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received)) {
+    return -1;
+  }
+  return static_cast<int64_t>(info.tcpi_bytes_received);
+}
 
 std::string PeerAddress(uint32_t fd) {
   sockaddr_storage ss;
@@ -221,6 +251,49 @@ void HandshakeMonitor::Loop() {
   }
 }
 
+void HandshakeMonitor::ShedPending(Watched* w) {
+  // Connections in their handshake: open, not established, not yet shed.
+  int64_t pending = -w->established;
+  for (const auto& [fd, a] : w->peers) pending += a.shed ? 0 : 1;
+  if (pending <= kMaxPendingHandshakes) return;
+  // Shed the oldest connection that has sent nothing at all for a while (a
+  // stranger holding a descriptor; an established peer has sent its
+  // greeting), else the newest one. Shutting a descriptor down makes
+  // ZeroMQ close the connection as if the peer had.
+  const auto now = std::chrono::steady_clock::now();
+  uint32_t victim = 0;
+  bool found = false;
+  for (const auto& [fd, a] : w->peers) {
+    if (a.shed || now - a.at < std::chrono::milliseconds(200)) continue;
+    if (BytesReceived(fd) != 0) continue;
+    if (!found || a.at < w->peers[victim].at) {
+      victim = fd;
+      found = true;
+    }
+  }
+  if (!found) {
+    for (const auto& [fd, a] : w->peers) {
+      if (!a.shed && (!found || a.at > w->peers[victim].at)) {
+        victim = fd;
+        found = true;
+      }
+    }
+  }
+  if (!found) return;
+  Watched::Accepted& a = w->peers[victim];
+  a.shed = true;
+  shed_.fetch_add(1);
+  shutdown(static_cast<int>(victim), SHUT_RDWR);
+  std::string name;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    name = log_name_;
+  }
+  KV_LOG_LIMITED(WARNING, log_limiter_)
+      << name << ": closed a connection from " << a.peer << ": more than "
+      << kMaxPendingHandshakes << " connections are in their handshake";
+}
+
 void HandshakeMonitor::OnEvent(Watched* w, uint16_t event, uint32_t value,
                                const std::string& endpoint) {
   const bool failure = event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
@@ -242,8 +315,12 @@ void HandshakeMonitor::OnEvent(Watched* w, uint16_t event, uint32_t value,
     return;
   }
   if (event == ZMQ_EVENT_ACCEPTED) {
-    w->peers[value] = PeerAddress(value);
+    w->peers[value] = {PeerAddress(value), std::chrono::steady_clock::now(), false};
+    ShedPending(w);
+  } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+    ++w->established;
   } else if (failure) {
+    w->handshake_failed = true;
     refused_.fetch_add(1);
     // ZapHandler logs its own refusals (with the address it was given).
     w->failed = event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
@@ -253,8 +330,12 @@ void HandshakeMonitor::OnEvent(Watched* w, uint16_t event, uint32_t value,
     auto it = w->peers.find(value);
     const std::string peer =
         it == w->peers.end() ? "an address that closed too soon to be read"
-                             : it->second;
-    if (it != w->peers.end()) w->peers.erase(it);
+                             : it->second.peer;
+    if (it != w->peers.end()) {
+      w->peers.erase(it);
+      if (!w->handshake_failed && w->established > 0) --w->established;
+    }
+    w->handshake_failed = false;
     if (!w->failed.empty()) {
       std::string name;
       {

@@ -24,7 +24,10 @@ namespace net {
 // Watches the handshakes of a context's sockets (zmq_socket_monitor) on its
 // own thread. On a bound socket every failed handshake is logged with the
 // peer's address and the reason, rate-limited (a handshake refused by the
-// ZapHandler is logged there instead). On a connecting socket each failure
+// ZapHandler is logged there instead), and no more than
+// kMaxPendingHandshakes (net/curve.h) accepted connections stay in their
+// handshake: beyond that it closes the oldest one that has sent nothing for
+// 200 ms, else the newest. On a connecting socket each failure
 // is reported to `on_refused` with the number of failures in a row (a
 // successful handshake resets the count) and whether ZeroMQ gives the
 // connection up: it reconnects after a peer closed the connection, but not
@@ -58,6 +61,9 @@ class HandshakeMonitor {
   void SetLogName(std::string name) EXCLUDES(mu_);
   // Failed handshakes on bound sockets so far (logged or not).
   int64_t refused() const { return refused_.load(); }
+  // Connections a bound socket closed because more than
+  // kMaxPendingHandshakes (net/curve.h) were in their handshake.
+  int64_t shed() const { return shed_.load(); }
 
   struct Watched;  // one monitored socket (curve.cc)
 
@@ -67,6 +73,8 @@ class HandshakeMonitor {
   void Loop();
   void OnEvent(Watched* w, uint16_t event, uint32_t value,
                const std::string& endpoint);
+  // Closes one connection of `w` while too many are in their handshake.
+  void ShedPending(Watched* w);
 
   void* ctx_;
   const bool secure_;
@@ -81,6 +89,7 @@ class HandshakeMonitor {
   LogRateLimiter log_limiter_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> refused_{0};
+  std::atomic<int64_t> shed_{0};
   std::thread thread_;
 };
 

@@ -1,8 +1,13 @@
 // Message encoding and validating decoding; Blob and KVPairs basics.
 #include "kvstore/ps/message.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <sstream>
+
+#include "net/curve.h"
 
 namespace kvtrain {
 namespace ps {
@@ -53,7 +58,18 @@ std::vector<Blob> EncodeMessage(Message* msg) {
   std::vector<Blob> frames;
   frames.reserve(msg->data.size() + 1);
   frames.push_back(Blob::FromString(msg->meta.SerializeAsString()));
-  for (const Blob& b : msg->data) frames.push_back(b);
+  constexpr size_t kPiece = static_cast<size_t>(net::kMaxFrameBytes);
+  for (const Blob& b : msg->data) {
+    if (b.size() <= kPiece) {
+      frames.push_back(b);
+      continue;
+    }
+    // Receivers refuse frames above kMaxFrameBytes: larger data goes in
+    // pieces (views of the same blob, not copies).
+    for (size_t off = 0; off < b.size(); off += kPiece) {
+      frames.push_back(b.Slice(off, std::min(kPiece, b.size() - off)));
+    }
+  }
   return frames;
 }
 
@@ -69,13 +85,11 @@ Status DecodeMessage(std::vector<Blob> frames, Message* out) {
     return Status::DataLoss("unknown command " +
                             std::to_string(static_cast<int>(meta.command())));
   }
-  const size_t n = frames.size() - 1;
-  if (static_cast<size_t>(meta.data_size()) != n) {
-    return Status::DataLoss("wrong frame count: the header describes " +
-                            std::to_string(meta.data_size()) +
-                            " data frames but " + std::to_string(n) +
-                            " follow");
-  }
+  // Each data frame the header describes arrives as one ZeroMQ frame, or
+  // as consecutive pieces of at most kMaxFrameBytes that add up to its size.
+  const size_t n = static_cast<size_t>(meta.data_size());
+  std::vector<std::pair<size_t, size_t>> pieces(n);  // [first, end) per frame
+  size_t next = 1;
   for (size_t i = 0; i < n; ++i) {
     const wire::Frame& f = meta.data(static_cast<int>(i));
     if (!wire::FrameKind_IsValid(f.kind()) ||
@@ -84,19 +98,51 @@ Status DecodeMessage(std::vector<Blob> frames, Message* out) {
                               " has unknown kind " +
                               std::to_string(static_cast<int>(f.kind())));
     }
-    if (f.bytes() < 0 ||
-        static_cast<size_t>(f.bytes()) != frames[i + 1].size()) {
-      return Status::DataLoss("data frame " + std::to_string(i) + " has " +
-                              std::to_string(frames[i + 1].size()) +
-                              " bytes but the header says " +
-                              std::to_string(f.bytes()));
+    if (f.bytes() < 0) {
+      return Status::DataLoss("data frame " + std::to_string(i) +
+                              " has a negative size in the header");
     }
+    const uint64_t want = static_cast<uint64_t>(f.bytes());
+    uint64_t got = 0;
+    const size_t first = next;
+    do {
+      if (next >= frames.size() && next == first) {
+        return Status::DataLoss("wrong frame count: the header describes " +
+                                std::to_string(n) + " data frames but " +
+                                std::to_string(frames.size() - 1) + " follow");
+      }
+      if (next >= frames.size()) break;  // short: reported below
+      got += frames[next++].size();
+    } while (got < want);
+    if (got != want) {
+      return Status::DataLoss("data frame " + std::to_string(i) + " has " +
+                              std::to_string(got) + " bytes but the header says " +
+                              std::to_string(want));
+    }
+    pieces[i] = {first, next};
+  }
+  if (next != frames.size()) {
+    return Status::DataLoss("wrong frame count: the header describes " + std::to_string(n) +
+                            " data frames but " + std::to_string(frames.size() - 1) +
+                            " frames follow");
   }
   out->meta = std::move(meta);
   out->data.clear();
   out->data.reserve(n);
-  for (size_t i = 1; i < frames.size(); ++i) {
-    Blob& b = frames[i];
+  for (size_t i = 0; i < n; ++i) {
+    const auto [first, end] = pieces[i];
+    if (end - first > 1) {
+      // Joined into one aligned buffer (8-byte aligned: new's alignment).
+      auto joined = std::shared_ptr<char[]>(new char[static_cast<size_t>(out->meta.data(static_cast<int>(i)).bytes())]);
+      size_t off = 0;
+      for (size_t k = first; k < end; ++k) {
+        if (frames[k].size() > 0) std::memcpy(joined.get() + off, frames[k].data(), frames[k].size());
+        off += frames[k].size();
+      }
+      out->data.push_back(Blob(joined, joined.get(), off));
+      continue;
+    }
+    Blob& b = frames[first];
     if (reinterpret_cast<uintptr_t>(b.data()) % 8 != 0) {
       out->data.push_back(Blob::Copy(b.data(), b.size()));
     } else {

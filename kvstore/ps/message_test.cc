@@ -2,6 +2,10 @@
 // can be malformed is reported, not crashed on.
 #include "kvstore/ps/message.h"
 
+#include <cstring>
+
+#include "net/curve.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -68,6 +72,32 @@ TEST(MessageTest, MalformedInputIsDescribed) {
   shrunk[2] = frames[2].Slice(0, 12);
   EXPECT_THAT(DecodeMessage(shrunk, &out).message(),
               HasSubstr("data frame 1 has 12 bytes but the header says 16"));
+  // Data above kMaxFrameBytes travels in pieces, each within the limit, and
+  // is joined on receipt; pieces that do not add up are refused.
+  Message big;
+  big.meta.set_command(wire::DATA);
+  std::vector<float> values((net::kMaxFrameBytes * 2 + 12) / 4);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  big.AddFrame(wire::VALUES, Blob::FromVector(values));
+  big.AddFrame(wire::LENS, Blob::FromString("12345678"));
+  std::vector<Blob> pieces = EncodeMessage(&big);
+  ASSERT_EQ(pieces.size(), 1u + 3u + 1u);
+  for (const Blob& b : pieces) EXPECT_LE(b.size(), static_cast<size_t>(net::kMaxFrameBytes));
+  Message joined;
+  ASSERT_TRUE(DecodeMessage(pieces, &joined).ok());
+  ASSERT_EQ(joined.data.size(), 2u);
+  ASSERT_EQ(joined.data[0].size(), values.size() * 4);
+  EXPECT_EQ(std::memcmp(joined.data[0].data(), values.data(), values.size() * 4), 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(joined.data[0].data()) % 8, 0u);
+  EXPECT_EQ(joined.data[1].ToString(), "12345678");
+  std::vector<Blob> overshoot = pieces;
+  overshoot[3] = Blob::FromString(std::string(pieces[3].size() + 8, 'x'));
+  EXPECT_THAT(DecodeMessage(overshoot, &out).message(),
+              HasSubstr("data frame 0 has " + std::to_string(values.size() * 4 + 8) +
+                        " bytes but the header says " + std::to_string(values.size() * 4)));
+  std::vector<Blob> extra = pieces;
+  extra.push_back(Blob::FromString("x"));
+  EXPECT_THAT(DecodeMessage(extra, &out).message(), HasSubstr("wrong frame count"));
   // Unknown command and frame kind.
   wire::Header h;
   h.set_command(static_cast<wire::Command>(99));

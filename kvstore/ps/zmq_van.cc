@@ -94,6 +94,7 @@ void CloseUnsent(std::vector<zmq_msg_t>* unsent) {
 
 StatusOr<std::unique_ptr<ZmqVan>> ZmqVan::Create(std::string token,
                                                  const ZmqVanOptions& options) {
+  net::RaiseFileLimit();
   void* ctx = zmq_ctx_new();
   if (ctx == nullptr) return Status::Internal("zmq_ctx_new: " + ZmqError());
   zmq_ctx_set(ctx, ZMQ_IO_THREADS, 1);
@@ -166,7 +167,8 @@ StatusOr<int> ZmqVan::Bind(int port) {
   zmq_setsockopt(router_, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
   zmq_setsockopt(router_, ZMQ_RCVHWM, &zero, sizeof(zero));
   zmq_setsockopt(router_, ZMQ_LINGER, &zero, sizeof(zero));
-  Status secured = net::SecureSocket(router_, options_.key, /*is_server=*/true);
+  Status secured = net::LimitInbound(router_);
+  if (secured.ok()) secured = net::SecureSocket(router_, options_.key, /*is_server=*/true);
   if (secured.ok()) secured = monitor_->Watch(router_, /*is_server=*/true, -1);
   if (!secured.ok()) {
     zmq_close(router_);
@@ -225,6 +227,7 @@ Status ZmqVan::Connect(int conn, const std::string& host, int port,
   Status secured = local.empty()
                        ? net::SecureSocket(s, options_.key, /*is_server=*/false)
                        : Status::OK();
+  if (secured.ok()) secured = net::LimitInbound(s);
   if (secured.ok()) secured = monitor_->Watch(s, /*is_server=*/false, conn);
   if (!secured.ok()) {
     zmq_close(s);
@@ -285,6 +288,15 @@ Status ZmqVan::Send(int conn, int priority, std::vector<Blob> frames) {
   Conn* c = FindConn(conn);
   if (c == nullptr) {
     return Status::Unavailable("no connection " + std::to_string(conn));
+  }
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (frames[i].size() > static_cast<size_t>(net::kMaxFrameBytes)) {
+      return Status::InvalidArgument(
+          "send to " + c->endpoint + ": frame " + std::to_string(i) + " holds " +
+          std::to_string(frames[i].size()) + " bytes, above the " +
+          std::to_string(net::kMaxFrameBytes) +
+          " a receiver accepts (EncodeMessage carries larger data in pieces)");
+    }
   }
   OutMessage m;
   m.priority = priority;

@@ -2,14 +2,21 @@
 // secure peers do not mix, peers on one host talk over the same-host socket
 // (no CURVE) while TCP still needs the key, and a process of another user
 // id cannot get a message into a node through its same-host socket.
+#include <dirent.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -224,6 +231,159 @@ TEST(SameHostTest, AnotherUserCannotSendThroughTheSameHostSocket) {
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the stranger could not even try";
+}
+
+// ---- What a peer without the key can make a node hold ----
+
+// This process's resident memory in bytes.
+int64_t ResidentBytes() {
+  long pages = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
+}
+
+// A raw TCP connection to 127.0.0.1:port (blocking), or -1.
+int RawConnect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Tried on the node before: a client with no key sends a ZMTP 3.0 greeting
+// naming CURVE, then a frame that declares 4 GB, and streams into it; libzmq
+// buffered it all before the handshake. Now the node closes each such
+// connection at the frame's size, holding nothing.
+TEST(InboundLimitsTest, AFrameDeclaredAboveTheLimitIsNeverBuffered) {
+  auto node = MakeVan("node", JobKey::Generate());
+  const int port = *node->Bind(0);
+  const int64_t before = ResidentBytes();
+  std::vector<char> chunk(1 << 20, 'x');
+  int64_t sent_total = 0;
+  int closed = 0;
+  for (int c = 0; c < 4; ++c) {
+    const int fd = RawConnect(port);
+    ASSERT_GE(fd, 0);
+    unsigned char greeting[64] = {0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3, 0};
+    std::memcpy(greeting + 12, "CURVE", 5);
+    ASSERT_EQ(send(fd, greeting, sizeof(greeting), MSG_NOSIGNAL), 64);
+    // A long command frame of 4 GB: flags 0x06, then the size (big-endian).
+    unsigned char head[9] = {0x06, 0, 0, 0, 1, 0, 0, 0, 0};
+    ASSERT_EQ(send(fd, head, sizeof(head), MSG_NOSIGNAL), 9);
+    // 64 MB into it, or until the node closes the connection.
+    for (int i = 0; i < 64; ++i) {
+      const ssize_t n = send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+      if (n <= 0) {
+        ++closed;
+        break;
+      }
+      sent_total += n;
+    }
+    close(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const int64_t grown = ResidentBytes() - before;
+  EXPECT_EQ(closed, 4) << "the node took " << sent_total << " bytes into declared frames";
+  EXPECT_LT(grown, 32 << 20) << "the node's memory grew by " << grown << " bytes";
+  // Still serving the job's peers.
+  auto peer = MakeVan("peer", JobKey::Generate());
+  (void)peer;
+}
+
+// A stranger opening 2,000 connections and never speaking cannot use up
+// the node's descriptors: files can still be opened and a new peer gets in.
+// The stranger runs in a child forked before this test's ZeroMQ threads; the
+// node runs with a soft limit of 1,500 descriptors.
+TEST(InboundLimitsTest, TwoThousandIdleConnectionsLeaveDescriptors) {
+  const JobKey key = JobKey::Generate();
+  int to_child[2], from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(to_child[1]);
+    close(from_child[0]);
+    int port = 0;
+    if (read(to_child[0], &port, sizeof(port)) != sizeof(port)) _exit(2);
+    std::vector<int> held;
+    for (int i = 0; i < 2000; ++i) {
+      // Blocking connects, each completed before the next (1 s at most:
+      // a node that stopped accepting leaves the rest in its backlog).
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      if (fd < 0) _exit(3);
+      timeval tv{1, 0};
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+      held.push_back(fd);
+    }
+    const char done = 1;
+    if (write(from_child[1], &done, 1) != 1) _exit(4);
+    char stop;
+    (void)read(to_child[0], &stop, 1);  // until the parent is done
+    _exit(0);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  {
+    auto node = MakeVan("node", key);  // raises the soft limit, once
+    const int port = *node->Bind(0);
+    rlimit low = saved;
+    low.rlim_cur = 1500;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    ASSERT_EQ(write(to_child[1], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+    char done = 0;
+    ASSERT_EQ(read(from_child[0], &done, 1), 1);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    int open_fds = 0;
+    if (DIR* d = opendir("/proc/self/fd")) {
+      while (readdir(d) != nullptr) ++open_fds;
+      closedir(d);
+    }
+    // At most kMaxPendingHandshakes in their handshake, plus the node's own.
+    EXPECT_LT(open_fds, 2 * net::kMaxPendingHandshakes + 100)
+        << "the node holds " << open_fds << " descriptors";
+    // A checkpoint's worth of files.
+    std::vector<int> files;
+    const char* dir = std::getenv("TEST_TMPDIR");
+    for (int i = 0; i < 200; ++i) {
+      const std::string path = std::string(dir ? dir : "/tmp") + "/f" + std::to_string(i);
+      const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      EXPECT_GE(fd, 0) << "open " << path << ": " << std::strerror(errno);
+      if (fd < 0) break;
+      files.push_back(fd);
+    }
+    for (int fd : files) close(fd);
+    // A new peer with the key gets a message in.
+    auto peer = MakeVan("peer", key);
+    ASSERT_TRUE(peer->Connect(1, "127.0.0.1", port, "").ok());
+    ASSERT_TRUE(peer->Send(1, 0, {Blob::FromString("still here")}).ok());
+    RawMessage msg;
+    ASSERT_TRUE(RecvWithin(node.get(), std::chrono::seconds(30), &msg));
+    EXPECT_EQ(msg.frames[0].ToString(), "still here");
+  }
+  const char stop = 1;
+  (void)write(to_child[1], &stop, 1);
+  close(to_child[1]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  setrlimit(RLIMIT_NOFILE, &saved);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // received frames as views, routing tokens, port in use, and a backlog that
 // leaves in priority order.
 #include "kvstore/ps/zmq_van.h"
+#include "net/curve.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -66,6 +67,23 @@ TEST(ZmqVanTest, FramesTravelWithoutCopiesAndAreReleased) {
   EXPECT_EQ(keep.as<float>()[12345], 12345.0f);
 }
 
+// Receivers refuse frames above net::kMaxFrameBytes (closing the
+// connection): the van refuses to send one (EncodeMessage splits data).
+TEST(ZmqVanTest, FramesAboveTheLimitAreRefused) {
+  auto a = MakeVan("a");
+  auto b = MakeVan("b");
+  StatusOr<int> port = b->Bind(0);
+  ASSERT_TRUE(port.ok());
+  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, "").ok());
+  Blob over = Blob::FromVector(std::vector<char>(net::kMaxFrameBytes + 1, 'x'));
+  Status s = a->Send(1, 0, {Blob::FromString("head"), over});
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("frame 1 holds 4194305 bytes, above the 4194304 a "
+                                     "receiver accepts"));
+  ASSERT_TRUE(a->Send(1, 0, {Blob::FromString("fine")}).ok());
+  EXPECT_EQ(RecvOne(b.get()).frames[0].ToString(), "fine");
+}
+
 TEST(ZmqVanTest, PortInUseIsAClearError) {
   auto a = MakeVan("a");
   auto b = MakeVan("b");
@@ -86,8 +104,9 @@ TEST(ZmqVanTest, BacklogLeavesHighestPriorityFirst) {
   ASSERT_TRUE(port.ok());
   ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, "").ok());
   // The first message fills the window; the rest wait and are reordered.
-  Blob big = Blob::FromVector(std::vector<char>(32 << 20, 'x'));
-  ASSERT_TRUE(a->Send(1, 0, {Blob::FromString("big"), big}).ok());
+  Blob big = Blob::FromVector(std::vector<char>(net::kMaxFrameBytes, 'x'));
+  ASSERT_TRUE(a->Send(1, 0, {Blob::FromString("big"), big, big, big, big, big, big, big, big})
+                  .ok());
   const std::vector<std::pair<int, std::string>> rest = {
       {1, "low"}, {9, "high"}, {5, "mid"}, {9, "high2"}};
   for (const auto& [prio, tag] : rest) {
