@@ -2,6 +2,8 @@
 
 A hostfile has one host per line: `host`, `host:sshport` or `host slots=N`
 (also `host:sshport slots=N`). `#` starts a comment; blank lines are ignored.
+A host name may not begin with `-`: ssh, rsync and mpirun would read it as an
+option (`-Fconfig` makes ssh read a config whose ProxyCommand runs here).
 """
 
 import re
@@ -39,6 +41,9 @@ def parse_hostfile_text(text, filename="hostfile"):
             continue
         where = "%s:%d" % (filename, lineno)
         parts = line.split()
+        if parts[0].startswith("-"):
+            raise HostfileError("%s: host %r begins with '-', which ssh and rsync would "
+                                "take as an option" % (where, parts[0]))
         m = _HOST_RE.match(parts[0])
         if not m:
             raise HostfileError("%s: cannot parse host %r (expected host, "

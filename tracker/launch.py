@@ -2,7 +2,7 @@
 """Starts a kvtrain job: a scheduler on this host, then servers and workers
 locally, over ssh, through mpirun or through Slurm's srun. Stops the whole
 job when any process fails or on Ctrl-C, and says which process failed and
-how."""
+how; if launch.py itself is killed, every process it started gets SIGTERM."""
 
 import argparse
 import os
@@ -83,6 +83,11 @@ def parse_args(argv):
                     help="stop the whole job after this long (exit code 124)")
     ap.add_argument("--ssh-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for ssh, e.g. --ssh-arg=-i --ssh-arg=key")
+    ap.add_argument("--ssh-strict-host-keys", action="store_true",
+                    help="ssh only to hosts whose key is in known_hosts already "
+                    "(StrictHostKeyChecking=yes); the default, accept-new, trusts a "
+                    "host seen for the first time; also %s=1"
+                    % launchers.STRICT_HOST_KEYS_VAR)
     ap.add_argument("--mpirun-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for mpirun")
     ap.add_argument("--slurm-arg", action="append", default=[], metavar="ARG",
@@ -114,6 +119,8 @@ def parse_args(argv):
         problems.append("--launcher ssh needs -H/--hostfile")
     if args.sync_dst_dir and args.launcher != "ssh":
         problems.append("--sync-dst-dir works with --launcher ssh only")
+    if args.ssh_strict_host_keys and args.launcher != "ssh":
+        problems.append("--ssh-strict-host-keys works with --launcher ssh only")
     if problems:
         ap.error("; ".join(problems))
     return args
@@ -138,6 +145,9 @@ class Launcher:
             env_all=launchers.parse_env_args(a.env, "--env"),
             env_server=launchers.parse_env_args(a.env_server, "--env-server"),
             env_worker=launchers.parse_env_args(a.env_worker, "--env-worker"))
+        self.spec.check_names()
+        self.strict_host_keys = (a.ssh_strict_host_keys or
+                                 launchers.strict_host_keys_requested(self.spec.environ))
         self.hosts = hostfile.parse_hostfile(a.hostfile) if a.hostfile else []
         roles = [("server", r) for r in range(a.num_servers)] + \
                 [("worker", r) for r in range(a.num_workers)]
@@ -155,8 +165,10 @@ class Launcher:
         self.workdir = a.sync_dst_dir or os.getcwd()
         if a.launcher == "ssh":
             if a.sync_dst_dir:
-                launchers.sync_dir(self.hosts, a.ssh_arg, a.sync_dst_dir, self.log)
-            launchers.check_ssh_hosts(self.hosts, a.ssh_arg, self.workdir, a.command)
+                launchers.sync_dir(self.hosts, a.ssh_arg, a.sync_dst_dir, self.log,
+                                   strict_host_keys=self.strict_host_keys)
+            launchers.check_ssh_hosts(self.hosts, a.ssh_arg, self.workdir, a.command,
+                                      strict_host_keys=self.strict_host_keys)
 
     def prepare_security(self):
         """The job's key: the user's (KVTRAIN_JOB_KEY or KVTRAIN_JOB_KEY_FILE
@@ -204,7 +216,7 @@ class Launcher:
                     return int(text)
             except OSError:
                 pass
-            time.sleep(0.02)
+            self.sup.pump(0.02)  # the scheduler's output, as it comes
         self.log("the scheduler did not report its port within %g s (is %s a "
                  "kvtrain program?)" % (limit, self.args.command[0]))
         return None
@@ -214,7 +226,8 @@ class Launcher:
         if a.launcher == "local":
             return launchers.local_procs(self.spec, [(r, k) for r, k, _ in self.placement])
         if a.launcher == "ssh":
-            return launchers.ssh_procs(self.spec, self.placement, a.ssh_arg, self.workdir)
+            return launchers.ssh_procs(self.spec, self.placement, a.ssh_arg, self.workdir,
+                                       self.strict_host_keys)
         if a.launcher == "slurm":
             return launchers.slurm_procs(self.spec, a.slurm_arg)
         return launchers.mpi_procs(self.spec, self._mpi_hostfile(), a.mpirun_arg,

@@ -1,11 +1,14 @@
 """Unit tests of the launcher's parts: hostfile, placement, environment,
-scheduler address, argument checks, exit descriptions."""
+scheduler address, argument checks, ssh and rsync command lines, the remote
+script's quoting, the parent-death signal, exit descriptions."""
 
+import io
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -35,6 +38,12 @@ class HostfileTest(unittest.TestCase):
             "a cores=2\n": "hosts:1: unknown option 'cores=2'",
             "a:99999\n": "hosts:1: ssh port 99999 out of range",
             "# only comments\n\n": "hosts: no hosts listed",
+            # ssh would read these as options (-F: a config whose
+            # ProxyCommand runs on this host).
+            "a\n-Fcfg\n": "hosts:2: host '-Fcfg' begins with '-', which ssh and rsync "
+                          "would take as an option",
+            "-oProxyCommand=x:22 slots=1\n": "hosts:1: host '-oProxyCommand=x:22' begins "
+                                              "with '-'",
         }
         for text, msg in cases.items():
             with self.assertRaises(hostfile.HostfileError) as cm:
@@ -139,11 +148,103 @@ class EnvTest(unittest.TestCase):
                                                    "Q=a:b"], "--env-server"),
                          {"OMP_NUM_THREADS": "4", "U": "http://h:1", "Q": "a:b"})
         for bad, msg in (("novalue", "--env 'novalue': expected NAME=VALUE"),
-                         ("1X=2", "expected NAME=VALUE"),
+                         ("1X=2", "--env '1X=2': '1X' is not a variable name (letters, "
+                                  "digits and _, not starting with a digit)"),
+                         ("A;touch x=1", "--env 'A;touch x=1': 'A;touch x' is not a "
+                                         "variable name"),
+                         ("$(id):v", "--env '$(id):v': '$(id)' is not a variable name"),
                          ("DMLC_ROLE=server", "DMLC_ROLE is set by launch.py")):
             with self.assertRaises(launchers.LaunchError) as cm:
                 launchers.parse_env_args([bad], "--env")
             self.assertIn(msg, str(cm.exception))
+
+
+    def test_names_that_would_reach_a_process_are_shell_names(self):
+        # The launcher's own variables (forwarded ones only) and the flags'.
+        spec = self.spec()
+        spec.environ["NOT-FORWARDED"] = "1"  # reaches local processes only, as is
+        spec.check_names()
+        spec.environ["KVTRAIN_X;touch /tmp/p"] = "1"
+        with self.assertRaises(launchers.LaunchError) as cm:
+            spec.check_names()
+        self.assertIn("launch.py's environment has a variable named 'KVTRAIN_X;touch /tmp/p'",
+                      str(cm.exception))
+        spec = self.spec(env_worker={"A B": "1"})
+        with self.assertRaisesRegex(launchers.LaunchError, "'A B' is not a variable name"):
+            spec.check_names()
+        # The script refuses one too, whoever builds it.
+        with self.assertRaisesRegex(launchers.LaunchError, "'X;id' is not a variable name"):
+            launchers.remote_script({"X;id": "1"}, "/", ["true"])
+
+
+class SshCommandLineTest(unittest.TestCase):
+    """The argv of ssh and rsync as the ssh launcher builds them."""
+
+    def spec(self):
+        spec = launchers.JobSpec(["prog"], 1, 0, environ={})
+        spec.root_uri, spec.root_port = "10.0.0.1", 9091
+        return spec
+
+    def argv(self, host, ssh_args=(), strict=False):
+        (proc,) = launchers.ssh_procs(self.spec(), [("worker", 0, host)], list(ssh_args),
+                                      "/w", strict)
+        return proc.argv
+
+    def test_options_end_before_the_host(self):
+        self.assertEqual(self.argv(hostfile.Host("h1", 2222), ["-i", "key"]),
+                         ["ssh", "-T", "-i", "key", "-o", "BatchMode=yes",
+                          "-o", "StrictHostKeyChecking=accept-new", "-p", "2222",
+                          "--", "h1", "bash", "-s"])
+        with self.assertRaisesRegex(launchers.LaunchError,
+                                    "host '-Fcfg' begins with '-'"):
+            self.argv(hostfile.Host("-Fcfg"))
+
+    def test_host_key_policy(self):
+        def first(argv):  # ssh keeps the first value of an option
+            return next(a for a in argv if a.startswith("StrictHostKeyChecking="))
+        self.assertEqual(first(self.argv(hostfile.Host("h"))),
+                         "StrictHostKeyChecking=accept-new")
+        # Strict comes before --ssh-arg: no --ssh-arg weakens it.
+        argv = self.argv(hostfile.Host("h"), ["-o", "StrictHostKeyChecking=no"], strict=True)
+        self.assertEqual(first(argv), "StrictHostKeyChecking=yes")
+        on, off = launchers.strict_host_keys_requested, launchers.STRICT_HOST_KEYS_VAR
+        self.assertTrue(on({off: "1"}))
+        self.assertFalse(on({off: "0"}))
+        self.assertFalse(on({}))
+        with self.assertRaisesRegex(launchers.LaunchError,
+                                    "KVTRAIN_SSH_STRICT_HOST_KEYS='maybe': expected 1 or 0"):
+            on({off: "maybe"})
+
+    def test_rsync_command_line(self):
+        calls = []
+        orig_run, orig_which = launchers.subprocess.run, launchers.shutil.which
+
+        def fake_run(argv, **kw):
+            calls.append(argv)
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        launchers.subprocess.run = fake_run
+        launchers.shutil.which = lambda name: "/usr/bin/" + name
+        try:
+            launchers.sync_dir([hostfile.Host("h", 23), hostfile.Host("fd00::1")], ["-i", "k"],
+                               "/dst dir", lambda msg: None, strict_host_keys=True)
+        finally:
+            launchers.subprocess.run, launchers.shutil.which = orig_run, orig_which
+        self.assertEqual(calls[0][:4], ["rsync", "-az", "--mkpath", "-e"])
+        self.assertEqual(calls[0][5:], ["--", "./", "h:/dst dir/"])
+        # rsync appends the host after the ssh command's `--`.
+        self.assertEqual(calls[0][4], "ssh -T -o StrictHostKeyChecking=yes -i k -o BatchMode=yes "
+                         "-o StrictHostKeyChecking=accept-new -p 23 --")
+        self.assertEqual(calls[1][-1], "[fd00::1]:/dst dir/")
+
+    def test_launch_refuses_a_dash_host_naming_file_and_line(self):
+        with tempfile.NamedTemporaryFile("w", suffix="-hosts") as f:
+            f.write("# hosts\n10.0.0.1\n-Fcfg slots=2\n")
+            f.flush()
+            r = subprocess.run([sys.executable, launch.__file__, "-n", "1", "-H", f.name,
+                                "true"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("launch.py: error: %s:3: host '-Fcfg' begins with '-'" % f.name,
+                      r.stderr)
 
 
 class AddressTest(unittest.TestCase):
@@ -186,6 +287,8 @@ class ArgsTest(unittest.TestCase):
                       self.error_of(["-n", "1", "no-such-program-kvt"]))
         self.assertIn("--env 'x': expected NAME=VALUE",
                       self.error_of(["-n", "1", "--env", "x", "true"]))
+        self.assertIn("--ssh-strict-host-keys works with --launcher ssh only",
+                      self.error_of(["-n", "1", "--ssh-strict-host-keys", "true"]))
 
     def test_defaults(self):
         a = launch.parse_args(["-n", "3", "prog", "--kv-store", "dist_sync"])
@@ -293,6 +396,25 @@ class RemoteScriptTest(unittest.TestCase):
         self.assertEqual(p.returncode, 127)
         self.assertIn("command not found on", out)
 
+    def test_shell_syntax_in_error_messages_is_not_run(self):
+        # The directory and the program appear in the script's messages too.
+        d = tempfile.mkdtemp()
+        canary = os.path.join(d, "canary")
+        runs = "$(touch %s)`touch %s`" % (canary, canary)
+        for text in (runs, runs + " \"'\\ $HOME"):  # and quotes: no syntax error
+            gone = os.path.join(d, "gone " + text)
+            self.check_error_message(gone, ["true"], gone, canary)
+            self.check_error_message(d, ["no-such-prog " + text], "no-such-prog " + text,
+                                     canary)
+
+    def check_error_message(self, workdir, command, nasty, canary):
+        script = launchers.remote_script({}, workdir, command)
+        r = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True,
+                           timeout=30)
+        self.assertFalse(os.path.exists(canary), "%s ran: %s" % (nasty, r.stderr))
+        self.assertEqual(r.returncode, 127, r.stderr)
+        self.assertIn(nasty, r.stderr)  # verbatim
+
     def test_job_runs_while_stdin_is_open_and_stops_when_it_closes(self):
         marker = "kvtmark-remote-%d" % os.getpid()
         p, out = self.run_script(["sh", "-c", "sleep 1; echo alive; sleep 300; : " + marker],
@@ -301,6 +423,55 @@ class RemoteScriptTest(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
         from launch_testlib import wait_no_processes
         self.assertEqual(wait_no_processes(marker, 10), [])
+
+
+class ParentDeathTest(unittest.TestCase):
+    """supervisor.die_with_launcher, the preexec_fn of every child."""
+
+    GET_PDEATHSIG = ("import ctypes; v = ctypes.c_int(); "
+                     "ctypes.CDLL(None).prctl(2, ctypes.byref(v)); print(v.value)")
+
+    def test_child_gets_sigterm_when_the_launcher_dies(self):
+        r = subprocess.run([sys.executable, "-c", self.GET_PDEATHSIG], capture_output=True,
+                           text=True, preexec_fn=supervisor.die_with_launcher())
+        self.assertEqual(r.stdout.strip(), "15")  # PR_GET_PDEATHSIG: SIGTERM
+
+    def test_child_of_a_launcher_already_gone_does_not_start(self):
+        # Forked by another parent than the one that made the preexec_fn (as
+        # after the launcher died and the child was adopted): exits at once.
+        preexec = supervisor.die_with_launcher()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                r = subprocess.run(["sh", "-c", "echo started"], capture_output=True,
+                                   preexec_fn=preexec)
+                os._exit(200 if r.stdout else r.returncode)
+            finally:
+                os._exit(201)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 128 + 15)
+
+
+class SupervisorOutputTest(unittest.TestCase):
+    """The supervisor reads every pipe from the one thread it runs on."""
+
+    def test_lines_partial_lines_and_the_last_unterminated_one(self):
+        out = io.BytesIO()
+        sup = supervisor.Supervisor(out=out)
+        prog = ("import sys, time\n"
+                "sys.stdout.write('one\\ntw'); sys.stdout.flush(); time.sleep(0.3)\n"
+                "sys.stdout.write('o\\nthree\\n'); sys.stderr.write('err\\n')\n"
+                "sys.stdout.flush(); sys.stderr.flush(); time.sleep(0.3)\n"
+                "sys.stdout.write('last')\n")
+        sup.start(supervisor.Proc("worker", 3, [sys.executable, "-c", prog], dict(os.environ)))
+        self.assertEqual(threading.active_count(), 1)
+        self.assertEqual(sup.run(), 0)
+        lines = out.getvalue().decode().splitlines()
+        self.assertEqual([l for l in lines if l != "[worker 3] err"],
+                         ["[worker 3] one", "[worker 3] two", "[worker 3] three",
+                          "[worker 3] last"])
+        self.assertIn("[worker 3] err", lines)
+        self.assertEqual(threading.active_count(), 1)
 
 
 class DescribeExitTest(unittest.TestCase):

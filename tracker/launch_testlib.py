@@ -35,6 +35,38 @@ def processes_with(marker):
     return found
 
 
+def _stat(pid):
+    """(state, parent PID) of a live process, or None once it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def children_of(pid):
+    """PIDs of the live (not zombie) direct children of `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _stat(int(entry))
+            if st and st[1] == pid and st[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def wait_gone(pids, timeout):
+    """Waits until none of `pids` runs (a zombie counts as gone: whoever
+    adopted it may not reap it); returns those still running."""
+    end = time.monotonic() + timeout
+    while True:
+        left = [p for p in pids if (_stat(p) or ("Z",))[0] != "Z"]
+        if not left or time.monotonic() >= end:
+            return left
+        time.sleep(0.05)
+
+
 def node_pid(marker, role, rank, program=None):
     """The PID of the job's process of `role` and `rank` (from its
     environment; `program`: its name in /proc/PID/comm, to pass over

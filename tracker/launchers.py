@@ -9,7 +9,7 @@ import socket
 import subprocess
 
 import jobkey
-from supervisor import Proc
+from supervisor import Proc, die_with_launcher
 
 # Variables of the launcher's environment that reach every process (remote
 # ones too): these prefixes and names.
@@ -23,6 +23,15 @@ JOB_VARS = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
 # key given there would sit on launch.py's command line for all to read.
 SECURITY_VARS = (jobkey.KEY_VAR, jobkey.KEY_FILE_VAR, jobkey.INSECURE_VAR,
                  jobkey.JOB_ID_VAR)
+
+
+# ssh's host-key policy: StrictHostKeyChecking=yes (only hosts already in
+# known_hosts) when set to 1, else accept-new (see ssh_options).
+STRICT_HOST_KEYS_VAR = "KVTRAIN_SSH_STRICT_HOST_KEYS"
+
+# A variable name the remote shell script can export: a shell name.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_NAME_RULE = "letters, digits and _, not starting with a digit"
 
 
 class LaunchError(RuntimeError):
@@ -57,6 +66,21 @@ class JobSpec:
         env.update(self.env_all)
         return env
 
+    def check_names(self):
+        """Raises LaunchError naming the first variable that would reach a
+        process (the launcher's forwarded ones, --env*) whose name is not a
+        shell name: the ssh launcher writes names unquoted into a script."""
+        forwarded = {k for k in self.environ
+                     if k.startswith(FORWARD_PREFIXES) or k in FORWARD_NAMES}
+        for k in sorted(forwarded):
+            if not ENV_NAME.match(k):
+                raise LaunchError(
+                    "launch.py's environment has a variable named %r, which it would "
+                    "forward to every process, but that is not a variable name (%s); "
+                    "unset it" % (k, ENV_NAME_RULE))
+        for env in (self.env_all, self.env_server, self.env_worker):
+            check_env_names(env)
+
     def role_env(self, role, rank):
         """The variables of one process (without the launcher's whole
         environment): forwarded ones, --env, role-specific ones, job ones."""
@@ -75,18 +99,25 @@ class JobSpec:
         return env
 
 
-ENV_PAIR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)[=:](.*)$", re.S)
+def check_env_names(env):
+    """Raises LaunchError naming a key of `env` that is not a shell name."""
+    for k in sorted(env):
+        if not ENV_NAME.match(k):
+            raise LaunchError("%r is not a variable name (%s)" % (k, ENV_NAME_RULE))
 
 
 def parse_env_args(pairs, flag):
-    """['K=V', 'K:V' (MXNet's form), ...] -> dict; names the flag and entry
-    on error."""
+    """['K=V', 'K:V' (MXNet's form), ...] -> dict; the first '=' or ':'
+    ends the name. Names the flag and entry on error."""
     env = {}
     for pair in pairs or []:
-        m = ENV_PAIR.match(pair)
+        m = re.match(r"([^=:]*)[=:](.*)\Z", pair, re.S)
         if not m:
             raise LaunchError("%s %r: expected NAME=VALUE or NAME:VALUE" % (flag, pair))
         key, value = m.group(1), m.group(2)
+        if not ENV_NAME.match(key):
+            raise LaunchError("%s %r: %r is not a variable name (%s)"
+                              % (flag, pair, key, ENV_NAME_RULE))
         if key in JOB_VARS:
             raise LaunchError("%s %s: %s is set by launch.py for each process"
                               % (flag, pair, key))
@@ -133,13 +164,47 @@ def local_procs(spec, placement):
 
 # --- ssh ---------------------------------------------------------------------
 
-def ssh_base(host, ssh_args):
-    # ssh keeps the first value of each option: the user's come first.
-    argv = ["ssh", "-T"] + list(ssh_args)
-    argv += ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"]
+def strict_host_keys_requested(environ):
+    """KVTRAIN_SSH_STRICT_HOST_KEYS: 1/true/yes/on, or 0/false/no/off/unset;
+    anything else is a LaunchError naming the variable."""
+    value = environ.get(STRICT_HOST_KEYS_VAR, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise LaunchError("%s=%r: expected 1 or 0" % (STRICT_HOST_KEYS_VAR,
+                                                  environ[STRICT_HOST_KEYS_VAR]))
+
+
+def ssh_options(ssh_args, strict_host_keys=False):
+    """The options every ssh of the launcher gets (the probe, rsync's, the
+    job's). ssh keeps the first value of each option, so the user's come
+    before the launcher's defaults; only StrictHostKeyChecking=yes, asked for
+    with --ssh-strict-host-keys, comes before them, so no --ssh-arg can
+    weaken it. The default, accept-new, trusts a host seen for the first time
+    (and records its key): that host gets the job's key."""
+    argv = ["-T"]
+    if strict_host_keys:
+        argv += ["-o", "StrictHostKeyChecking=yes"]
+    argv += list(ssh_args)
+    return argv + ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"]
+
+
+def _check_host_name(host):
+    # Hostfile parsing refuses these already; this guards every other caller.
+    if host.name.startswith("-"):
+        raise LaunchError("host %r begins with '-', which ssh and rsync would take "
+                          "as an option" % host.name)
+
+
+def ssh_base(host, ssh_args, strict_host_keys=False):
+    """ssh's argv up to the host; `--` ends ssh's options, so neither the
+    host nor the remote command can be read as one."""
+    _check_host_name(host)
+    argv = ["ssh"] + ssh_options(ssh_args, strict_host_keys)
     if host.port:
         argv += ["-p", str(host.port)]
-    return argv + [host.name]
+    return argv + ["--", host.name]
 
 
 def remote_script(env, workdir, command):
@@ -147,16 +212,20 @@ def remote_script(env, workdir, command):
     appears on a command line), that runs `command` in its own session and
     stops it when the launcher goes away (its stdin closes). The body is one
     function so bash has read all of it before the watcher reads stdin."""
+    # Names are written as they are (hence shell names only); every value,
+    # the directory and every word of the command are quoted, in messages too.
+    check_env_names(env)
     exports = "".join("  export %s=%s\n" % (k, shlex.quote(v)) for k, v in sorted(env.items()))
+    q_dir = shlex.quote(workdir)
     prog = shlex.quote(command[0])
     cmd = " ".join(shlex.quote(c) for c in command)
     return (
         "kvtrain_job() {\n"
         + exports +
-        "  cd %s 2>/dev/null || { echo \"launch.py: no directory %s on $(hostname)\" >&2; exit 127; }\n"
-        % (shlex.quote(workdir), workdir) +
-        "  command -v %s >/dev/null 2>&1 || { echo \"launch.py: command not found on $(hostname): %s\" >&2; exit 127; }\n"
-        % (prog, command[0]) +
+        "  cd %s 2>/dev/null || { printf 'launch.py: no directory %%s on %%s\\n' %s"
+        " \"$(hostname)\" >&2; exit 127; }\n" % (q_dir, q_dir) +
+        "  command -v %s >/dev/null 2>&1 || { printf 'launch.py: command not found on"
+        " %%s: %%s\\n' \"$(hostname)\" %s >&2; exit 127; }\n" % (prog, prog) +
         "  setsid %s </dev/null &\n" % cmd +
         "  local child=$!\n"
         # Background commands read /dev/null unless stdin is redirected
@@ -172,7 +241,7 @@ def remote_script(env, workdir, command):
         "kvtrain_job\n")
 
 
-def ssh_procs(spec, placement, ssh_args, workdir):
+def ssh_procs(spec, placement, ssh_args, workdir, strict_host_keys=False):
     procs = []
     for role, rank, host in placement:
         env = spec.role_env(role, rank)
@@ -185,7 +254,7 @@ def ssh_procs(spec, placement, ssh_args, workdir):
             env["DMLC_NODE_HOST"] = host.name
         elif "DMLC_NODE_HOST" not in explicit:
             env.pop("DMLC_NODE_HOST", None)
-        argv = ssh_base(host, ssh_args) + ["bash", "-s"]
+        argv = ssh_base(host, ssh_args, strict_host_keys) + ["bash", "-s"]
         local_env = dict(os.environ)
         procs.append(Proc(role, rank, argv, local_env, host=host.name,
                           stdin_data=remote_script(env, workdir, spec.command),
@@ -193,7 +262,7 @@ def ssh_procs(spec, placement, ssh_args, workdir):
     return procs
 
 
-def check_ssh_hosts(hosts, ssh_args, workdir, command, timeout=20):
+def check_ssh_hosts(hosts, ssh_args, workdir, command, timeout=20, strict_host_keys=False):
     """Before anything starts: every host answers over ssh and has the
     working directory and the command. Raises LaunchError naming the host."""
     seen = set()
@@ -202,22 +271,27 @@ def check_ssh_hosts(hosts, ssh_args, workdir, command, timeout=20):
             continue
         seen.add((h.name, h.port))
         probe = "cd %s && command -v %s" % (shlex.quote(workdir), shlex.quote(command[0]))
-        argv = ssh_base(h, ssh_args[:] + ["-o", "ConnectTimeout=10"]) + [probe]
+        argv = ssh_base(h, ssh_args[:] + ["-o", "ConnectTimeout=10"],
+                        strict_host_keys) + [probe]
         try:
             r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                               timeout=timeout, text=True)
+                               timeout=timeout, text=True, preexec_fn=die_with_launcher())
         except subprocess.TimeoutExpired:
             raise LaunchError("cannot reach host %s over ssh: no answer in %d s"
                               % (h.name, timeout)) from None
         if r.returncode == 255:
             err = (r.stderr.strip().splitlines() or ["ssh failed"])[-1]
+            if "Host key verification failed" in err:
+                err += (" (--ssh-strict-host-keys: its key must be in known_hosts already)"
+                        if strict_host_keys else
+                        " (its key is not the one known_hosts holds for it)")
             raise LaunchError("cannot reach host %s over ssh: %s" % (h.name, err))
         if r.returncode != 0:
             raise LaunchError("on host %s: directory %s or command %s not found"
                               % (h.name, workdir, command[0]))
 
 
-def sync_dir(hosts, ssh_args, dst, log):
+def sync_dir(hosts, ssh_args, dst, log, strict_host_keys=False):
     """rsync the launcher's working directory to `dst` on every host."""
     if not shutil.which("rsync"):
         raise LaunchError("--sync-dst-dir needs rsync (Debian package rsync)")
@@ -226,11 +300,15 @@ def sync_dir(hosts, ssh_args, dst, log):
         if (h.name, h.port) in seen:
             continue
         seen.add((h.name, h.port))
-        rsh = " ".join(shlex.quote(a) for a in ssh_base(h, ssh_args)[:-1])
+        # rsync appends the host to this command, after ssh's `--`; `--`
+        # also ends rsync's own options. An IPv6 address goes in brackets.
+        rsh = " ".join(shlex.quote(a) for a in ssh_base(h, ssh_args, strict_host_keys)[:-1])
+        target = "[%s]" % h.name if ":" in h.name else h.name
         log("rsync %s -> %s:%s" % (os.getcwd(), h.name, dst))
-        r = subprocess.run(["rsync", "-az", "--mkpath", "-e", rsh, "./",
-                            "%s:%s/" % (h.name, dst)],
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        r = subprocess.run(["rsync", "-az", "--mkpath", "-e", rsh, "--", "./",
+                            "%s:%s/" % (target, dst)],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           preexec_fn=die_with_launcher())
         if r.returncode != 0:
             err = (r.stderr.strip().splitlines() or ["rsync failed"])[-1]
             raise LaunchError("rsync to %s:%s failed: %s" % (h.name, dst, err))
@@ -338,7 +416,8 @@ def slurm_remote_hosts():
     argv = (["scontrol", "show", "hostnames", nodelist] if nodelist
             else ["sinfo", "-h", "-N", "-o", "%N"])
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=20,
+                           preexec_fn=die_with_launcher())
     except (OSError, subprocess.TimeoutExpired):
         return []
     if r.returncode != 0:

@@ -1,17 +1,21 @@
 """The local launcher with real processes (a stand-in job that checks in with
 its scheduler): success, output prefixes, environment, failure teardown,
-Ctrl-C, --timeout, and no process left behind in any case."""
+Ctrl-C, --timeout, launch.py itself SIGKILLed, and no process left behind in
+any case."""
 
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from launch_testlib import (FAKE_JOB, kill_marked, launch, new_marker,  # noqa: E402
-                            read_until, start_launch, wait_no_processes)
+from launch_testlib import (FAKE_JOB, children_of, kill_marked, launch,  # noqa: E402
+                            new_marker, node_pid, read_until, start_launch, wait_gone,
+                            wait_no_processes)
 from tools import pyunit  # noqa: E402
 
 
@@ -95,6 +99,28 @@ class LocalLaunchTest(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 20)
         self.assertIn("received SIGINT; stopping every process", out)
         self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_sigkilled_launcher_leaves_nothing_running(self):
+        # launch.py cannot clean up after SIGKILL: its children get SIGTERM
+        # from the kernel (PR_SET_PDEATHSIG) instead, exactly one (mpirun
+        # takes a second as "abort now").
+        logs = tempfile.mkdtemp(prefix="kvtrain-sigterms-")
+        p = start_launch(["-n", "2", "-s", "1", "--launcher", "local"] +
+                         self.job("--hang", "*", "--count-sigterms", logs))
+        read_until(p, "scheduler: all 3 nodes checked in")
+        nodes = [node_pid(self.marker, role, rank) for role, rank in
+                 (("server", 0), ("worker", 0), ("worker", 1))]
+        children = children_of(p.pid)  # the nodes (and the scheduler, until it exits)
+        self.assertTrue(set(nodes) <= set(children), (nodes, children))
+        p.kill()
+        p.wait(timeout=10)
+        self.assertEqual(wait_gone(children, 5), [], "still running 5 s after the SIGKILL")
+        self.assertEqual(wait_no_processes(self.marker, 1), [])
+        p.stdout.close()
+        for name in ("server-0", "worker-0", "worker-1"):
+            with open(os.path.join(logs, name)) as f:
+                self.assertEqual(f.read(), "SIGTERM\n", name)
+        shutil.rmtree(logs)
 
     def test_timeout_stops_the_job(self):
         code, out = launch(["-n", "1", "-s", "1", "--timeout", "3"] + self.job("--hang", "*"))

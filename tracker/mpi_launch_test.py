@@ -1,6 +1,7 @@
 """The mpi launcher with Debian's Open MPI (mpirun --allow-run-as-root
 --oversubscribe): a 2x2 job, per-rank output prefixes and DMLC_RANK from the
-MPI rank, and a failing worker that stops the job with nothing left over."""
+MPI rank, a failing worker that stops the job, and launch.py itself SIGKILLed,
+with nothing left over."""
 
 import os
 import shutil
@@ -9,7 +10,9 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from launch_testlib import FAKE_JOB, kill_marked, launch, new_marker, wait_no_processes  # noqa: E402
+from launch_testlib import (FAKE_JOB, children_of, kill_marked, launch,  # noqa: E402
+                            new_marker, read_until, start_launch, wait_gone,
+                            wait_no_processes)
 from tools import pyunit  # noqa: E402
 
 
@@ -50,6 +53,19 @@ class MpiLaunchTest(unittest.TestCase):
         self.assertIn("worker group (mpirun) failed", out)
         self.assertIn("[worker 1] failing on purpose", out)
         self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_sigkilled_launcher_leaves_nothing_running(self):
+        # The kernel sends each mpirun SIGTERM (PR_SET_PDEATHSIG) when
+        # launch.py dies; mpirun stops its ranks.
+        p = start_launch(["-n", "2", "-s", "1", "--launcher", "mpi"] + self.job("--hang", "*"))
+        read_until(p, "scheduler: all 3 nodes checked in", timeout=120)
+        children = children_of(p.pid)
+        self.assertGreaterEqual(len(children), 2, children)  # the mpiruns
+        p.kill()
+        p.wait(timeout=10)
+        self.assertEqual(wait_gone(children, 10), [], "still running 10 s after the SIGKILL")
+        self.assertEqual(wait_no_processes(self.marker, 5), [])
+        p.stdout.close()
 
 
 if __name__ == "__main__":

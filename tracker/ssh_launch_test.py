@@ -1,11 +1,15 @@
 """The ssh launcher against a real sshd on 127.0.0.1 (throw-away keys, free
 port): a 2x2 job, --sync-dst-dir with one host for four processes, env and
-DMLC_NODE_HOST on the remote side, an unreachable host, a failing and a
-SIGKILLed remote worker, and SIGINT — with no process left behind."""
+DMLC_NODE_HOST on the remote side, a directory and arguments full of shell
+syntax, a variable name that is not one, the host-key policy, an unreachable
+host, a failing and a SIGKILLed remote worker, SIGINT, and launch.py itself
+SIGKILLed — with no process left behind."""
 
+import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -14,9 +18,9 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import testbed  # noqa: E402
-from launch_testlib import (FAKE_JOB, kill_marked, launch, new_marker,  # noqa: E402
-                            processes_with, read_until, start_launch,
-                            wait_no_processes)
+from launch_testlib import (FAKE_JOB, children_of, kill_marked, launch,  # noqa: E402
+                            new_marker, processes_with, read_until, start_launch,
+                            wait_gone, wait_no_processes)
 from tools import pyunit  # noqa: E402
 
 
@@ -123,6 +127,94 @@ class SshLaunchTest(unittest.TestCase):
         p.send_signal(signal.SIGINT)
         p.communicate(timeout=60)
         self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_shell_syntax_in_directory_and_arguments_arrives_verbatim(self):
+        # Each would run `touch $KVTRAIN_TEST_CANARY` (set in the remote
+        # script) if any part of the script or the probe left it unquoted.
+        touch = "touch $KVTRAIN_TEST_CANARY"
+        nasty = "a b  $HOME ; %s; $(%s) `%s` 'sq' \"dq\" \\ *" % (touch, touch, touch)
+        workdir = os.path.join(self.tmp, "wd " + nasty)
+        os.makedirs(workdir)
+        canary = os.path.join(self.tmp, "canary")
+        arg = nasty + "\nline two | " + touch + " && " + touch
+        code, out = launch(self.base(1, 1) + self.job("--say=" + arg, "--print-cwd"),
+                           cwd=workdir, env={"KVTRAIN_TEST_CANARY": canary})
+        self.assertEqual(code, 0, out)
+        for name in ("server 0", "worker 0"):
+            self.assertIn("[%s] say=%s\n" % (name, json.dumps(arg)), out)
+            self.assertIn("[%s] cwd=%s\n" % (name, json.dumps(workdir)), out)
+        self.assertFalse(os.path.exists(canary), "a command in the text ran")
+
+    def test_variable_name_that_is_not_one_is_refused(self):
+        # A forwarded name goes unquoted into the remote script: this one
+        # would run `touch` there.
+        canary = os.path.join(self.tmp, "canary")
+        code, out = launch(self.base(1, 1) + self.job(),
+                           env={"KVTRAIN_X;touch %s;: " % canary: "1"})
+        self.assertFalse(os.path.exists(canary), "the name ran a command: " + out)
+        self.assertEqual(code, 2, out)
+        self.assertIn("launch.py: error: launch.py's environment has a variable named "
+                      "'KVTRAIN_X;touch %s;: '" % canary, out)
+        self.assertNotIn("[scheduler 0]", out)
+
+    def test_host_key_policy(self):
+        known = os.path.join(self.tmp, "known_hosts")
+        open(known, "w").close()
+        args = ["--ssh-arg=%s" % a for a in
+                ["-i", os.path.join(WORKDIR, "client_key"), "-o", "UserKnownHostsFile=" + known,
+                 "-o", "LogLevel=ERROR"]]
+        base = ["-n", "1", "-s", "1", "-H", self.hostfile] + args
+        # Strict (the variable): a host not in known_hosts is refused by name.
+        code, out = launch(base + self.job(), env={"KVTRAIN_SSH_STRICT_HOST_KEYS": "1"})
+        self.assertEqual(code, 2, out)
+        self.assertIn("launch.py: error: cannot reach host 127.0.0.1 over ssh: Host key "
+                      "verification failed. (--ssh-strict-host-keys: its key must be in "
+                      "known_hosts already)", out)
+        self.assertNotIn("[scheduler 0]", out)
+        self.assertEqual(os.path.getsize(known), 0)
+        # The default (accept-new) trusts the first-seen host and records it.
+        code, out = launch(base + self.job())
+        self.assertEqual(code, 0, out)
+        found = subprocess.run(["ssh-keygen", "-F", "[127.0.0.1]:%d" % SSHD.port, "-f", known],
+                               capture_output=True, text=True)
+        self.assertIn("ssh-ed25519", found.stdout)
+        # Strict (the flag) with the key known, whatever --ssh-arg says.
+        code, out = launch(base + ["--ssh-strict-host-keys",
+                                   "--ssh-arg=-oStrictHostKeyChecking=no"] + self.job())
+        self.assertEqual(code, 0, out)
+        # ... and with a changed one, refused.
+        with open(known) as f:
+            text = f.read()
+        other = os.path.join(self.tmp, "other_key")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", other], check=True)
+        with open(other + ".pub") as f:
+            fake = f.read().split()[1]
+        with open(known, "w") as f:
+            f.write(" ".join(text.split()[:2] + [fake]) + "\n")
+        code, out = launch(base + ["--ssh-strict-host-keys"] + self.job())
+        self.assertEqual(code, 2, out)
+        self.assertIn("cannot reach host 127.0.0.1 over ssh: Host key verification failed.",
+                      out)
+        code, out = launch(base + self.job())  # accept-new refuses it too
+        self.assertEqual(code, 2, out)
+        self.assertIn("cannot reach host 127.0.0.1 over ssh: Host key verification failed. "
+                      "(its key is not the one known_hosts holds for it)", out)
+
+    def test_sigkilled_launcher_leaves_nothing_running(self):
+        # launch.py cannot clean up after SIGKILL: its ssh clients (and the
+        # local scheduler) get SIGTERM from the kernel; the remote wrappers
+        # then stop their jobs as when the connection closes.
+        p = start_launch(self.base() + self.job("--hang", "*"))
+        read_until(p, "scheduler: all 4 nodes checked in")
+        children = children_of(p.pid)
+        self.assertGreaterEqual(len(children), 4, children)  # ssh clients (and the scheduler)
+        self.assertEqual(len([pid for pid in processes_with(self.marker) if pid != p.pid
+                              and pid not in children]), 4)  # the remote nodes
+        p.kill()
+        p.wait(timeout=10)
+        self.assertEqual(wait_gone(children, 5), [], "still running 5 s after the SIGKILL")
+        self.assertEqual(wait_no_processes(self.marker, 5), [])
+        p.stdout.close()
 
     def test_sync_dst_dir_with_fewer_hosts_than_processes(self):
         src = os.path.join(self.tmp, "src")

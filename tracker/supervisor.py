@@ -1,15 +1,55 @@
 """Runs a job's processes and watches them: prefixes every output line with
 the process's role and rank, and when any process fails (non-zero exit or
 signal), the job times out, or the launcher gets SIGINT/SIGTERM, stops every
-other process and reports which one failed with its last lines."""
+other process and reports which one failed with its last lines. One thread
+does it all (see die_with_launcher for why)."""
 
 import collections
+import ctypes
 import os
+import selectors
 import signal
 import subprocess
 import sys
-import threading
 import time
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _find_prctl():
+    """libc's prctl, looked up once here: the child after fork only calls it."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None  # not Linux: no parent-death signal
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    return prctl
+
+
+_PRCTL = _find_prctl()
+
+
+def die_with_launcher():
+    """A preexec_fn that ties the child to this process: the kernel sends it
+    SIGTERM when the thread that forked it ends, so when the launcher dies,
+    even by SIGKILL. The kernel signals again each time a dying thread hands
+    the child on to another thread of the process, so a launcher with several
+    threads would send several SIGTERMs, and mpirun takes a second one as
+    "abort now" and leaves its ranks running: launch.py has one thread, which
+    forks every child and lives as long as the process. The signal survives
+    exec, not a set-user-ID program. If the launcher died before prctl took
+    hold, the child has been handed to another parent already: it exits
+    instead of starting."""
+    launcher = os.getpid()
+
+    def preexec():
+        if _PRCTL is not None:
+            _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != launcher:
+            os._exit(128 + int(signal.SIGTERM))
+    return preexec
 
 
 def describe_exit(code, remote=False):
@@ -45,7 +85,6 @@ class Proc:
         self.remote = remote
         self.popen = None
         self.last_lines = collections.deque(maxlen=20)
-        self.pumps = []
 
     @property
     def name(self):
@@ -61,52 +100,75 @@ class Proc:
 
 
 class Supervisor:
-    """Not thread-safe: start() and run() are called from the main thread."""
+    """Not thread-safe, and uses no threads: call everything from the main
+    thread, which also reads the processes' output (pump())."""
 
     def __init__(self, out=None, grace_seconds=5.0, prefix_output=True):
         self.out = out or sys.stdout.buffer
         self.grace = grace_seconds
         self.prefix = prefix_output
         self.procs = []
-        self._out_lock = threading.Lock()
         self._stop_reason = None
+        # Every open stdout/stderr pipe; data: (Proc, its partial line).
+        self._streams = selectors.DefaultSelector()
 
     def log(self, msg):
-        with self._out_lock:
-            self.out.write(("launch.py: " + msg + "\n").encode())
-            self.out.flush()
+        self.out.write(("launch.py: " + msg + "\n").encode())
+        self.out.flush()
 
     def start(self, proc):
+        """Starts `proc` in its own session (teardown signals its group);
+        call from the main thread: the child gets SIGTERM when the thread
+        that started it ends (die_with_launcher)."""
         proc.popen = subprocess.Popen(
             proc.argv, env=proc.env, start_new_session=True,
+            preexec_fn=die_with_launcher(),
             stdin=subprocess.PIPE if proc.stdin_data is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if proc.stdin_data is not None:
             proc.popen.stdin.write(proc.stdin_data.encode())
             proc.popen.stdin.flush()
         for stream in (proc.popen.stdout, proc.popen.stderr):
-            t = threading.Thread(target=self._pump, args=(proc, stream), daemon=True)
-            t.start()
-            proc.pumps.append(t)
+            os.set_blocking(stream.fileno(), False)
+            self._streams.register(stream, selectors.EVENT_READ, (proc, bytearray()))
         self.procs.append(proc)
         return proc
 
-    def _pump(self, proc, stream):
-        for line in iter(stream.readline, b""):
-            label, text = proc.split_label(line)
-            self.emit(proc, label, text)
-        stream.close()
+    def pump(self, timeout):
+        """Waits up to `timeout` s for output and writes every complete line
+        that came (a stream's last, unterminated one when it closes)."""
+        if not self._streams.get_map():
+            time.sleep(timeout)
+            return
+        for key, _ in self._streams.select(timeout):
+            proc, partial = key.data
+            try:
+                chunk = os.read(key.fd, 65536)
+            except BlockingIOError:
+                continue
+            partial += chunk
+            lines = partial.split(b"\n")
+            del partial[:]
+            if chunk:
+                partial += lines.pop()  # not yet terminated
+            else:
+                self._streams.unregister(key.fileobj)
+                key.fileobj.close()
+                if not lines[-1]:
+                    lines.pop()
+            for line in lines:
+                label, text = proc.split_label(bytes(line) + b"\n")
+                self.emit(proc, label, text)
 
     def emit(self, proc, label, line):
         """Writes one output line of `proc` under `label` ('worker 1')."""
         if not line.endswith(b"\n"):
             line += b"\n"
         proc.last_lines.append(line.decode(errors="replace").rstrip("\n"))
-        with self._out_lock:
-            if self.prefix:
-                self.out.write(b"[" + label.encode() + b"] ")
-            self.out.write(line)
-            self.out.flush()
+        if self.prefix:
+            self.out.write(b"[" + label.encode() + b"] ")
+        self.out.write(line)
+        self.out.flush()
 
     def request_stop(self, reason):
         """Asks run() to tear the job down (safe from signal handlers)."""
@@ -126,18 +188,18 @@ class Supervisor:
             if failed:
                 return self._fail(failed)
             if all(p.popen.poll() == 0 for p in self.procs):
-                self._join_pumps()
+                self._drain()
                 return 0
             if deadline and time.monotonic() > deadline:
                 self.log("the job exceeded --timeout %g s; stopping every process" % timeout)
                 self.teardown()
                 return 124
-            time.sleep(0.05)
+            self.pump(0.05)
 
     def _fail(self, failed):
         how = describe_exit(failed.returncode, failed.remote)
         self.teardown(exclude=failed)
-        self._join_pumps()
+        self._drain()
         where = " on %s" % failed.host if failed.remote else ""
         self.log("%s%s failed with %s; stopped every other process" % (failed.name, where, how))
         if failed.last_lines:
@@ -160,7 +222,7 @@ class Supervisor:
             _signal_group(p.popen, signal.SIGTERM)
         end = time.monotonic() + self.grace
         while time.monotonic() < end and any(p.popen.poll() is None for p in live):
-            time.sleep(0.05)
+            self.pump(0.05)
         for p in live:
             if p.popen.poll() is None:
                 _signal_group(p.popen, signal.SIGKILL)
@@ -169,10 +231,12 @@ class Supervisor:
         for p in self.procs:
             _signal_group(p.popen, signal.SIGKILL)
 
-    def _join_pumps(self):
-        for p in self.procs:
-            for t in p.pumps:
-                t.join(timeout=2)
+    def _drain(self, timeout=2.0):
+        """Writes what exited processes left in their pipes; gives up after
+        `timeout` s on a pipe that something they started still holds."""
+        end = time.monotonic() + timeout
+        while self._streams.get_map() and time.monotonic() < end:
+            self.pump(0.05)
 
 
 def _signal_group(popen, sig):

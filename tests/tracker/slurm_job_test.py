@@ -1,19 +1,22 @@
 """tracker/launch.py --launcher slurm against a real single-node Slurm
 (Debian's munged, slurmctld and slurmd, started here with a throw-away
-configuration on 127.0.0.1): a 2-worker, 2-server dist_sync training job, and
-a task SIGKILLed mid-traffic that ends the job with nothing left. Skipped
-where the daemons are not installed or cannot start."""
+configuration on 127.0.0.1): a 2-worker, 2-server dist_sync training job, a
+task SIGKILLed mid-traffic that ends the job with nothing left, and launch.py
+itself SIGKILLed, which leaves nothing either. Skipped where the daemons are
+not installed or cannot start."""
 
 import os
 import re
 import shutil
 import signal
+import sys
 import time
 import unittest
 
 from tracker import testbed
-from tracker.launch_testlib import (kill_marked, launch, new_marker, node_pid,
-                                    read_until, start_launch, wait_no_processes)
+from tracker.launch_testlib import (FAKE_JOB, children_of, kill_marked, launch,
+                                    new_marker, node_pid, read_until, start_launch,
+                                    wait_gone, wait_no_processes)
 from tools import pyunit
 
 NODE = os.path.abspath("tests/ps/ps_test_node")
@@ -81,6 +84,26 @@ class SlurmJobTest(unittest.TestCase):
             if p.poll() is None:
                 p.kill()
                 p.communicate()
+            kill_marked(marker)
+
+    def test_sigkilled_launcher_leaves_nothing_running(self):
+        # The kernel sends each srun SIGTERM (PR_SET_PDEATHSIG) when
+        # launch.py dies; srun passes it to its tasks.
+        marker = new_marker()
+        p = start_launch(["-n", "2", "-s", "1", "--launcher", "slurm", sys.executable, FAKE_JOB,
+                          "--marker", marker, "--hang", "*"], env=self.cluster.env())
+        try:
+            read_until(p, "scheduler: all 3 nodes checked in", timeout=120)
+            children = children_of(p.pid)
+            self.assertGreaterEqual(len(children), 2, children)  # the sruns
+            p.kill()
+            p.wait(timeout=10)
+            self.assertEqual(wait_gone(children, 10), [], "still running 10 s after the SIGKILL")
+            self.assertEqual(wait_no_processes(marker, 10), [])
+        finally:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
             kill_marked(marker)
 
 

@@ -6,7 +6,9 @@ and exit as told by their flags."""
 
 import argparse
 import hashlib
+import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -50,11 +52,32 @@ def report_key():
           flush=True)
 
 
+def count_sigterms(path):
+    """Appends a line to `path` for each SIGTERM and exits 1 s after the
+    first, so that the test sees how many came."""
+    first = []
+
+    def on_term(_sig, _frame):
+        with open(path, "a") as f:
+            f.write("SIGTERM\n")
+        first.append(time.monotonic())
+
+    signal.signal(signal.SIGTERM, on_term)
+    return lambda: bool(first) and time.monotonic() > first[0] + 1
+
+
 def node(args):
     role = os.environ["DMLC_ROLE"]
     rank = int(os.environ["DMLC_RANK"])
+    done = lambda: False  # noqa: E731
+    if args.count_sigterms:
+        done = count_sigterms(os.path.join(args.count_sigterms, "%s-%d" % (role, rank)))
     for name in args.print_env:
         print("%s=%s" % (name, os.environ.get(name, "<unset>")), flush=True)
+    for text in args.say:
+        print("say=%s" % json.dumps(text), flush=True)
+    if args.print_cwd:
+        print("cwd=%s" % json.dumps(os.getcwd()), flush=True)
     if args.report_key:
         report_key()
     print("stderr line from %s %d" % (role, rank), file=sys.stderr, flush=True)
@@ -66,8 +89,9 @@ def node(args):
         print("failing on purpose", flush=True)
         sys.exit(args.fail_code)
     if me in args.hang or "*" in args.hang:
-        while True:
-            time.sleep(1)
+        while not done():
+            time.sleep(0.1)
+        sys.exit(128 + signal.SIGTERM)
     print("%s %d done" % (role, rank), flush=True)
 
 
@@ -75,6 +99,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--marker", default="", help="a token tests find in ps")
     ap.add_argument("--print-env", action="append", default=[])
+    ap.add_argument("--say", action="append", default=[],
+                    help="print this argument as received (JSON)")
+    ap.add_argument("--print-cwd", action="store_true")
+    ap.add_argument("--count-sigterms", metavar="DIR",
+                    help="log each SIGTERM in DIR/ROLE-RANK, exit 1 s after the first")
     ap.add_argument("--fail", action="append", default=[], help="role:rank")
     ap.add_argument("--fail-code", type=int, default=3)
     ap.add_argument("--hang", action="append", default=[], help="role:rank or *")
