@@ -84,11 +84,15 @@ Status SecureSocket(void* zmq_socket, const JobKey& key, bool is_server);
 
 // What a peer, authenticated or not, can make a node hold. Every socket that
 // accepts connections gets LimitInbound before it binds.
-// The largest frame any socket receives: a larger declared frame closes the
+// The most data a sender puts in one frame: larger arrays travel in several
+// frames of at most this.
+inline constexpr int64_t kMaxFramePayloadBytes = int64_t{4} << 20;
+// The largest frame any socket receives (the payload plus room for CURVE's
+// per-frame envelope, about 40 bytes): a larger declared frame closes the
 // connection at its size header, before anything is buffered (ZeroMQ
 // otherwise buffers a declared frame, of any size, before the handshake
-// completes). Senders carry larger arrays in several frames of at most this.
-inline constexpr int64_t kMaxFrameBytes = int64_t{4} << 20;
+// completes).
+inline constexpr int64_t kMaxFrameBytes = kMaxFramePayloadBytes + 1024;
 // A connection must complete its handshake within this (ZMQ_HANDSHAKE_IVL).
 inline constexpr int kHandshakeDeadlineMs = 10000;
 // At most this many accepted connections may be in their handshake at once

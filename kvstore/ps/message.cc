@@ -58,13 +58,13 @@ std::vector<Blob> EncodeMessage(Message* msg) {
   std::vector<Blob> frames;
   frames.reserve(msg->data.size() + 1);
   frames.push_back(Blob::FromString(msg->meta.SerializeAsString()));
-  constexpr size_t kPiece = static_cast<size_t>(net::kMaxFrameBytes);
+  constexpr size_t kPiece = static_cast<size_t>(net::kMaxFramePayloadBytes);
   for (const Blob& b : msg->data) {
     if (b.size() <= kPiece) {
       frames.push_back(b);
       continue;
     }
-    // Receivers refuse frames above kMaxFrameBytes: larger data goes in
+    // Receivers refuse frames above net::kMaxFrameBytes: larger data goes in
     // pieces (views of the same blob, not copies).
     for (size_t off = 0; off < b.size(); off += kPiece) {
       frames.push_back(b.Slice(off, std::min(kPiece, b.size() - off)));

@@ -76,13 +76,13 @@ TEST(MessageTest, MalformedInputIsDescribed) {
   // is joined on receipt; pieces that do not add up are refused.
   Message big;
   big.meta.set_command(wire::DATA);
-  std::vector<float> values((net::kMaxFrameBytes * 2 + 12) / 4);
+  std::vector<float> values((net::kMaxFramePayloadBytes * 2 + 12) / 4);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
   big.AddFrame(wire::VALUES, Blob::FromVector(values));
   big.AddFrame(wire::LENS, Blob::FromString("12345678"));
   std::vector<Blob> pieces = EncodeMessage(&big);
   ASSERT_EQ(pieces.size(), 1u + 3u + 1u);
-  for (const Blob& b : pieces) EXPECT_LE(b.size(), static_cast<size_t>(net::kMaxFrameBytes));
+  for (const Blob& b : pieces) EXPECT_LE(b.size(), static_cast<size_t>(net::kMaxFramePayloadBytes));
   Message joined;
   ASSERT_TRUE(DecodeMessage(pieces, &joined).ok());
   ASSERT_EQ(joined.data.size(), 2u);

@@ -290,11 +290,11 @@ Status ZmqVan::Send(int conn, int priority, std::vector<Blob> frames) {
     return Status::Unavailable("no connection " + std::to_string(conn));
   }
   for (size_t i = 0; i < frames.size(); ++i) {
-    if (frames[i].size() > static_cast<size_t>(net::kMaxFrameBytes)) {
+    if (frames[i].size() > static_cast<size_t>(net::kMaxFramePayloadBytes)) {
       return Status::InvalidArgument(
           "send to " + c->endpoint + ": frame " + std::to_string(i) + " holds " +
           std::to_string(frames[i].size()) + " bytes, above the " +
-          std::to_string(net::kMaxFrameBytes) +
+          std::to_string(net::kMaxFramePayloadBytes) +
           " a receiver accepts (EncodeMessage carries larger data in pieces)");
     }
   }

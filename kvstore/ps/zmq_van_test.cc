@@ -75,7 +75,7 @@ TEST(ZmqVanTest, FramesAboveTheLimitAreRefused) {
   StatusOr<int> port = b->Bind(0);
   ASSERT_TRUE(port.ok());
   ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, "").ok());
-  Blob over = Blob::FromVector(std::vector<char>(net::kMaxFrameBytes + 1, 'x'));
+  Blob over = Blob::FromVector(std::vector<char>(net::kMaxFramePayloadBytes + 1, 'x'));
   Status s = a->Send(1, 0, {Blob::FromString("head"), over});
   EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("frame 1 holds 4194305 bytes, above the 4194304 a "
@@ -104,7 +104,7 @@ TEST(ZmqVanTest, BacklogLeavesHighestPriorityFirst) {
   ASSERT_TRUE(port.ok());
   ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, "").ok());
   // The first message fills the window; the rest wait and are reordered.
-  Blob big = Blob::FromVector(std::vector<char>(net::kMaxFrameBytes, 'x'));
+  Blob big = Blob::FromVector(std::vector<char>(net::kMaxFramePayloadBytes, 'x'));
   ASSERT_TRUE(a->Send(1, 0, {Blob::FromString("big"), big, big, big, big, big, big, big, big})
                   .ok());
   const std::vector<std::pair<int, std::string>> rest = {

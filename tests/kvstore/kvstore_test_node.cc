@@ -29,6 +29,8 @@ DEFINE_string(out, "", "rank 0 writes its final weights here");
 DEFINE_int32(batch, 30, "linreg: batch size per worker");
 DEFINE_int32(epochs, 2, "linreg: epochs");
 DEFINE_bool(skip_load, false, "load_states: resume without the saved states");
+DEFINE_double(seconds, 60, "big_arrays: how long to push");
+DEFINE_int64(array_mb, 256, "big_arrays: the array's size in MB");
 DEFINE_bool(report_rss, false,
             "every role: sample VmRSS and print it at a quarter of the run and at the end");
 
@@ -305,6 +307,42 @@ Status LoadAsync(KVStore* kv) {
   return Status::OK();
 }
 
+// dist_sync push-pulls of one large array (--array_mb) for --seconds: the
+// node's heartbeats must keep up while it encrypts and moves them. Every
+// answer is checked: the sum of every worker's push (no optimizer).
+Status BigArrays(KVStore* kv) {
+  const int64_t n = FLAGS_array_mb * (1 << 20) / 4;
+  const int w = kv->num_workers();
+  KV_RETURN_IF_ERROR(kv->Init({"big"}, {Tensor::Zeros({n})}));
+  Tensor grad = Tensor::Empty({n});
+  KV_RETURN_IF_ERROR(grad.Fill(static_cast<float>(kv->rank() + 1)));
+  Tensor out = Tensor::Zeros({n});
+  const float want = w * (w + 1) / 2.0f;
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::duration<double>(FLAGS_seconds);
+  int steps = 0;
+  // Every worker runs the same number of steps: rank 0 decides, and the
+  // others follow its count (a barrier each step would hide the load).
+  for (;;) {
+    KV_RETURN_IF_ERROR(kv->PushPull({"big"}, {grad}, {out}));
+    ++steps;
+    const float* o = out.data<float>();
+    if (o[0] != want || o[n - 1] != want || o[n / 2] != want) {
+      return Status::Internal("step " + std::to_string(steps) + ": got " +
+                              std::to_string(o[0]) + ", want " + std::to_string(want));
+    }
+    Tensor more = Tensor::Zeros({1});
+    if (kv->rank() == 0 && std::chrono::steady_clock::now() < end) more.data<float>()[0] = 1;
+    // A tiny key carries rank 0's decision (summed: only rank 0 adds 1).
+    if (steps == 1) KV_RETURN_IF_ERROR(kv->Init({"more"}, {Tensor::Zeros({1})}));
+    Tensor again = Tensor::Zeros({1});
+    KV_RETURN_IF_ERROR(kv->PushPull({"more"}, {more}, {again}));
+    if (again.data<float>()[0] == 0) break;
+  }
+  std::printf("big arrays: %d steps of %lld MB\n", steps, static_cast<long long>(FLAGS_array_mb));
+  return Status::OK();
+}
+
 int64_t RssKb() {
   std::ifstream in("/proc/self/status");
   std::string line;
@@ -357,6 +395,7 @@ Status RunWorker(KVStore* kv) {
   if (FLAGS_scenario == "linreg") return LinReg(kv);
   if (FLAGS_scenario == "load") return Load(kv);
   if (FLAGS_scenario == "load_async") return LoadAsync(kv);
+  if (FLAGS_scenario == "big_arrays") return BigArrays(kv);
   return Status::InvalidArgument("unknown --scenario " + FLAGS_scenario);
 }
 
