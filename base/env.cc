@@ -107,6 +107,8 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "Dist stores: push-pulls of keys smaller than this many bytes wait in a bucket and travel as one request per server (ps-lite's multi-key messages), sent when the bucket holds this many bytes or its results are waited for; larger keys go alone, without a copy. 0: one request per key."},
       {env::kSameHostIpc, "1",
        "Processes of a job on the same host (same kernel and network namespace) connect over an abstract Unix-domain socket that only the job's user id may open, without CURVE (the kernel vouches for the peer), instead of TCP; parameter servers and all-reduce groups alike. 0: always TCP (with CURVE unless insecure)."},
+      {env::kSshStrictHostKeys, "0",
+       "1: the ssh launcher uses StrictHostKeyChecking=yes (only hosts already in known_hosts receive the job key); the same as tracker/launch.py --ssh-strict-host-keys. 0: accept-new (a first-seen host is trusted)."},
       {env::kTrace, "(none)",
        "A file prefix: every process writes a timeline of its training steps, KVStore requests, messages and server work to PREFIX.<pid>.json (Chrome trace events); tools/trace_report.py merges a job's files and prints where a step's time goes."},
       {env::kWaitSpinUs, "200",

@@ -66,6 +66,8 @@ inline constexpr char kAllreduceBucketBytes[] = "KVTRAIN_ALLREDUCE_BUCKET_BYTES"
 inline constexpr char kAllreducePieceBytes[] = "KVTRAIN_ALLREDUCE_PIECE_BYTES";
 inline constexpr char kAllreduceDoublingBytes[] = "KVTRAIN_ALLREDUCE_DOUBLING_BYTES";
 inline constexpr char kSameHostIpc[] = "KVTRAIN_SAME_HOST_IPC";
+// Read by tracker/launch.py only.
+inline constexpr char kSshStrictHostKeys[] = "KVTRAIN_SSH_STRICT_HOST_KEYS";
 inline constexpr char kWaitSpinUs[] = "KVTRAIN_WAIT_SPIN_US";
 inline constexpr char kTrace[] = "KVTRAIN_TRACE";
 

@@ -81,7 +81,7 @@ class CheckpointAtomicityTest(unittest.TestCase):
               "%d temporary files left: %s" % (KILLS, versions, len(temps), temps[:4]))
         self.assertEqual(checkpoints, ["m-0001.params", "m-0001.states"])
         for t in temps:
-            self.assertRegex(t, r"^m-0001\.(params|states)\.tmp\.\d+$")
+            self.assertRegex(t, r"^m-0001\.(params|states)\.tmp\.\d+\.[0-9a-f]{16}$")
         # Writes completed between the kills (the versions advanced) and
         # kills landed mid-write (temporary files left behind).
         self.assertGreater(len(set(v for v, _ in versions)), KILLS // 4)
