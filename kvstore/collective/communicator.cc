@@ -61,7 +61,15 @@ Communicator::Communicator(std::shared_ptr<Mesh> mesh, uint64_t group,
       rank_(rank),
       options_(options) {}
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  // Later messages of this sub-group are strays; the world group stays.
+  if (group_ != kWorldGroup) mesh_->CloseGroup(group_);
+}
+
+uint64_t Communicator::NextSeq() {
+  mesh_->Retire(group_, seq_);
+  return seq_++;
+}
 
 void Communicator::Close() { mesh_->Close(); }
 
@@ -269,19 +277,32 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::Split(int color,
   std::lock_guard<std::mutex> l(coll_mu_);
   const uint64_t tag = NextSeq();
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  // The sub-group this rank joins; a peer that has its answer may send in
+  // it before this rank has everyone's, so it is open (to this group's
+  // ranks) from now on. 0 and kWorldGroup are taken.
+  uint64_t group = Mix(Mix(group_, tag), static_cast<uint64_t>(color));
+  if (group <= kWorldGroup) group += 2;
+  if (color >= 0) mesh_->OpenGroup(group, members_);
   // All-gather (color, key) by sending to everyone.
   std::vector<int32_t> mine = {color, key};
-  for (int p = 0; p < size(); ++p) {
-    if (p == rank_) continue;
-    KV_RETURN_IF_ERROR(mesh_->Send(members_[p], MsgKind::kCollective, group_,
-                                   tag, mine.data(), 8)
-                           .Annotate("split"));
-  }
   std::vector<std::vector<int32_t>> all(size(), std::vector<int32_t>(2));
   all[rank_] = mine;
-  for (int p = 0; p < size(); ++p) {
-    if (p == rank_) continue;
-    KV_RETURN_IF_ERROR(RecvPiece(p, tag, 8, deadline, "split", all[p].data(), nullptr));
+  Status gathered = [&]() -> Status {
+    for (int p = 0; p < size(); ++p) {
+      if (p == rank_) continue;
+      KV_RETURN_IF_ERROR(mesh_->Send(members_[p], MsgKind::kCollective, group_,
+                                     tag, mine.data(), 8)
+                             .Annotate("split"));
+    }
+    for (int p = 0; p < size(); ++p) {
+      if (p == rank_) continue;
+      KV_RETURN_IF_ERROR(RecvPiece(p, tag, 8, deadline, "split", all[p].data(), nullptr));
+    }
+    return Status::OK();
+  }();
+  if (!gathered.ok()) {
+    if (color >= 0) mesh_->CloseGroup(group);
+    return gathered;
   }
   if (color < 0) return std::shared_ptr<Communicator>();
   std::vector<std::pair<std::pair<int, int>, int>> order;  // ((key, rank), rank)
@@ -295,7 +316,7 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::Split(int color,
     if (o.second == rank_) new_rank = static_cast<int>(members.size());
     members.push_back(members_[o.second]);
   }
-  const uint64_t group = Mix(Mix(group_, tag), static_cast<uint64_t>(color));
+  mesh_->OpenGroup(group, members);
   return std::shared_ptr<Communicator>(
       new Communicator(mesh_, group, std::move(members), new_rank, options_));
 }

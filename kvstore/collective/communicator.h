@@ -60,6 +60,16 @@ struct CommunicatorOptions {
   // (KVTRAIN_KEEP_FREED_MEMORY, base/malloc_tuning.h): each received piece is
   // then not a fresh mmap whose munmap stalls every thread of the process.
   bool keep_freed_memory = true;
+  // What one peer may have sent that this rank has not received yet (all
+  // tags, collectives and groups together): at most this many messages and
+  // bytes (each message counted as its bytes + 256). A peer that goes past
+  // either is cut off: every wait on it fails naming it and the limits. A
+  // correct peer stays far below them, unless a Broadcast or Send larger
+  // than the byte limit reaches a rank before it asks for it, or a ring
+  // all-reduce has more than the message limit of pieces (tensor bytes /
+  // piece_bytes): raise them then. No environment variable.
+  size_t max_queued_messages_per_peer = 65536;
+  size_t max_queued_bytes_per_peer = size_t{8} << 30;
   // The job's CURVE key (KVTRAIN_JOB_KEY / _FILE, or KVTRAIN_INSECURE=1):
   // every socket of the group, the rendezvous included, is secured with it,
   // as the parameter-server transport's are (net/curve.h).
@@ -143,7 +153,9 @@ class Communicator : public PeerLink {
   Communicator(std::shared_ptr<Mesh> mesh, uint64_t group,
                std::vector<int> members, int rank,
                const CommunicatorOptions& options);
-  uint64_t NextSeq() REQUIRES(coll_mu_) { return seq_++; }
+  // The next collective's tag; the ones before it are over (see
+  // Mesh::Retire).
+  uint64_t NextSeq() REQUIRES(coll_mu_);
   Status DoublingAllReduce(float* data, size_t count, uint64_t tag)
       REQUIRES(coll_mu_);
   Status RingAllReduce(float* data, size_t count, uint64_t tag)

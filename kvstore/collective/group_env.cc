@@ -168,6 +168,8 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::Create(
   mo.startup_timeout_s = options.startup_timeout_s;
   mo.key = options.key;
   mo.same_host_ipc = options.same_host_ipc;
+  mo.limits.max_messages_per_peer = options.max_queued_messages_per_peer;
+  mo.limits.max_bytes_per_peer = options.max_queued_bytes_per_peer;
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Mesh> mesh,
                       Mesh::Bind(group.rank, group.size, mo));
   const auto deadline = After(options.startup_timeout_s);
@@ -191,7 +193,7 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::Create(
   std::vector<int> members(group.size);
   for (int i = 0; i < group.size; ++i) members[i] = i;
   return std::shared_ptr<Communicator>(new Communicator(
-      std::shared_ptr<Mesh>(std::move(mesh)), 1, members, group.rank, options));
+      std::shared_ptr<Mesh>(std::move(mesh)), kWorldGroup, members, group.rank, options));
 }
 
 StatusOr<std::shared_ptr<Communicator>> Communicator::CreateFromEnv(

@@ -15,50 +15,7 @@
 namespace kvtrain {
 namespace collective {
 
-namespace {
-
 using net::ZmqError;
-
-struct WireHeader {
-  uint32_t kind;
-  int32_t sender;
-  uint64_t group;
-  uint64_t tag;
-};
-static_assert(sizeof(WireHeader) == 24, "wire header is 24 bytes");
-
-bool Token(const std::string& s) {
-  return !s.empty() && s.find_first_of(" \t\n@") == std::string::npos;
-}
-
-}  // namespace
-
-std::string Endpoint::Encode() const {
-  std::string out = ToString();
-  if (Token(same_host.substr(same_host.find('@') + 1)) &&
-      same_host.find('@') != std::string::npos && same_host.find('@') > 0) {
-    out += "@" + same_host;
-  }
-  return out;
-}
-
-bool Endpoint::Decode(const std::string& text, Endpoint* out) {
-  const size_t at = text.find('@');
-  const std::string addr = text.substr(0, at);
-  const size_t colon = addr.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
-  *out = Endpoint();
-  out->host = addr.substr(0, colon);
-  char* end = nullptr;
-  const long port = std::strtol(addr.c_str() + colon + 1, &end, 10);
-  if (*end != '\0' || port < 1 || port > 65535) return false;
-  out->port = static_cast<int>(port);
-  if (at == std::string::npos) return true;
-  const size_t at2 = text.find('@', at + 1);
-  if (at2 == std::string::npos || at2 == at + 1) return false;
-  out->same_host = text.substr(at + 1);
-  return Token(text.substr(at2 + 1)) && text.find_first_of(" \t\n") == std::string::npos;
-}
 
 void ReleaseZeroCopy(void* /*data*/, void* hint) {
   Mesh* mesh = static_cast<Mesh*>(hint);
@@ -139,11 +96,17 @@ Mesh::Mesh(int rank, int size, const MeshOptions& options, void* ctx)
       size_(size),
       options_(options),
       ctx_(ctx),
-      liveness_(size, options.liveness, net::SteadyNowNs()) {
+      inbox_(rank, size, options.limits),
+      liveness_(size, options.liveness, net::SteadyNowNs()),
+      bad_input_log_(10, std::chrono::seconds(10)) {
   for (int i = 0; i < size; ++i) peers_.push_back(std::make_unique<Peer>());
-  dead_.assign(size, "");
+  failed_.assign(size, "");
   said_bye_.assign(size, false);
   liveness_.SetWatched(rank, false);
+  std::vector<int> everyone(size);
+  for (int i = 0; i < size; ++i) everyone[i] = i;
+  std::lock_guard<std::mutex> l(mu_);
+  inbox_.OpenGroup(kWorldGroup, everyone);
 }
 
 Mesh::~Mesh() { Close(); }
@@ -159,14 +122,14 @@ std::string Mesh::PeerName(int peer) const {
 Status Mesh::Connect(const std::vector<Endpoint>& peers) {
   CHECK_EQ(static_cast<int>(peers.size()), size_);
   const int zero = 0;
-  const int32_t id = rank_;
+  const std::string id = RankRoutingId(rank_);
   for (int p = 0; p < size_; ++p) {
     Peer& peer = *peers_[p];
     peer.endpoint = peers[p];
     if (p == rank_) continue;
     void* s = zmq_socket(ctx_, ZMQ_DEALER);
     if (s == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
-    zmq_setsockopt(s, ZMQ_ROUTING_ID, &id, sizeof(id));
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, id.data(), id.size());
     peer.ipc = UseIpc(peers[p]);
     // Same-host links are vouched for by the kernel (the peer's uid), not CURVE.
     if (!peer.ipc) {
@@ -255,10 +218,37 @@ Status Mesh::Send(int peer, MsgKind kind, uint64_t group, uint64_t tag,
 
 Status Mesh::PeerStatus(int peer) {
   std::lock_guard<std::mutex> l(mu_);
-  if (!dead_[peer].empty()) {
-    return Status::Unavailable(net::DeathMessage(PeerName(peer), dead_[peer]));
-  }
+  if (!failed_[peer].empty()) return Status::Unavailable(failed_[peer]);
   return Status::OK();
+}
+
+void Mesh::OpenGroup(uint64_t group, const std::vector<int>& members) {
+  std::lock_guard<std::mutex> l(mu_);
+  inbox_.OpenGroup(group, members);
+}
+
+void Mesh::CloseGroup(uint64_t group) {
+  std::lock_guard<std::mutex> l(mu_);
+  inbox_.CloseGroup(group);
+}
+
+void Mesh::Retire(uint64_t group, uint64_t tag) {
+  std::lock_guard<std::mutex> l(mu_);
+  inbox_.Retire(group, tag);
+}
+
+MeshStats Mesh::Stats() {
+  MeshStats s;
+  std::lock_guard<std::mutex> l(mu_);
+  for (int d = 0; d < kDropReasons; ++d) {
+    s.dropped[d] = inbox_.dropped(static_cast<Drop>(d));
+    s.dropped_total += s.dropped[d];
+  }
+  for (int p = 0; p < size_; ++p) {
+    s.queued_messages.push_back(inbox_.queued_messages(p));
+    s.queued_bytes.push_back(inbox_.queued_bytes(p));
+  }
+  return s;
 }
 
 StatusOr<std::unique_ptr<Payload>> Mesh::Recv(int peer, MsgKind kind,
@@ -269,30 +259,19 @@ StatusOr<std::unique_ptr<Payload>> Mesh::Recv(int peer, MsgKind kind,
         "receive on rank " + std::to_string(rank_) + " from invalid peer " +
         std::to_string(peer) + " (group of " + std::to_string(size_) + ")");
   }
-  const QueueKey key{peer, static_cast<uint32_t>(kind), group, tag};
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
-    auto it = queues_.find(key);
-    if (it != queues_.end() && !it->second.empty()) {
-      std::unique_ptr<Payload> p = std::move(it->second.front());
-      it->second.pop_front();
-      if (it->second.empty()) queues_.erase(it);
-      return p;
-    }
+    if (std::unique_ptr<Payload> p = inbox_.Pop(peer, kind, group, tag)) return p;
     if (closing_) {
       return Status::Aborted("rank " + std::to_string(rank_) +
                              ": the communicator was closed");
     }
-    if (!dead_[peer].empty()) {
-      return Status::Unavailable(net::DeathMessage(PeerName(peer), dead_[peer]));
-    }
+    if (!failed_[peer].empty()) return Status::Unavailable(failed_[peer]);
     if (kind == MsgKind::kCollective) {
       // A collective cannot finish once any rank is gone; fail now rather
       // than wait for the failure to travel around the ring.
       for (int p = 0; p < size_; ++p) {
-        if (!dead_[p].empty()) {
-          return Status::Unavailable(net::DeathMessage(PeerName(p), dead_[p]));
-        }
+        if (!failed_[p].empty()) return Status::Unavailable(failed_[p]);
       }
     }
     if (said_bye_[peer]) {
@@ -301,11 +280,9 @@ StatusOr<std::unique_ptr<Payload>> Mesh::Recv(int peer, MsgKind kind,
     }
     if (cv_.wait_until(l, deadline) == std::cv_status::timeout &&
         Clock::now() >= deadline) {
-      auto again = queues_.find(key);
-      if (again == queues_.end() || again->second.empty()) {
-        return Status::DeadlineExceeded("no message from " + PeerName(peer) +
-                                        " in time");
-      }
+      if (std::unique_ptr<Payload> p = inbox_.Pop(peer, kind, group, tag)) return p;
+      return Status::DeadlineExceeded("no message from " + PeerName(peer) +
+                                      " in time");
     }
   }
 }
@@ -322,58 +299,95 @@ Status Mesh::WaitReleased(Clock::time_point deadline) {
 void Mesh::MarkDead(int peer, const std::string& why) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (!dead_[peer].empty() || said_bye_[peer]) return;
-    dead_[peer] = why;
+    if (!failed_[peer].empty() || said_bye_[peer]) return;
+    failed_[peer] = net::DeathMessage(PeerName(peer), why);
   }
   LOG(ERROR) << "rank " << rank_ << ": " << net::DeathMessage(PeerName(peer), why);
   cv_.notify_all();
 }
 
-void Mesh::HandleIncoming(void* router) {
+void Mesh::HandleIncoming() {
   for (;;) {
-    zmq_msg_t id;
-    zmq_msg_init(&id);
-    if (zmq_msg_recv(&id, router, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&id);
-      return;
+    // Routing id, header, body; any further frames only counted.
+    net::ZmqFrame id, head, extra;
+    if (zmq_msg_recv(&id.msg, router_, ZMQ_DONTWAIT) < 0) return;
+    auto body = std::make_unique<Payload>();
+    WireFrames in;
+    in.count = 1;
+    for (bool more = zmq_msg_more(&id.msg); more; ++in.count) {
+      zmq_msg_t* into = in.count == 1 ? &head.msg : in.count == 2 ? &body->msg : &extra.msg;
+      if (zmq_msg_recv(into, router_, 0) < 0) break;
+      more = zmq_msg_more(into);
     }
-    bool more = zmq_msg_more(&id);
-    zmq_msg_close(&id);
-    std::vector<std::unique_ptr<Payload>> frames;
-    while (more) {
-      auto f = std::make_unique<Payload>();
-      if (zmq_msg_recv(&f->msg, router, 0) < 0) break;
-      more = zmq_msg_more(&f->msg);
-      frames.push_back(std::move(f));
-    }
-    if (frames.empty() || frames[0]->size() != sizeof(WireHeader)) {
-      LOG(WARNING) << "rank " << rank_ << ": dropped a malformed message";
-      continue;
-    }
-    WireHeader h;
-    std::memcpy(&h, frames[0]->data(), sizeof(h));
-    if (h.sender < 0 || h.sender >= size_ || h.sender == rank_) {
-      LOG(WARNING) << "rank " << rank_ << ": dropped a message from unknown "
-                   << "rank " << h.sender;
-      continue;
-    }
-    std::unique_ptr<Payload> body =
-        frames.size() > 1 ? std::move(frames[1]) : std::make_unique<Payload>();
-    const MsgKind kind = static_cast<MsgKind>(h.kind);
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      liveness_.Heard(h.sender, net::SteadyNowNs());
-      if (kind == MsgKind::kHeartbeat) continue;
-      if (kind == MsgKind::kBye) {
-        said_bye_[h.sender] = true;
-        liveness_.SaidGoodbye(h.sender);
-      } else {
-        queues_[QueueKey{h.sender, h.kind, h.group, h.tag}].push_back(
-            std::move(body));
-      }
-    }
-    cv_.notify_all();
+    in.frame[0] = {id.data(), id.size()};
+    if (in.count > 1) in.frame[1] = {head.data(), head.size()};
+    if (in.count > 2) in.frame[2] = {body->data(), body->size()};
+    Decoded d = DecodeMeshMessage(in, rank_, size_);
+    if (d.drop == Drop::kNone) d.drop = Deliver(d, std::move(body));
+    if (d.drop != Drop::kNone) LogDrop(d, in.frame[0], in.count > 1 ? &head.msg : &id.msg);
   }
+}
+
+Drop Mesh::Deliver(const Decoded& d, std::unique_ptr<Payload> body) {
+  liveness_.Heard(d.peer, net::SteadyNowNs());
+  if (d.kind == MsgKind::kHeartbeat) return Drop::kNone;
+  Drop verdict = Drop::kNone;
+  std::string cut_off;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (d.kind == MsgKind::kBye) {
+      said_bye_[d.peer] = true;
+      liveness_.SaidGoodbye(d.peer);
+    } else {
+      verdict = inbox_.Push(d.peer, d.kind, d.group, d.tag, std::move(body));
+    }
+    if (verdict == Drop::kOverLimit) {
+      // A correct peer never gets this far ahead: a bug, or not a rank of
+      // this job. Its waits fail naming it rather than hang or run out of
+      // memory.
+      if (failed_[d.peer].empty()) {
+        const InboxLimits& lim = inbox_.limits();
+        failed_[d.peer] =
+            PeerName(d.peer) + " was cut off: it sent more than rank " +
+            std::to_string(rank_) + " may hold before receiving (" +
+            std::to_string(inbox_.queued_messages(d.peer)) + " messages, " +
+            std::to_string(inbox_.queued_bytes(d.peer)) + " bytes waiting; limits " +
+            std::to_string(lim.max_messages_per_peer) + " messages, " +
+            std::to_string(lim.max_bytes_per_peer) +
+            " bytes per peer: CommunicatorOptions::max_queued_*_per_peer). Do all ranks "
+            "call the same collectives in the same order, and has every Send its Recv?";
+        cut_off = failed_[d.peer];
+      }
+      inbox_.CutOff(d.peer);
+    }
+  }
+  if (!cut_off.empty()) LOG(ERROR) << "rank " << rank_ << ": " << cut_off;
+  if (verdict == Drop::kNone || !cut_off.empty()) cv_.notify_all();
+  return verdict;
+}
+
+void Mesh::LogDrop(const Decoded& d, std::string_view routing_id, zmq_msg_t* frame) {
+  if (d.drop == Drop::kUnknownConnection || d.drop == Drop::kMalformed ||
+      d.drop == Drop::kForgedSender) {
+    std::lock_guard<std::mutex> l(mu_);
+    inbox_.Count(d.drop);  // the Inbox counted the others
+  }
+  // Names and the address (ZeroMQ's metadata) only for the lines logged.
+  auto from = [&] {
+    if (d.peer >= 0) return PeerName(d.peer);
+    std::string name = "connection " + DescribeRoutingId(routing_id);
+    const char* address = zmq_msg_gets(frame, "Peer-Address");
+    if (address != nullptr && *address != '\0') name += " from " + std::string(address);
+    return name;
+  };
+  auto why = [&] {
+    if (!d.why.empty()) return d.why;
+    return std::string(KindName(d.kind)) + " message, group " + std::to_string(d.group) +
+           ", tag " + std::to_string(d.tag);
+  };
+  KV_LOG_LIMITED(WARNING, bad_input_log_)
+      << "all-reduce rank " << rank_ << ": dropped a message from " << from() << ": "
+      << DropName(d.drop) << " (" << why() << ")";
 }
 
 void Mesh::HandleMonitor(int peer) {
@@ -429,7 +443,7 @@ void Mesh::RecvLoop() {
     for (size_t i = 0; i < items.size(); ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
       if (item_peer[i] < 0) {
-        HandleIncoming(router_);
+        HandleIncoming();
       } else {
         HandleMonitor(item_peer[i]);
       }

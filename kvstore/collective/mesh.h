@@ -1,10 +1,12 @@
 // Mesh: the ZeroMQ full mesh under a communicator. Every rank binds one
 // ROUTER socket and connects one DEALER to every other rank (its routing id
-// is the sender's rank). A receive thread files incoming messages into
-// queues keyed by (sender, kind, group, tag), sends heartbeats and watches
-// the peers by net/liveness.h's rule (a dropped connection without a
-// goodbye, or silence past the heartbeat timeout); every wait on a dead
-// peer fails naming its rank and address. Private to kvstore/collective.
+// is the sender's rank). A receive thread attributes each incoming message
+// to the connection it came on (never to the header's sender field), files
+// it into the Inbox (bounded per peer), drops and counts anything malformed
+// with a rate-limited warning, sends heartbeats and watches the peers by
+// net/liveness.h's rule (a dropped connection without a goodbye, or silence
+// past the heartbeat timeout); every wait on a dead peer fails naming its
+// rank and address. Private to kvstore/collective.
 #ifndef KVTRAIN_KVSTORE_COLLECTIVE_MESH_H_
 #define KVTRAIN_KVSTORE_COLLECTIVE_MESH_H_
 
@@ -12,52 +14,27 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include <zmq.h>
 
+#include "base/logging.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
+#include "kvstore/collective/inbox.h"
+#include "kvstore/collective/mesh_wire.h"
 #include "net/curve.h"
 #include "net/liveness.h"
-#include "net/zmq_frame.h"
 
 namespace kvtrain {
 namespace collective {
 
 using Clock = std::chrono::steady_clock;
-
-struct Endpoint {
-  std::string host;
-  int port = 0;
-  // Same-host shortcut: the abstract socket the rank also listens on,
-  // "<host identity>@<name>" (net/same_host.h; empty: TCP only). A
-  // peer on the same host connects there instead of over TCP.
-  std::string same_host;
-  std::string ToString() const { return host + ":" + std::to_string(port); }
-  // "host:port" or "host:port@<host identity>@<name>" (one token).
-  std::string Encode() const;
-  static bool Decode(const std::string& text, Endpoint* out);
-};
-
-// What a message is for; queues of different kinds never mix.
-enum class MsgKind : uint32_t {
-  kUser = 0,       // PeerLink::Send/Recv
-  kCollective = 1, // all-reduce, broadcast, barrier, split
-  kHello = 2,      // connection handshake
-  kHeartbeat = 3,
-  kBye = 4,        // the sender is leaving cleanly
-};
-
-// A received payload; keeps the ZeroMQ frame alive (no copy).
-using Payload = net::ZmqFrame;
 
 struct MeshOptions {
   // Heartbeats and when a peer is dead (net/liveness.h's rule).
@@ -71,6 +48,17 @@ struct MeshOptions {
   // messages several times faster than TCP over 127.0.0.1, and without
   // encryption (KVTRAIN_SAME_HOST_IPC).
   bool same_host_ipc = true;
+  // What each peer may have waiting to be received; a peer that goes past
+  // it is cut off (its waits fail naming it and the limit).
+  InboxLimits limits;
+};
+
+// What the receive path dropped, by reason, and what waits to be received.
+struct MeshStats {
+  int64_t dropped[kDropReasons] = {};
+  int64_t dropped_total = 0;
+  std::vector<size_t> queued_messages;  // by peer
+  std::vector<size_t> queued_bytes;     // by peer, as InboxLimits counts them
 };
 
 // Thread-safe.
@@ -105,6 +93,17 @@ class Mesh {
   // Waits until ZeroMQ has let go of every zero-copy send.
   Status WaitReleased(Clock::time_point deadline);
 
+  // Accepts user and collective messages of `group` from `members` (ranks
+  // of this mesh) until CloseGroup; again: replaces the members. The world
+  // group (kWorldGroup, every rank) is open from the start.
+  void OpenGroup(uint64_t group, const std::vector<int>& members) EXCLUDES(mu_);
+  // Drops the group's queued and later messages.
+  void CloseGroup(uint64_t group) EXCLUDES(mu_);
+  // The group's collectives with tags below `tag` are over (their late
+  // messages, leftovers of a failed one, are dropped).
+  void Retire(uint64_t group, uint64_t tag) EXCLUDES(mu_);
+  MeshStats Stats() EXCLUDES(mu_);
+
   // "rank 1 (10.0.0.2:40123)".
   std::string PeerName(int peer) const;
   // OK while `peer` is alive; otherwise why it is not.
@@ -115,14 +114,18 @@ class Mesh {
 
  private:
   struct Peer;
-  using QueueKey = std::tuple<int, uint32_t, uint64_t, uint64_t>;
 
   Mesh(int rank, int size, const MeshOptions& options, void* ctx);
   // Whether to connect to `peer` over its ipc:// socket.
   bool UseIpc(const Endpoint& peer) const;
-  // Unlinks this rank's socket file.
+  // The receive thread: messages, the DEALERs' monitors, heartbeats.
   void RecvLoop();
-  void HandleIncoming(void* router);
+  void HandleIncoming();
+  // Files one decoded message (or notes a goodbye), or says why not.
+  Drop Deliver(const Decoded& d, std::unique_ptr<Payload> body) EXCLUDES(mu_);
+  // Counts a message the decoder dropped and logs any dropped message
+  // (rate-limited), naming its connection (`frame`: one of its frames).
+  void LogDrop(const Decoded& d, std::string_view routing_id, zmq_msg_t* frame);
   void HandleMonitor(int peer);
   // Declares the dead peers dead and sends the heartbeats that are due.
   void Beat(int64_t now_ns);
@@ -143,13 +146,15 @@ class Mesh {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<QueueKey, std::deque<std::unique_ptr<Payload>>> queues_
-      GUARDED_BY(mu_);
-  std::vector<std::string> dead_ GUARDED_BY(mu_);  // "" = alive
+  Inbox inbox_ GUARDED_BY(mu_);
+  // Why each peer is failed (dead, or cut off); "" = alive.
+  std::vector<std::string> failed_ GUARDED_BY(mu_);
   std::vector<bool> said_bye_ GUARDED_BY(mu_);
   bool closing_ GUARDED_BY(mu_) = false;
   // Last-heard clocks and drops; Check and HeartbeatDue on RecvLoop only.
   net::PeerLiveness liveness_;
+  // Warnings about dropped messages: at most 10 per 10 s.
+  LogRateLimiter bad_input_log_;
 
   // Zero-copy sends ZeroMQ still holds; the release callback (on ZeroMQ's
   // I/O thread) signals released_cv_ when it reaches 0.

@@ -1,13 +1,13 @@
 // Rendezvous over one ZeroMQ ROUTER (server) and a DEALER per rank. The
 // messages are one text frame each:
-//   rank -> server: "register <rank> <size> <host> <port>"
-//   server -> rank: "ok <host:port> <host:port> ..." or "error <message>".
+//   rank -> server: "register <rank> <size> <endpoint>"
+//   server -> rank: "ok <endpoint> <endpoint> ..." or "error <message>".
 #include "kvstore/collective/rendezvous.h"
 
 #include <zmq.h>
 
+#include <algorithm>
 #include <map>
-#include <sstream>
 #include <string>
 
 #include "net/zmq_error.h"
@@ -28,13 +28,96 @@ int MillisUntil(Clock::time_point deadline) {
 struct Registration {
   std::string identity;
   Endpoint endpoint;
-  int size = 0;
 };
+
+// The words of `text` split at single spaces; false if any is empty (two
+// spaces in a row, or one at either end).
+bool Words(std::string_view text, std::vector<std::string_view>* out) {
+  out->clear();
+  for (;;) {
+    const size_t space = text.find(' ');
+    out->push_back(text.substr(0, space));
+    if (out->back().empty()) return false;
+    if (space == std::string_view::npos) return true;
+    text.remove_prefix(space + 1);
+  }
+}
+
+// A decimal number in [lo, hi] with at most 9 digits, nothing else.
+bool Number(std::string_view s, int lo, int hi, int* out) {
+  if (s.empty() || s.size() > 9) return false;
+  int v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  if (v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+bool Printable(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
+std::string Quoted(std::string_view s) {
+  std::string out;
+  for (char c : s.substr(0, 80)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  return "\"" + out + (s.size() > 80 ? "...\"" : "\"");
+}
+
+std::string Hex(const std::string& id) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out = "0x";
+  for (unsigned char c : id.substr(0, 16)) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
 
 void Reply(void* socket, const std::string& identity, const std::string& text) {
   zmq_send(socket, identity.data(), identity.size(), ZMQ_SNDMORE);
   zmq_send(socket, text.data(), text.size(), 0);
 }
+
+// Book::Add's answer to a connection repeating its own registration.
+constexpr char kRepeat[] = "(repeat)";
+
+// The registrations so far, by rank and by connection (one rank each).
+struct Book {
+  std::map<int, Registration> got;
+  std::map<std::string, int> rank_of;
+
+  // Records `r` from connection `identity`; "" if it was recorded, else
+  // why not (or kRepeat).
+  std::string Add(const std::string& identity, const RegisterRequest& r, int size) {
+    const Endpoint& ep = r.endpoint;
+    auto mine = rank_of.find(identity);
+    if (mine != rank_of.end()) {
+      const Endpoint& had = got[mine->second].endpoint;
+      if (mine->second == r.rank && had.Encode() == ep.Encode()) return kRepeat;
+      return "this connection already registered rank " + std::to_string(mine->second) +
+             " (" + had.ToString() + "); it cannot register rank " + std::to_string(r.rank) +
+             " (" + ep.ToString() + ")";
+    }
+    if (r.size != size) {
+      return "rank " + std::to_string(r.rank) + " (" + ep.ToString() +
+             ") says the group has " + std::to_string(r.size) +
+             " ranks, the rendezvous expects " + std::to_string(size);
+    }
+    if (r.rank >= size) {
+      return "rank " + std::to_string(r.rank) + " is not in [0, " + std::to_string(size) + ")";
+    }
+    if (got.count(r.rank)) {
+      return "rank " + std::to_string(r.rank) + " registered twice: by " +
+             got[r.rank].endpoint.ToString() + " and by " + ep.ToString();
+    }
+    got[r.rank] = Registration{identity, ep};
+    rank_of[identity] = r.rank;
+    return "";
+  }
+};
 
 std::string Missing(const std::map<int, Registration>& got, int size) {
   std::string out;
@@ -45,6 +128,53 @@ std::string Missing(const std::map<int, Registration>& got, int size) {
 }
 
 }  // namespace
+
+std::string EncodeRegisterRequest(const RegisterRequest& r) {
+  return "register " + std::to_string(r.rank) + " " + std::to_string(r.size) + " " +
+         r.endpoint.Encode();
+}
+
+StatusOr<RegisterRequest> ParseRegisterRequest(const std::vector<std::string_view>& frames) {
+  if (frames.size() != 1) {
+    return Status::DataLoss(std::to_string(frames.size()) + " frames, expected 1");
+  }
+  const std::string_view text = frames[0];
+  if (text.size() > kMaxRegistrationBytes) {
+    return Status::DataLoss(std::to_string(text.size()) + " bytes, more than " +
+                            std::to_string(kMaxRegistrationBytes));
+  }
+  if (!Printable(text)) return Status::DataLoss("not text: " + Quoted(text));
+  std::vector<std::string_view> w;
+  RegisterRequest r;
+  if (!Words(text, &w) || w.size() != 4 || w[0] != "register" ||
+      !Number(w[1], 0, 65534, &r.rank) || !Number(w[2], 1, 65535, &r.size) ||
+      !Endpoint::Decode(std::string(w[3]), &r.endpoint)) {
+    return Status::DataLoss("not \"register <rank> <size> <host:port>\": " + Quoted(text));
+  }
+  return r;
+}
+
+StatusOr<std::vector<Endpoint>> ParseRendezvousAnswer(
+    const std::vector<std::string_view>& frames, int size) {
+  if (frames.size() != 1) {
+    return Status::DataLoss("rendezvous: an answer of " + std::to_string(frames.size()) +
+                            " frames, expected 1");
+  }
+  const std::string_view text = frames[0];
+  if (text.rfind("error ", 0) == 0) {
+    return Status::FailedPrecondition(std::string(text.substr(6)));
+  }
+  std::vector<std::string_view> w;
+  std::vector<Endpoint> table;
+  bool parsed = Printable(text) && Words(text, &w) && w[0] == "ok" &&
+                static_cast<int>(w.size()) == size + 1;
+  for (size_t i = 1; parsed && i < w.size(); ++i) {
+    table.emplace_back();
+    parsed = Endpoint::Decode(std::string(w[i]), &table.back());
+  }
+  if (!parsed) return Status::DataLoss("rendezvous: malformed answer " + Quoted(text));
+  return table;
+}
 
 StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Bind(
     int port, const net::JobKey& key) {
@@ -59,6 +189,8 @@ StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Bind(
     zap = std::move(started).value();
   }
   void* s = zmq_socket(ctx, ZMQ_ROUTER);
+  const int64_t max_size = kMaxRegistrationBytes;
+  zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max_size, sizeof(max_size));
   Status secured = net::SecureSocket(s, key, /*is_server=*/true);
   const std::string ep =
       port == 0 ? "tcp://*:*" : "tcp://*:" + std::to_string(port);
@@ -89,55 +221,73 @@ RendezvousServer::~RendezvousServer() {
   zmq_ctx_term(ctx_);
 }
 
+bool RendezvousServer::ReadMessage(std::string* identity, std::vector<std::string>* frames,
+                                   size_t* count, std::string* address) {
+  zmq_msg_t m;
+  zmq_msg_init(&m);
+  if (zmq_msg_recv(&m, socket_, ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&m);
+    return false;
+  }
+  identity->assign(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
+  frames->clear();
+  *count = 0;
+  address->clear();
+  while (zmq_msg_more(&m)) {
+    if (zmq_msg_recv(&m, socket_, 0) < 0) break;
+    ++*count;
+    if (frames->size() < 4) {
+      frames->emplace_back(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
+    }
+    const char* a = zmq_msg_gets(&m, "Peer-Address");
+    if (a != nullptr) *address = a;
+  }
+  zmq_msg_close(&m);
+  return true;
+}
+
 Status RendezvousServer::Serve(int size, Clock::time_point deadline) {
-  std::map<int, Registration> got;
-  while (static_cast<int>(got.size()) < size) {
+  Book book;
+  std::string identity, address;
+  std::vector<std::string> frames;
+  size_t count = 0;
+  while (static_cast<int>(book.got.size()) < size) {
     zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
     const int n = zmq_poll(&item, 1, std::min(MillisUntil(deadline), 100));
     if (n <= 0) {
       if (Clock::now() < deadline) continue;
-      const std::string msg = "rendezvous: ranks " + Missing(got, size) +
+      const std::string msg = "rendezvous: ranks " + Missing(book.got, size) +
                               " of " + std::to_string(size) +
                               " did not register in time";
-      for (const auto& g : got) Reply(socket_, g.second.identity, "error " + msg);
+      for (const auto& g : book.got) Reply(socket_, g.second.identity, "error " + msg);
       return Status::DeadlineExceeded(msg);
     }
-    char id[256], text[512];
-    const int id_len = zmq_recv(socket_, id, sizeof(id), 0);
-    const int text_len = zmq_recv(socket_, text, sizeof(text) - 1, 0);
-    if (id_len <= 0 || text_len < 0) continue;
-    const std::string identity(id, std::min<size_t>(id_len, sizeof(id)));
-    std::istringstream in(std::string(text, std::min<int>(text_len, 511)));
-    std::string word;
-    Registration reg;
-    int rank = -1;
-    std::string self;
-    in >> word >> rank >> reg.size >> self;
-    reg.identity = identity;
-    std::string error;
-    if (!in || word != "register" || !Endpoint::Decode(self, &reg.endpoint)) {
-      error = "malformed registration";
-    } else if (reg.size != size) {
-      error = "rank " + std::to_string(rank) + " (" + reg.endpoint.ToString() +
-              ") says the group has " + std::to_string(reg.size) +
-              " ranks, the rendezvous expects " + std::to_string(size);
-    } else if (rank < 0 || rank >= size) {
-      error = "rank " + std::to_string(rank) + " is not in [0, " +
-              std::to_string(size) + ")";
-    } else if (got.count(rank)) {
-      error = "rank " + std::to_string(rank) + " registered twice: by " +
-              got[rank].endpoint.ToString() + " and by " +
-              reg.endpoint.ToString();
+    while (static_cast<int>(book.got.size()) < size &&
+           ReadMessage(&identity, &frames, &count, &address)) {
+      auto from = [&] {
+        return "connection " + Hex(identity) + (address.empty() ? "" : " at " + address);
+      };
+      StatusOr<RegisterRequest> req =
+          ParseRegisterRequest(std::vector<std::string_view>(frames.begin(), frames.end()));
+      if (!req.ok()) {
+        ++dropped_;
+        KV_LOG_LIMITED(WARNING, log_)
+            << "rendezvous: dropped a message from " << from() << ": "
+            << (count > frames.size() ? std::to_string(count) + " frames, expected 1"
+                                      : req.status().message());
+        continue;
+      }
+      const std::string error = book.Add(identity, *req, size);
+      if (error == kRepeat) continue;
+      if (!error.empty()) {
+        KV_LOG_LIMITED(WARNING, log_) << "rendezvous: refused " << from() << ": " << error;
+        Reply(socket_, identity, "error rendezvous: " + error);
+      }
     }
-    if (!error.empty()) {
-      Reply(socket_, identity, "error rendezvous: " + error);
-      continue;
-    }
-    got[rank] = reg;
   }
   std::string table = "ok";
-  for (const auto& g : got) table += " " + g.second.endpoint.Encode();
-  for (const auto& g : got) Reply(socket_, g.second.identity, table);
+  for (const auto& g : book.got) table += " " + g.second.endpoint.Encode();
+  for (const auto& g : book.got) Reply(socket_, g.second.identity, table);
   return Status::OK();
 }
 
@@ -151,6 +301,10 @@ StatusOr<std::vector<Endpoint>> Register(const Endpoint& server, int rank,
   const Status secured = net::SecureSocket(s, key, /*is_server=*/false);
   const int zero = 0;
   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+  // The table (at most a registration's worth per rank) or an error that
+  // quotes two registrations.
+  const int64_t max_answer = 4096 + static_cast<int64_t>(size) * (kMaxRegistrationBytes + 1);
+  zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max_answer, sizeof(max_answer));
   auto finish = [&](StatusOr<std::vector<Endpoint>> r) {
     zmq_close(s);
     zmq_ctx_term(ctx);
@@ -162,19 +316,22 @@ StatusOr<std::vector<Endpoint>> Register(const Endpoint& server, int rank,
     return finish(Status::InvalidArgument("rendezvous address " +
                                           server.ToString() + ": " + ZmqError()));
   }
-  const std::string msg = "register " + std::to_string(rank) + " " +
-                          std::to_string(size) + " " + self.Encode();
+  const std::string msg = EncodeRegisterRequest({rank, size, self});
   zmq_send(s, msg.data(), msg.size(), 0);
-  std::string reply;
-  while (reply.empty()) {
+  std::vector<std::string> frames;
+  while (frames.empty()) {
     zmq_pollitem_t item{s, 0, ZMQ_POLLIN, 0};
     const int n = zmq_poll(&item, 1, std::min(MillisUntil(deadline), 100));
     if (n > 0) {
+      // One whole message, however many frames it has.
       zmq_msg_t m;
       zmq_msg_init(&m);
-      if (zmq_msg_recv(&m, s, 0) >= 0) {
-        reply.assign(static_cast<const char*>(zmq_msg_data(&m)),
-                     zmq_msg_size(&m));
+      bool more = true;
+      while (more && zmq_msg_recv(&m, s, 0) >= 0) {
+        if (frames.size() < 4) {
+          frames.emplace_back(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
+        }
+        more = zmq_msg_more(&m);
       }
       zmq_msg_close(&m);
     } else if (Clock::now() >= deadline) {
@@ -184,22 +341,8 @@ StatusOr<std::vector<Endpoint>> Register(const Endpoint& server, int rank,
           std::to_string(size) + " ranks started? do they share the job key?)"));
     }
   }
-  if (reply.rfind("error ", 0) == 0) {
-    return finish(Status::FailedPrecondition(reply.substr(6)));
-  }
-  std::istringstream in(reply);
-  std::string word, addr;
-  in >> word;
-  std::vector<Endpoint> table;
-  bool parsed = true;
-  while (in >> addr) {
-    table.emplace_back();
-    parsed = Endpoint::Decode(addr, &table.back()) && parsed;
-  }
-  if (word != "ok" || !parsed || static_cast<int>(table.size()) != size) {
-    return finish(Status::DataLoss("rendezvous: malformed answer \"" + reply + "\""));
-  }
-  return finish(std::move(table));
+  return finish(ParseRendezvousAnswer(
+      std::vector<std::string_view>(frames.begin(), frames.end()), size));
 }
 
 }  // namespace collective
