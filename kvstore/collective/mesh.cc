@@ -40,6 +40,7 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::Bind(int rank, int size,
                                    " is not in a group of " +
                                    std::to_string(size));
   }
+  net::RaiseFileLimit();
   void* ctx = zmq_ctx_new();
   if (ctx == nullptr) return Status::Internal("zmq_ctx_new: " + ZmqError());
   std::unique_ptr<Mesh> mesh(new Mesh(rank, size, options, ctx));
@@ -51,6 +52,14 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::Bind(int rank, int size,
   void* router = zmq_socket(ctx, ZMQ_ROUTER);
   if (router == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
   mesh->router_ = router;
+  // What a stranger can make this rank hold (net/curve.h's limits): frames
+  // of at most 4 MiB + 1 KiB, 10 s to finish a handshake, at most 32
+  // connections in their handshake (the monitor sheds the rest).
+  KV_RETURN_IF_ERROR(net::LimitInbound(router));
+  mesh->monitor_ = net::HandshakeMonitor::Start(
+      ctx, options.key.secure(), "all-reduce rank " + std::to_string(rank),
+      [](int, const std::string&, const std::string&, int, bool) {});
+  KV_RETURN_IF_ERROR(mesh->monitor_->Watch(router, /*is_server=*/true, -1));
   KV_RETURN_IF_ERROR(net::SecureSocket(router, options.key, /*is_server=*/true));
   const int zero = 0;
   zmq_setsockopt(router, ZMQ_RCVHWM, &zero, sizeof(zero));
@@ -188,20 +197,30 @@ Status Mesh::SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
   if (zmq_send(p.dealer, &h, sizeof(h), ZMQ_SNDMORE) < 0) {
     return Status::Unavailable("send to " + PeerName(peer) + ": " + ZmqError());
   }
-  zmq_msg_t m;
-  if (copy || size == 0) {
-    zmq_msg_init_size(&m, size);
-    if (size > 0) std::memcpy(zmq_msg_data(&m), data, size);
-  } else {
-    unreleased_.fetch_add(1);
-    // Cannot fail short of memory exhaustion (then an empty frame goes).
-    (void)net::InitZeroCopy(&m, data, size, ReleaseZeroCopy, this);
-  }
-  if (zmq_msg_send(&m, p.dealer, 0) < 0) {
-    const std::string err = ZmqError();
-    zmq_msg_close(&m);
-    return Status::Unavailable("send to " + PeerName(peer) + ": " + err);
-  }
+  // The body in pieces of at most net::kMaxFramePayloadBytes (receivers
+  // refuse larger frames); every piece but the last is exactly that long.
+  const size_t piece = static_cast<size_t>(net::kMaxFramePayloadBytes);
+  size_t off = 0;
+  do {
+    const size_t n = std::min(piece, size - off);
+    const bool last = off + n == size;
+    const char* at = static_cast<const char*>(data) + off;
+    zmq_msg_t m;
+    if (copy || size == 0) {
+      zmq_msg_init_size(&m, n);
+      if (n > 0) std::memcpy(zmq_msg_data(&m), at, n);
+    } else {
+      unreleased_.fetch_add(1);
+      // Cannot fail short of memory exhaustion (then an empty frame goes).
+      (void)net::InitZeroCopy(&m, at, n, ReleaseZeroCopy, this);
+    }
+    if (zmq_msg_send(&m, p.dealer, last ? 0 : ZMQ_SNDMORE) < 0) {
+      const std::string err = ZmqError();
+      zmq_msg_close(&m);
+      return Status::Unavailable("send to " + PeerName(peer) + ": " + err);
+    }
+    off += n;
+  } while (off < size);
   return Status::OK();
 }
 
@@ -308,20 +327,48 @@ void Mesh::MarkDead(int peer, const std::string& why) {
 
 void Mesh::HandleIncoming() {
   for (;;) {
-    // Routing id, header, body; any further frames only counted.
-    net::ZmqFrame id, head, extra;
+    // Routing id, header, body (in pieces when above 4 MiB).
+    net::ZmqFrame id, head;
     if (zmq_msg_recv(&id.msg, router_, ZMQ_DONTWAIT) < 0) return;
     auto body = std::make_unique<Payload>();
+    std::vector<std::unique_ptr<net::ZmqFrame>> pieces;
     WireFrames in;
     in.count = 1;
     for (bool more = zmq_msg_more(&id.msg); more; ++in.count) {
-      zmq_msg_t* into = in.count == 1 ? &head.msg : in.count == 2 ? &body->msg : &extra.msg;
+      zmq_msg_t* into = nullptr;
+      if (in.count == 1) {
+        into = &head.msg;
+      } else {
+        pieces.push_back(std::make_unique<net::ZmqFrame>());
+        into = &pieces.back()->msg;
+      }
       if (zmq_msg_recv(into, router_, 0) < 0) break;
       more = zmq_msg_more(into);
     }
     in.frame[0] = {id.data(), id.size()};
     if (in.count > 1) in.frame[1] = {head.data(), head.size()};
-    if (in.count > 2) in.frame[2] = {body->data(), body->size()};
+    in.body_pieces = pieces.size();
+    in.pieces_well_formed = true;
+    for (size_t i = 0; i + 1 < pieces.size(); ++i) {
+      in.pieces_well_formed = in.pieces_well_formed &&
+                              pieces[i]->size() == static_cast<size_t>(net::kMaxFramePayloadBytes);
+    }
+    if (pieces.size() == 1) {
+      zmq_msg_move(&body->msg, &pieces[0]->msg);
+    } else if (pieces.size() > 1 && in.pieces_well_formed) {
+      size_t total = 0;
+      for (const auto& p : pieces) total += p->size();
+      zmq_msg_close(&body->msg);
+      zmq_msg_init_size(&body->msg, total);
+      char* to = static_cast<char*>(zmq_msg_data(&body->msg));
+      for (const auto& p : pieces) {
+        std::memcpy(to, p->data(), p->size());
+        to += p->size();
+      }
+    }
+    pieces.clear();
+    in.count = std::min<size_t>(in.count, 3);
+    if (in.body_pieces > 0) in.frame[2] = {body->data(), body->size()};
     Decoded d = DecodeMeshMessage(in, rank_, size_);
     if (d.drop == Drop::kNone) d.drop = Deliver(d, std::move(body));
     if (d.drop != Drop::kNone) LogDrop(d, in.frame[0], in.count > 1 ? &head.msg : &id.msg);
@@ -490,6 +537,7 @@ void Mesh::Close() {
   }
   if (router_ != nullptr) zmq_close(router_);
   router_ = nullptr;
+  monitor_.reset();
   zap_.reset();
   zmq_ctx_term(ctx_);
   ctx_ = nullptr;

@@ -29,6 +29,7 @@
 #include "kvstore/collective/inbox.h"
 #include "kvstore/collective/mesh_wire.h"
 #include "net/curve.h"
+#include "net/handshake_monitor.h"
 #include "net/liveness.h"
 
 namespace kvtrain {
@@ -139,6 +140,9 @@ class Mesh {
   void* ctx_;
   // Admits only the job's key on the ROUTER; closed before ctx_ is.
   std::unique_ptr<net::ZapHandler> zap_;
+  // Sheds connections beyond net::kMaxPendingHandshakes on the ROUTER and
+  // logs refused handshakes; reset before ctx_ ends.
+  std::unique_ptr<net::HandshakeMonitor> monitor_;
   void* router_ = nullptr;
   int port_ = 0;
   std::string same_host_;  // set by Bind; empty: no same-host socket

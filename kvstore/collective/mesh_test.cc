@@ -2,12 +2,17 @@
 // 127.0.0.1: forged senders, malformed messages, floods, and the log.
 #include "kvstore/collective/mesh.h"
 
+#include <arpa/inet.h>
 #include <glog/logging.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <atomic>
 #include <cstring>
+#include <vector>
 #include <thread>
 
 namespace kvtrain {
@@ -131,6 +136,51 @@ void AwaitDropped(Mesh* m, int64_t n) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(m->Stats().dropped_total, n);
+}
+
+// Bodies above net::kMaxFramePayloadBytes travel in pieces and arrive
+// whole; pieces of another size are malformed.
+TEST(MeshTest, LargeBodiesTravelInPieces) {
+  Trio t;
+  std::string big(net::kMaxFramePayloadBytes * 2 + 5, 'a');
+  for (size_t i = 0; i < big.size(); i += 4093) big[i] = static_cast<char>('a' + i % 26);
+  ASSERT_TRUE(t.mesh[1]->Send(0, MsgKind::kUser, kWorld, 3, big.data(), big.size(), false).ok());
+  StatusOr<std::unique_ptr<Payload>> got =
+      t.mesh[0]->Recv(1, MsgKind::kUser, kWorld, 3, Clock::now() + kLong);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ((*got)->size(), big.size());
+  EXPECT_EQ(std::memcmp((*got)->data(), big.data(), big.size()), 0);
+  const std::string head = Header(MsgKind::kUser, 2, kWorld, 7);
+  t.raw.Send(t.to0, {head, "short", "piece"});
+  t.raw.Send(t.to0, {head, "good"});
+  auto next = t.Recv0(2, MsgKind::kUser, kWorld, 7, kLong);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, "good");
+  EXPECT_EQ(Dropped(t.mesh[0].get(), Drop::kMalformed), 1);
+}
+
+// A connection that declares a frame above net::kMaxFrameBytes (here 4 GB,
+// before any handshake) is closed at the frame's size: nothing is buffered.
+TEST(MeshTest, AFrameDeclaredAboveTheLimitClosesTheConnection) {
+  Trio t;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(t.mesh[0]->port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  unsigned char greeting[64] = {0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3, 0};
+  std::memcpy(greeting + 12, "NULL", 4);
+  ASSERT_EQ(send(fd, greeting, sizeof(greeting), MSG_NOSIGNAL), 64);
+  unsigned char head[9] = {0x06, 0, 0, 0, 1, 0, 0, 0, 0};  // a 4 GB command
+  ASSERT_EQ(send(fd, head, sizeof(head), MSG_NOSIGNAL), 9);
+  std::vector<char> chunk(1 << 20, 'x');
+  bool closed = false;
+  for (int i = 0; i < 64 && !closed; ++i) {
+    closed = send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) <= 0;
+  }
+  close(fd);
+  EXPECT_TRUE(closed) << "rank 0 took 64 MB into a frame declared as 4 GB";
 }
 
 TEST(MeshTest, ForgedSenderIsNotTakenForAnotherRank) {

@@ -126,6 +126,11 @@ Decoded DecodeMeshMessage(const WireFrames& in, int rank, int size) {
                    std::to_string(n) + (n == 1 ? " frame" : " frames") +
                        ", expected 2 (header and body)");
   }
+  if (!in.pieces_well_formed) {
+    return Dropped(d, Drop::kMalformed,
+                   "a body in " + std::to_string(in.body_pieces) +
+                       " frames that are not 4194304 bytes each but the last");
+  }
   if (in.frame[1].size() != sizeof(WireHeader)) {
     return Dropped(d, Drop::kMalformed,
                    "a header of " + std::to_string(in.frame[1].size()) +

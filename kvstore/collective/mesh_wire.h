@@ -72,8 +72,14 @@ const char* KindName(MsgKind k);
 // What the receive loop saw of one message: its first three frames (views
 // into them) and how many frames it had in all.
 struct WireFrames {
-  std::string_view frame[3];  // routing id, header, body
+  std::string_view frame[3];  // routing id, header, body (joined)
+  // Frames received, counting a body in pieces as one (at most 3).
   size_t count = 0;
+  // The ZeroMQ frames the body came in (0: none; a body above
+  // net::kMaxFramePayloadBytes comes in several, every one but the last
+  // exactly that long) and whether they were so.
+  size_t body_pieces = 1;
+  bool pieces_well_formed = true;
 };
 
 struct Decoded {

@@ -191,6 +191,8 @@ StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Bind(
   void* s = zmq_socket(ctx, ZMQ_ROUTER);
   const int64_t max_size = kMaxRegistrationBytes;
   zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max_size, sizeof(max_size));
+  const int deadline = net::kHandshakeDeadlineMs;
+  zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &deadline, sizeof(deadline));
   Status secured = net::SecureSocket(s, key, /*is_server=*/true);
   const std::string ep =
       port == 0 ? "tcp://*:*" : "tcp://*:" + std::to_string(port);
