@@ -124,7 +124,7 @@ Status DecodeMessage(std::vector<Blob> frames, Message* out) {
   if (next != frames.size()) {
     return Status::DataLoss("wrong frame count: the header describes " + std::to_string(n) +
                             " data frames but " + std::to_string(frames.size() - 1) +
-                            " frames follow");
+                            " follow");
   }
   out->meta = std::move(meta);
   out->data.clear();
