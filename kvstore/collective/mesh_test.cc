@@ -15,6 +15,8 @@
 #include <vector>
 #include <thread>
 
+#include "base/log_line_counter.h"
+
 namespace kvtrain {
 namespace collective {
 namespace {
@@ -352,28 +354,9 @@ TEST(MeshTest, ASecondHelloIsDropped) {
   EXPECT_EQ(t.mesh[0]->Stats().queued_messages[2], 0u);
 }
 
-// Counts the WARNING and ERROR lines logged from one source file.
-class LineCounter : public google::LogSink {
- public:
-  explicit LineCounter(const char* file) : file_(file) {
-    google::AddLogSink(this);
-  }
-  ~LineCounter() override { google::RemoveLogSink(this); }
-  void send(google::LogSeverity severity, const char* /*full*/,
-            const char* base, int /*line*/, const struct ::tm* /*time*/,
-            const char* /*msg*/, size_t /*len*/) override {
-    if (severity >= google::GLOG_WARNING && file_ == base) ++lines_;
-  }
-  int lines() const { return lines_.load(); }
-
- private:
-  const std::string file_;
-  std::atomic<int> lines_{0};
-};
-
 TEST(MeshTest, WarningsAboutBadInputAreRateLimited) {
   Trio t;
-  LineCounter lines("mesh.cc");
+  LogLineCounter lines("mesh.cc");
   for (int i = 0; i < 500; ++i) t.raw.Send(t.to0, {"short", "x"});
   t.raw.Send(t.to0, {Header(MsgKind::kUser, 2, kWorld, 1), "sync"});
   ASSERT_TRUE(t.Recv0(2, MsgKind::kUser, kWorld, 1, kLong).ok());

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <thread>
 
+#include "base/log_line_counter.h"
+
 namespace kvtrain {
 namespace collective {
 namespace {
@@ -112,27 +114,8 @@ TEST(RendezvousTest, OneConnectionRegistersOneRank) {
   EXPECT_TRUE(s.status.ok()) << s.status;
 }
 
-// Counts the WARNING and ERROR lines logged from one source file.
-class LineCounter : public google::LogSink {
- public:
-  explicit LineCounter(const char* file) : file_(file) {
-    google::AddLogSink(this);
-  }
-  ~LineCounter() override { google::RemoveLogSink(this); }
-  void send(google::LogSeverity severity, const char* /*full*/,
-            const char* base, int /*line*/, const struct ::tm* /*time*/,
-            const char* /*msg*/, size_t /*len*/) override {
-    if (severity >= google::GLOG_WARNING && file_ == base) ++lines_;
-  }
-  int lines() const { return lines_.load(); }
-
- private:
-  const std::string file_;
-  std::atomic<int> lines_{0};
-};
-
 TEST(RendezvousTest, MalformedRegistrationsAreDroppedWithoutAnswer) {
-  LineCounter lines("rendezvous.cc");
+  LogLineCounter lines("rendezvous.cc");
   Served s(2);
   RawClient rogue(s.server->port());
   for (int i = 0; i < 300; ++i) rogue.Send({"garbage " + std::to_string(i)});
