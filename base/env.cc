@@ -57,7 +57,7 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
       {env::kCheckNan, "0",
        "1: check every operator output for NaN/Inf and fail naming the "
        "operator."},
-      {env::kBigArrayBound, "1000000",
+      {env::kBigArrayBound, "65536",
        "Arrays with at least this many elements are split evenly across all "
        "servers; smaller ones go whole to one server, placed to balance "
        "bytes."},
@@ -103,8 +103,8 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "Ring all-reduce: each rank's segment travels in pieces of at most this many bytes, so reducing one piece overlaps receiving the next."},
       {env::kAllreduceDoublingBytes, "1048576",
        "All-reduces of at most this many bytes in a group whose size is a power of two use recursive doubling (log2 n rounds) instead of the ring (2(n-1) rounds); 0: always the ring."},
-      {env::kPsBucketBytes, "1048576",
-       "Dist stores: push-pulls of keys smaller than this many bytes wait in a bucket and travel as one request per server (ps-lite's multi-key messages), sent when the bucket holds this many bytes or its results are waited for; larger keys go alone, without a copy. 0: one request per key."},
+      {env::kPsBucketBytes, "131072",
+       "Dist stores: push-pulls wait in a bucket and travel as one request per server (ps-lite's multi-key messages), sent when the next key would overfill this many bytes or when their results are waited for; larger keys are cut into pieces of about this size (at most 4 per server unless pieces would exceed 4 MiB), each updated and answered on its own, so that one piece's transfer overlaps another's update and answer. 0: one request per key, uncut."},
       {env::kSameHostIpc, "1",
        "Processes of a job on the same host (same kernel and network namespace) connect over an abstract Unix-domain socket that only the job's user id may open, without CURVE (the kernel vouches for the peer), instead of TCP; parameter servers and all-reduce groups alike. 0: always TCP (with CURVE unless insecure)."},
       {env::kSshStrictHostKeys, "0",

@@ -46,7 +46,7 @@ LINKS = {"loopback": None, "1gbit": 1e9, "10gbit": 10e9}
 # Each model's parameter arrays (float32 elements), for the ideal under --link.
 PARAMS = {"mlp": [784 * 128, 128, 128 * 64, 64, 64 * 10, 10],
           "lenet": [20 * 25, 20, 50 * 20 * 25, 50, 800 * 500, 500, 500 * 10, 10]}
-BIGARRAY_BOUND = 1000000  # KVTRAIN_BIGARRAY_BOUND's default
+BIGARRAY_BOUND = 65536  # KVTRAIN_BIGARRAY_BOUND's default
 
 
 def server_floats(net, servers):

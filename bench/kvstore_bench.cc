@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "net/node_config.h"
+#include "kvstore/common.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/placement.h"
 #include "kvstore/ps/ps.h"
@@ -62,7 +63,7 @@ struct Baseline {
 };
 
 Baseline MakeBaseline(ps::Postoffice* po, const std::vector<int64_t>& elems) {
-  kv::Placement placement(po->num_servers(), 1000000);
+  kv::Placement placement(po->num_servers(), kv::StoreSettings().bigarray_bound);
   const auto parts = placement.Place(elems);
   const auto ranges = po->ServerKeyRanges();
   Baseline b;

@@ -95,13 +95,17 @@ Status KeyError(Status::Code code, const std::string& name,
 
 // Settings from the environment (see base/env.h).
 struct StoreSettings {
-  // Arrays with at least this many elements are split across all servers.
-  int64_t bigarray_bound = 1000000;
+  // Arrays with at least this many elements are split across all servers
+  // (MXNet's default is 1,000,000; lower, the servers' links share a
+  // mid-sized model's largest layers).
+  int64_t bigarray_bound = 65536;
   // Handler threads per server.
   int server_threads = 2;
-  // Dist stores: push-pulls of keys below this many bytes travel together,
-  // one request per server (0: one request per key).
-  int64_t bucket_bytes = 1 << 20;
+  // Dist stores: push-pulls of keys travel together, one request per
+  // server, up to this many bytes; larger keys are cut into pieces of about
+  // this size (kvstore/placement.h), each a request of its own (0: one
+  // request per key, uncut).
+  int64_t bucket_bytes = 128 << 10;
   // Longest wait for one push/pull/command.
   std::chrono::milliseconds timeout = std::chrono::seconds(600);
   // Tune glibc malloc for large messages (base/malloc_tuning.h).

@@ -1,6 +1,8 @@
 // dist_sync / dist_device_sync / dist_async: the worker side and RunServer.
 #include "kvstore/dist_kvstore.h"
 
+#include <algorithm>
+
 #include <glog/logging.h>
 
 #include "base/malloc_tuning.h"
@@ -29,6 +31,24 @@ std::string Info(proto::KVSyncMode mode, int64_t step, const std::string& name,
 
 ps::Blob TensorBlob(const Tensor& t) {
   return ps::Blob(t.storage(), t.raw_data(), t.nbytes());
+}
+
+// A piece's server key: its server's first key, plus the key's id, plus
+// kPieceStride per piece before it on that server. Ids are below 2^33 (int
+// keys, and names from 2^32), pieces at most Placement::kMaxPieces: a
+// server's range holds them unless a job has more than 2^14 servers.
+constexpr uint64_t kPieceStride = uint64_t{1} << 40;
+
+StatusOr<uint64_t> ServerKey(const ps::KeyRange& range, uint64_t id, int piece,
+                             const std::string& name) {
+  const uint64_t width = range.end - range.begin;
+  const uint64_t offset = id + static_cast<uint64_t>(piece) * kPieceStride;
+  if (id >= kPieceStride || offset >= width) {
+    return KeyError(Status::Code::kInvalidArgument, name,
+                    "piece " + std::to_string(piece) + " has no server key: too many servers (" +
+                        std::to_string(width) + " keys each) for this key");
+  }
+  return range.begin + offset;
 }
 
 }  // namespace
@@ -78,7 +98,7 @@ DistKVStore::DistKVStore(const std::string& type, ps::Postoffice* po,
       settings_(settings),
       sync_(type != "dist_async"),
       device_reduce_(type == "dist_device_sync"),
-      placement_(po->num_servers(), settings.bigarray_bound) {
+      placement_(po->num_servers(), settings.bigarray_bound, settings.bucket_bytes / 4) {
   if (device_reduce_ && NumGpus() == 0 && po->role() == Role::kWorker) {
     LOG(INFO) << "KVStore '" << type << "': no GPU (" << NoGpuReason()
               << "); reducing on the CPU";
@@ -131,31 +151,35 @@ Status DistKVStore::Init(const std::vector<Key>& keys,
     }
     const std::vector<std::vector<Part>> parts = placement_.Place(sizes);
     const std::vector<ps::KeyRange> ranges = po_->ServerKeyRanges();
+    std::vector<KeyInfo> infos(groups.size());
     for (size_t i = 0; i < groups.size(); ++i) {
-      KeyInfo ki;
+      KeyInfo& ki = infos[i];
       ki.name = groups[i].name;
       ki.shape = groups[i].tensors[0].shape();
       ki.parts = parts[i];
       for (const Part& p : ki.parts) {
-        ki.server_keys.push_back(ranges[p.server].begin + groups[i].id);
+        KV_ASSIGN_OR_RETURN(uint64_t server_key,
+                            ServerKey(ranges[p.server], groups[i].id, p.piece, ki.name));
+        ki.server_keys.push_back(server_key);
         ki.part_bytes.push_back(p.count * 4);
       }
-      info_.emplace(groups[i].id, std::move(ki));
     }
+    for (size_t i = 0; i < groups.size(); ++i) info_.emplace(groups[i].id, std::move(infos[i]));
   }
   if (rank() == 0) {
+    // One request per piece: a server takes one key per request.
     Pending pending;
     for (const KeyGroup& g : groups) {
       KV_ASSIGN_OR_RETURN(KeyInfo * ki, Lookup(g, "init"));
       KV_ASSIGN_OR_RETURN(Tensor host, g.tensors[0].CopyTo(Device::CPU()));
-      ps::RequestOptions opts;
-      opts.head = proto::KV_INIT;
-      opts.body = Info(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, 0, g.name);
-      KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(ps::KVPairs::From(
-                                          ki->server_keys, TensorBlob(host),
-                                          ki->part_bytes), opts));
-      pending.timestamps.push_back(ts);
-      pending.names.push_back(g.name);
+      for (const std::vector<size_t>& request : Requests(*ki)) {
+        ps::RequestOptions opts;
+        opts.head = proto::KV_INIT;
+        opts.body = Info(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, 0, g.name);
+        KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(RequestPairs(*ki, request, host), opts));
+        pending.timestamps.push_back(ts);
+        pending.names.push_back(g.name);
+      }
     }
     KV_RETURN_IF_ERROR(Wait(Track(std::move(pending))));
   }
@@ -227,25 +251,35 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
     const Tensor& first = pull->tensors[0];
     landing = first.device().is_cpu() ? first : Tensor::Empty(first.shape());
   }
-  ps::PullDest dest;
-  if (pull) {
-    dest.data = static_cast<char*>(landing.raw_data());
-    dest.size = landing.nbytes();
-    dest.lens = ps::Blob::FromVector(ki->part_bytes);
+  // One request for the key's slices, one per server; a key cut into
+  // pieces sends one request per piece.
+  for (const std::vector<size_t>& request : Requests(*ki)) {
+    const Part& first = ki->parts[request.front()];
+    int64_t count = 0;
+    for (size_t j : request) count += ki->parts[j].count;
+    ps::PullDest dest;
+    if (pull) {
+      dest.data = static_cast<char*>(landing.raw_data()) + first.offset * 4;
+      dest.size = static_cast<size_t>(count) * 4;
+      std::vector<int64_t> lens;
+      for (size_t j : request) lens.push_back(ki->part_bytes[j]);
+      dest.lens = ps::Blob::FromVector(lens);
+    }
+    StatusOr<int64_t> ts = Status::Internal("no request");
+    if (push) {
+      ps::KVPairs kvs = RequestPairs(*ki, request, sum);
+      ts = pull ? worker_->PushPull(kvs, opts, dest) : worker_->Push(kvs, opts);
+      if (!ts.ok()) UndoPush(ki, step);
+    } else {
+      std::vector<uint64_t> keys;
+      for (size_t j : request) keys.push_back(ki->server_keys[j]);
+      ts = worker_->Pull(ps::Blob::FromVector(keys), opts, dest);
+    }
+    KV_RETURN_IF_ERROR(ts.status().Annotate("key " + g.name));
+    trace::Instant("kvstore", push ? (pull ? "pushpull " : "push ") : "pull ", g.name, *ts);
+    pending->timestamps.push_back(*ts);
+    pending->names.push_back(g.name);
   }
-  const ps::Blob keys = ps::Blob::FromVector(ki->server_keys);
-  StatusOr<int64_t> ts = Status::Internal("no request");
-  if (push) {
-    ps::KVPairs kvs = ps::KVPairs::From(ki->server_keys, TensorBlob(sum), ki->part_bytes);
-    ts = pull ? worker_->PushPull(kvs, opts, dest) : worker_->Push(kvs, opts);
-    if (!ts.ok()) UndoPush(ki, step);
-  } else {
-    ts = worker_->Pull(keys, opts, dest);
-  }
-  KV_RETURN_IF_ERROR(ts.status().Annotate("key " + g.name));
-  trace::Instant("kvstore", push ? (pull ? "pushpull " : "push ") : "pull ", g.name, *ts);
-  pending->timestamps.push_back(*ts);
-  pending->names.push_back(g.name);
   if (pull) {
     const std::vector<Tensor> outs = pull->tensors;
     auto prev = std::move(pending->finish);
@@ -258,6 +292,35 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
     };
   }
   return Status::OK();
+}
+
+std::vector<std::vector<size_t>> DistKVStore::Requests(const KeyInfo& ki) {
+  std::vector<std::vector<size_t>> out;
+  const bool pieces = std::any_of(ki.parts.begin(), ki.parts.end(),
+                                  [](const Part& p) { return p.piece > 0; });
+  for (size_t j = 0; j < ki.parts.size(); ++j) {
+    if (out.empty() || pieces) out.emplace_back();
+    out.back().push_back(j);
+  }
+  return out;
+}
+
+ps::KVPairs DistKVStore::RequestPairs(const KeyInfo& ki, const std::vector<size_t>& request,
+                                      const Tensor& value) {
+  std::vector<uint64_t> keys;
+  std::vector<int64_t> lens;
+  int64_t bytes = 0;
+  for (size_t j : request) {
+    keys.push_back(ki.server_keys[j]);
+    lens.push_back(ki.part_bytes[j]);
+    bytes += ki.part_bytes[j];
+  }
+  const size_t offset = static_cast<size_t>(ki.parts[request.front()].offset) * 4;
+  return ps::KVPairs::From(
+      std::move(keys),
+      ps::Blob(value.storage(), static_cast<char*>(value.raw_data()) + offset,
+               static_cast<size_t>(bytes)),
+      std::move(lens));
 }
 
 void DistKVStore::UndoPush(KeyInfo* ki, int64_t step) {

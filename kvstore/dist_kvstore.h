@@ -60,7 +60,7 @@ class DistKVStore : public KVStore {
   struct KeyInfo {
     std::string name;
     Shape shape;
-    std::vector<Part> parts;
+    std::vector<Part> parts;            // in element order
     std::vector<uint64_t> server_keys;  // one per part, ascending
     std::vector<int64_t> part_bytes;
     int64_t pushes = 0;                 // this worker's push count
@@ -83,6 +83,7 @@ class DistKVStore : public KVStore {
     std::mutex mu;
     bool sent GUARDED_BY(mu) = false;
     bool waited GUARDED_BY(mu) = false;
+    bool landed GUARDED_BY(mu) = false;  // the transport writes the answer
     int64_t ts GUARDED_BY(mu) = -1;
     Status status GUARDED_BY(mu);  // the send's error, then the answer's
     std::vector<size_t> order GUARDED_BY(mu);  // entry of each answer
@@ -99,6 +100,15 @@ class DistKVStore : public KVStore {
     std::vector<std::shared_ptr<Bucket>> buckets;
     std::function<Status()> finish;
   };
+
+  // The key's requests, as lists of part indices: one request for all its
+  // parts (one per server), or one per piece when it is cut into pieces (a
+  // server takes one key per request).
+  static std::vector<std::vector<size_t>> Requests(const KeyInfo& ki);
+  // The request's keys and lengths, with `value`'s elements of those parts
+  // (zero-copy).
+  static ps::KVPairs RequestPairs(const KeyInfo& ki, const std::vector<size_t>& request,
+                                  const Tensor& value);
 
   DistKVStore(const std::string& type, ps::Postoffice* po,
               std::unique_ptr<ps::Postoffice> owned, const StoreSettings& settings);

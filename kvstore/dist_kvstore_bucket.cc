@@ -16,10 +16,18 @@ std::string DistKVStore::Bucket::Names() const {
   return names;
 }
 
-bool DistKVStore::Bucketed(const KeyInfo& ki) const {
-  return settings_.bucket_bytes > 0 && ki.parts.size() == 1 &&
-         ki.part_bytes[0] < settings_.bucket_bytes;
+bool DistKVStore::Bucketed(const KeyInfo& /*ki*/) const { return settings_.bucket_bytes > 0; }
+
+namespace {
+
+// Elements [p.offset, p.offset + p.count) of `t`, as a flat view.
+StatusOr<Tensor> PartOf(const Tensor& t, const Part& p) {
+  if (p.offset == 0 && p.count == t.size()) return t;
+  KV_ASSIGN_OR_RETURN(Tensor flat, t.Reshape(Shape({t.size()})));
+  return flat.Slice(p.offset, p.offset + p.count);
 }
+
+}  // namespace
 
 Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGroup& pull,
                                 int priority, Pending* pending) {
@@ -31,36 +39,70 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
     std::lock_guard<std::mutex> lock(mu_);
     step = ++ki->pushes;
   }
-  const uint64_t server_key = ki->server_keys[0];
-  for (;;) {
-    std::shared_ptr<Bucket> b;
-    bool full = false;
-    {
-      std::lock_guard<std::mutex> lock(bucket_mu_);
-      if (open_ == nullptr) {
-        open_ = std::make_shared<Bucket>();
-        open_->priority = priority;
-      }
-      b = open_;
-      bool again = false;
-      for (const Bucket::Entry& e : b->entries) again = again || e.server_key == server_key;
-      if (!again) {
-        b->entries.push_back({push.name, server_key, step, ki, sum, pull.tensors});
-        b->bytes += ki->part_bytes[0];
-        b->priority = std::max(b->priority, priority);
-        full = b->bytes >= settings_.bucket_bytes;
-      } else {
-        b = nullptr;  // the key waits in this bucket already: send it first
-      }
+  // Each piece is an entry of its own, and its first pieces leave while the
+  // rest are added. Pieces go to the servers in turn, starting with a
+  // different server on each worker: every server's link gets its share
+  // of the key all along, instead of all workers sending to one server
+  // after another.
+  const int servers = po_->num_servers();
+  std::vector<size_t> order(ki->parts.size());
+  for (size_t j = 0; j < order.size(); ++j) order[j] = j;
+  auto turn = [&](const Part& p) {
+    return std::make_pair(p.piece, (p.server - rank() % servers + servers) % servers);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return turn(ki->parts[x]) < turn(ki->parts[y]);
+  });
+  for (size_t j : order) {
+    const Part& part = ki->parts[j];
+    Bucket::Entry entry;
+    entry.name = push.name;
+    entry.server_key = ki->server_keys[j];
+    entry.step = step;
+    entry.key = ki;
+    KV_ASSIGN_OR_RETURN(entry.value, PartOf(sum, part));
+    for (const Tensor& out : pull.tensors) {
+      KV_ASSIGN_OR_RETURN(Tensor piece, PartOf(out, part));
+      entry.outs.push_back(std::move(piece));
     }
-    if (b == nullptr) {
-      KV_RETURN_IF_ERROR(FlushBucket());
-      continue;
+    const int64_t bytes = ki->part_bytes[j];
+    for (;;) {
+      std::shared_ptr<Bucket> b;
+      bool full = false;
+      {
+        std::lock_guard<std::mutex> lock(bucket_mu_);
+        if (open_ != nullptr) {
+          bool again = false;
+          for (const Bucket::Entry& e : open_->entries) {
+            again = again || e.server_key == entry.server_key;
+          }
+          // The key waits in this bucket already, or this piece would
+          // overfill it: send the bucket first.
+          if (!again && open_->bytes + bytes <= settings_.bucket_bytes) b = open_;
+          if (b == nullptr && open_->entries.empty()) b = open_;
+        } else {
+          open_ = std::make_shared<Bucket>();
+          open_->priority = priority;
+          b = open_;
+        }
+        if (b != nullptr) {
+          b->entries.push_back(std::move(entry));
+          b->bytes += bytes;
+          b->priority = std::max(b->priority, priority);
+          full = b->bytes >= settings_.bucket_bytes;
+        }
+      }
+      if (b == nullptr) {
+        KV_RETURN_IF_ERROR(FlushBucket());
+        continue;
+      }
+      if (pending->buckets.empty() || pending->buckets.back() != b) pending->buckets.push_back(b);
+      if (full) KV_RETURN_IF_ERROR(FlushBucket());
+      break;
     }
-    if (pending->buckets.empty() || pending->buckets.back() != b) pending->buckets.push_back(b);
-    trace::Instant("kvstore", "bucket ", push.name, step);
-    return full ? FlushBucket() : Status::OK();
   }
+  trace::Instant("kvstore", "bucket ", push.name, step);
+  return Status::OK();
 }
 
 Status DistKVStore::FlushBucket() {
@@ -82,32 +124,51 @@ Status DistKVStore::FlushBucket() {
   });
   std::vector<uint64_t> keys;
   std::vector<int64_t> lens;
-  auto vals = std::make_shared<std::vector<char>>(b->bytes);
   proto::RequestInfo info;
   info.set_mode(sync_ ? proto::KV_SYNC : proto::KV_ASYNC);
-  size_t off = 0;
   for (size_t i : b->order) {
-    Bucket::Entry& e = b->entries[i];
+    const Bucket::Entry& e = b->entries[i];
     keys.push_back(e.server_key);
     lens.push_back(static_cast<int64_t>(e.value.nbytes()));
-    std::memcpy(vals->data() + off, e.value.raw_data(), e.value.nbytes());
-    off += e.value.nbytes();
-    e.value = Tensor();  // copied: the caller may reuse it once Wait returns
     proto::KeyEntry* k = info.add_keys();
     k->set_key(e.server_key);
     k->set_step(e.step);
   }
+  // One entry (a large key's piece) goes out as it is; several are copied
+  // together, and the caller may reuse its values once Wait returns.
+  ps::Blob vals;
+  if (n == 1) {
+    const Tensor& v = b->entries[0].value;
+    vals = ps::Blob(v.storage(), static_cast<char*>(v.raw_data()), v.nbytes());
+  } else {
+    auto all = std::make_shared<std::vector<char>>(b->bytes);
+    size_t off = 0;
+    for (size_t i : b->order) {
+      const Tensor& v = b->entries[i].value;
+      std::memcpy(all->data() + off, v.raw_data(), v.nbytes());
+      off += v.nbytes();
+    }
+    vals = ps::Blob(all, all->data(), all->size());
+  }
+  for (Bucket::Entry& e : b->entries) e.value = Tensor();
   ps::RequestOptions opts;
   opts.head = proto::KV_PUSH;
   opts.body = info.SerializeAsString();
   opts.priority = b->priority;
   opts.dtype = "float32";
-  // The answers stay in the received messages until WaitBucket copies each
-  // key's part straight into its outputs.
+  // One entry with one host output: the transport copies the answer
+  // straight into it as it arrives (while the step waits for other pieces).
+  // Otherwise the answers stay in the received messages until WaitBucket
+  // copies each key's part into its outputs.
+  ps::PullDest dest;
+  const Bucket::Entry& only = b->entries[0];
+  if (n == 1 && only.outs.size() == 1 && only.outs[0].device().is_cpu()) {
+    dest.data = static_cast<char*>(only.outs[0].raw_data());
+    dest.size = only.outs[0].nbytes();
+    b->landed = true;
+  }
   StatusOr<int64_t> ts = worker_->PushPull(
-      ps::KVPairs::From(std::move(keys), ps::Blob(vals, vals->data(), vals->size()),
-                        std::move(lens)),
-      opts);
+      ps::KVPairs::From(std::move(keys), std::move(vals), std::move(lens)), opts, dest);
   b->sent = true;
   if (!ts.ok()) {
     for (const Bucket::Entry& e : b->entries) UndoPush(e.key, e.step);
@@ -127,7 +188,7 @@ Status DistKVStore::WaitBucket(Bucket* b, ps::Duration timeout) {
   ps::PullResult answer;
   {
     trace::Scope span("kvstore", "wait bucket", "", b->ts);
-    b->status = worker_->Wait(b->ts, timeout, &answer);
+    b->status = b->landed ? worker_->Wait(b->ts, timeout) : worker_->Wait(b->ts, timeout, &answer);
   }
   if (!b->status.ok()) {
     // Server errors name the key already; transport errors do not.
@@ -136,6 +197,7 @@ Status DistKVStore::WaitBucket(Bucket* b, ps::Duration timeout) {
     }
     return b->status;
   }
+  if (b->landed) return Status::OK();
   // The parts come in server-key order, as the entries were sent.
   size_t next = 0;
   for (const ps::KVPairs& part : answer.parts) {

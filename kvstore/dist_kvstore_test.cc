@@ -73,10 +73,12 @@ Tensor Filled(int64_t n, float v) {
 
 // MXNet's nightly dist_sync_kvstore.py check: workers push rank-dependent
 // integers for several steps; with SGD lr=1 every value is closed-form.
-void SyncClosedForm(int servers, int workers, const std::string& type) {
+void SyncClosedForm(int servers, int workers, const std::string& type,
+                    std::map<std::string, std::string> env = {}) {
   const std::vector<int64_t> sizes = {1, 37, 5000};  // bound below is 1000
   const int steps = 3;
-  DistFixture f(servers, workers, {{"KVTRAIN_BIGARRAY_BOUND", "1000"}});
+  env["KVTRAIN_BIGARRAY_BOUND"] = "1000";
+  DistFixture f(servers, workers, env);
   Status s = f.Run(type, [&](KVStore* kv, int rank) -> Status {
     std::vector<Key> keys;
     std::vector<Tensor> init;
@@ -119,6 +121,52 @@ TEST(DistKVStoreTest, SyncOneWorkerOneServer) { SyncClosedForm(1, 1, "dist_sync"
 TEST(DistKVStoreTest, SyncTwoByTwo) { SyncClosedForm(2, 2, "dist_sync"); }
 TEST(DistKVStoreTest, SyncFourWorkersThreeServers) { SyncClosedForm(3, 4, "dist_sync"); }
 TEST(DistKVStoreTest, DeviceSyncFallsBackToCpu) { SyncClosedForm(2, 2, "dist_device_sync"); }
+// Buckets of 400 bytes: the 5000-element key is cut into 4 pieces per
+// server (Placement::kPiecesPerSlice), each its own server key, step and update.
+TEST(DistKVStoreTest, SyncWithPieces) {
+  SyncClosedForm(2, 3, "dist_sync", {{"KVTRAIN_PS_BUCKET_BYTES", "400"}});
+}
+
+// Every element of a key cut into pieces lands where it belongs, through
+// push-pulls (buckets) and through separate pushes and pulls (one request
+// per piece), for sync and async servers.
+TEST(DistKVStoreTest, PiecesKeepEveryElementInPlace) {
+  for (const std::string type : {"dist_sync", "dist_async"}) {
+    const int64_t n = 1003;  // 4 pieces of 125 or 126 elements on each server
+    DistFixture f(2, 2, {{"KVTRAIN_PS_BUCKET_BYTES", "100"}, {"KVTRAIN_BIGARRAY_BOUND", "500"}});
+    Status s = f.Run(type, [&](KVStore* kv, int rank) -> Status {
+      std::vector<float> init(n);
+      for (int64_t i = 0; i < n; ++i) init[i] = static_cast<float>(i);
+      KV_RETURN_IF_ERROR(kv->Init({"w"}, {Tensor::FromVector(init, {n})}));
+      Tensor got = Tensor::Zeros({n});
+      KV_RETURN_IF_ERROR(kv->Pull({"w"}, {got}));
+      if (got.ToVector() != init) return Status::Internal(type + ": init differs");
+      proto::OptimizerSpec sgd;
+      sgd.set_type(proto::OptimizerSpec::SGD);
+      sgd.set_learning_rate(1.0f);
+      KV_RETURN_IF_ERROR(kv->SetOptimizer(sgd));
+      // Gradient i * (rank + 1) / 8 (exact in float): after both workers'
+      // pushes of a step, w[i] drops by i * 3 / 8.
+      std::vector<float> grad(n);
+      for (int64_t i = 0; i < n; ++i) grad[i] = static_cast<float>(i) * (rank + 1) / 8.0f;
+      const Tensor g = Tensor::FromVector(grad, {n});
+      KV_RETURN_IF_ERROR(kv->PushPull({"w"}, {g}, {got}));
+      KV_RETURN_IF_ERROR(kv->Push({"w"}, {g}));
+      KV_RETURN_IF_ERROR(kv->Barrier());
+      KV_RETURN_IF_ERROR(kv->Pull({"w"}, {got}));
+      const std::vector<float> v = got.ToVector();
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = static_cast<float>(i) - 2 * static_cast<float>(i) * 3 / 8.0f;
+        if (v[i] != want) {
+          return Status::Internal(type + ": element " + std::to_string(i) + " is " +
+                                  std::to_string(v[i]) + ", want " + std::to_string(want));
+        }
+      }
+      return Status::OK();
+    });
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
 
 TEST(DistKVStoreTest, SyncWithoutOptimizerKeepsTheStepsSum) {
   DistFixture f(2, 3);
@@ -194,7 +242,8 @@ TEST(DistKVStoreTest, OptimizerStatesSaveAndLoadThroughTheServers) {
 
 // A trainer's step: one push-pull per parameter, issued as backward makes
 // each gradient, then every wait. Small keys travel together, one request
-// per server; a key of at least KVTRAIN_PS_BUCKET_BYTES goes alone.
+// per server, up to KVTRAIN_PS_BUCKET_BYTES; a larger key is cut into
+// pieces, each sent as soon as the next would overfill its bucket.
 int64_t KVRequestsOfAStep(const std::string& bucket_bytes, int64_t* big_alone) {
   DistFixture f(1, 1, {{"KVTRAIN_PS_BUCKET_BYTES", bucket_bytes}});
   std::mutex mu;
@@ -207,7 +256,7 @@ int64_t KVRequestsOfAStep(const std::string& bucket_bytes, int64_t* big_alone) {
     std::lock_guard<std::mutex> l(mu);
     if (!counting) return;
     ++requests;
-    if (keys == 1 && bytes == 4 * 20000) ++*big_alone;
+    if (keys == 1 && bytes >= 4 * 10000) ++*big_alone;
   });
   const std::vector<int64_t> sizes = {10, 640, 8192, 64, 20000, 128};
   Status s = f.Run("dist_sync", [&](KVStore* kv, int) -> Status {
@@ -252,8 +301,10 @@ int64_t KVRequestsOfAStep(const std::string& bucket_bytes, int64_t* big_alone) {
 
 TEST(DistKVStoreTest, SmallKeysOfAStepTravelAsOneRequest) {
   int64_t big_alone = 0;
-  // 10 + 640 + 8192 + 64 floats wait; the 80 KB key flushes them and goes
-  // alone; the last (128 floats) is sent by the wait.
+  // 10 + 640 + 8192 + 64 floats wait; the 80 KB key is cut into 2 pieces
+  // of 40 KB: the first would overfill the bucket, which leaves; the second
+  // sends the first alone; the wait sends the second with the last key (128
+  // floats).
   EXPECT_EQ(KVRequestsOfAStep("65536", &big_alone), 3);
   EXPECT_EQ(big_alone, 1);
   EXPECT_EQ(KVRequestsOfAStep("0", &big_alone), 6);

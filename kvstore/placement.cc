@@ -7,8 +7,36 @@
 namespace kvtrain {
 namespace kv {
 
-Placement::Placement(int num_servers, int64_t bigarray_bound)
-    : num_servers_(num_servers), bound_(bigarray_bound), bytes_(num_servers, 0) {}
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
+// Cuts [offset, offset + count) on `server` into pieces (see
+// Placement::kPiecesPerSlice) of even sizes (the first count % pieces one
+// element larger).
+void AddPieces(int server, int64_t offset, int64_t count, int64_t piece,
+               std::vector<Part>* out) {
+  int64_t n = 1;
+  if (piece > 0) {
+    n = std::min<int64_t>(CeilDiv(count, piece), Placement::kPiecesPerSlice);
+    n = std::max(n, CeilDiv(count, Placement::kMaxPieceElements));
+  }
+  n = std::max<int64_t>(1, std::min<int64_t>(n, Placement::kMaxPieces));
+  const int64_t base = count / n, extra = count % n;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t c = base + (j < extra ? 1 : 0);
+    out->push_back(Part{server, offset, c, static_cast<int>(j)});
+    offset += c;
+  }
+}
+
+}  // namespace
+
+Placement::Placement(int num_servers, int64_t bigarray_bound, int64_t piece_elements)
+    : num_servers_(num_servers),
+      bound_(bigarray_bound),
+      piece_(piece_elements),
+      bytes_(num_servers, 0) {}
 
 std::vector<std::vector<Part>> Placement::Place(const std::vector<int64_t>& sizes) {
   std::vector<std::vector<Part>> out(sizes.size());
@@ -26,7 +54,7 @@ std::vector<std::vector<Part>> Placement::Place(const std::vector<int64_t>& size
       for (int s = 0; s < num_servers_; ++s) {
         const int64_t count = base + (s < extra ? 1 : 0);
         if (count == 0) continue;
-        out[i].push_back(Part{s, offset, count});
+        AddPieces(s, offset, count, piece_, &out[i]);
         bytes_[s] += count * 4;
         offset += count;
       }
@@ -34,7 +62,7 @@ std::vector<std::vector<Part>> Placement::Place(const std::vector<int64_t>& size
     }
     const int s = static_cast<int>(
         std::min_element(bytes_.begin(), bytes_.end()) - bytes_.begin());
-    out[i].push_back(Part{s, 0, n});
+    AddPieces(s, 0, n, piece_, &out[i]);
     bytes_[s] += n * 4;
   }
   return out;

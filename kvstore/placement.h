@@ -1,8 +1,11 @@
 // Where a key's value lives on the servers. Arrays of at least the big-array
 // bound are split evenly across all servers; smaller ones go whole to the
 // server holding the fewest bytes so far (ties: lowest rank), larger arrays
-// placed first. Every worker places the same keys in the same calls, so
-// placements agree without talking.
+// placed first. Each server's slice is then cut into pieces of about the
+// piece size (see kPiecesPerSlice), which travel and update on their own,
+// so one piece's transfer overlaps another's update and the answer of a
+// third. Every worker places the same keys in the same calls, so placements
+// agree without talking.
 #ifndef KVTRAIN_KVSTORE_PLACEMENT_H_
 #define KVTRAIN_KVSTORE_PLACEMENT_H_
 
@@ -12,20 +15,33 @@
 namespace kvtrain {
 namespace kv {
 
-// One server's slice of a key: elements [offset, offset + count).
+// One piece of a key: elements [offset, offset + count) of the key, held by
+// `server`; `piece` counts the key's pieces on that server from 0.
 struct Part {
   int server = 0;
   int64_t offset = 0;
   int64_t count = 0;
+  int piece = 0;
 };
 
 // Not thread-safe (the store serialises Init calls).
 class Placement {
  public:
-  Placement(int num_servers, int64_t bigarray_bound);
+  // A slice is cut into pieces of at least piece_elements, into at most
+  // kPiecesPerSlice of them (pipelining gains little beyond that, and each
+  // message costs), yet never pieces above kMaxPieceElements (the
+  // transport's 4 MiB frame: larger ones are joined by a copy on receipt),
+  // and never more than kMaxPieces.
+  static constexpr int kPiecesPerSlice = 4;
+  static constexpr int64_t kMaxPieceElements = int64_t{1} << 20;
+  static constexpr int kMaxPieces = 1024;
+
+  // piece_elements: smallest piece (0: a server's slice is one piece).
+  Placement(int num_servers, int64_t bigarray_bound, int64_t piece_elements = 0);
 
   // Places keys with these element counts (one Init call); returns each
-  // key's parts, in server order, in the order of `sizes`.
+  // key's parts in element order (so in server order), in the order of
+  // `sizes`.
   std::vector<std::vector<Part>> Place(const std::vector<int64_t>& sizes);
 
   // Bytes placed on each server so far.
@@ -34,6 +50,7 @@ class Placement {
  private:
   const int num_servers_;
   const int64_t bound_;
+  const int64_t piece_;
   std::vector<int64_t> bytes_;
 };
 

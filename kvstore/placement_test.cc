@@ -61,6 +61,58 @@ TEST(PlacementTest, FewerElementsThanServers) {
   EXPECT_EQ(parts[0][1].server, 1);
 }
 
+TEST(PlacementTest, SlicesAreCutIntoPiecesOfAboutThePieceSize) {
+  // 2 servers, bound 100, pieces of about 30 elements (at most).
+  Placement p(2, 100, 30);
+  auto parts = p.Place({200, 50, 30});
+  // 200: 100 per server, each cut into 4 pieces of 25 (30 would make 4).
+  ASSERT_EQ(parts[0].size(), 8u);
+  int64_t offset = 0;
+  for (size_t j = 0; j < parts[0].size(); ++j) {
+    const Part& q = parts[0][j];
+    EXPECT_EQ(q.server, j < 4 ? 0 : 1);
+    EXPECT_EQ(q.piece, static_cast<int>(j % 4));
+    EXPECT_EQ(q.offset, offset);
+    EXPECT_EQ(q.count, 25);
+    offset += q.count;
+  }
+  // 50 whole on one server, in 2 pieces of 25; 30 is one piece.
+  ASSERT_EQ(parts[1].size(), 2u);
+  EXPECT_EQ(parts[1][0].server, parts[1][1].server);
+  EXPECT_EQ(parts[1][1].offset, 25);
+  ASSERT_EQ(parts[2].size(), 1u);
+  EXPECT_EQ(parts[2][0].count, 30);
+  // Bytes per server count the key once, however it is cut.
+  EXPECT_EQ(p.server_bytes()[0] + p.server_bytes()[1], 4 * 280);
+}
+
+TEST(PlacementTest, PiecesOfUnevenSlicesDifferByAtMostOne) {
+  Placement p(1, 1 << 30, 4);
+  auto parts = p.Place({10});
+  ASSERT_EQ(parts[0].size(), 3u);  // 4 + 3 + 3
+  EXPECT_EQ(parts[0][0].count, 4);
+  EXPECT_EQ(parts[0][1].count, 3);
+  EXPECT_EQ(parts[0][2].offset, 7);
+}
+
+TEST(PlacementTest, SlicesGetAtMostFourPiecesOfAtMostFourMiB) {
+  // Pieces of at least 1 element: 102 elements make 4 pieces (26 and 25).
+  Placement p(1, int64_t{1} << 40, 1);
+  auto parts = p.Place({102, 20 * Placement::kMaxPieceElements + 5,
+                        int64_t{5000} * Placement::kMaxPieceElements});
+  ASSERT_EQ(parts[0].size(), static_cast<size_t>(Placement::kPiecesPerSlice));
+  EXPECT_EQ(parts[0][0].count, 26);
+  EXPECT_EQ(parts[0].back().count, 25);
+  // 20 MiB elements and a bit: 21 pieces, none above the largest piece.
+  ASSERT_EQ(parts[1].size(), 21u);
+  for (const Part& q : parts[1]) EXPECT_LE(q.count, Placement::kMaxPieceElements);
+  // Larger still: at most kMaxPieces, larger pieces.
+  EXPECT_EQ(parts[2].size(), static_cast<size_t>(Placement::kMaxPieces));
+  // Without a piece size, slices stay whole.
+  Placement whole(1, int64_t{1} << 40, 0);
+  EXPECT_EQ(whole.Place({20 * Placement::kMaxPieceElements})[0].size(), 1u);
+}
+
 }  // namespace
 }  // namespace kv
 }  // namespace kvtrain

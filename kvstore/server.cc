@@ -370,7 +370,8 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
   for (size_t i = 0; i < n; ++i) {
     const uint64_t key = data.key(i);
     KeyState* st = states[i];
-    Deferred d{meta, {}, infos[i], g, static_cast<int>(i)};
+    // A single key is answered with its value as it is (no gather copy).
+    Deferred d{meta, {}, infos[i], n == 1 ? nullptr : g, static_cast<int>(i)};
     d.data.keys = data.keys.Slice(i * sizeof(uint64_t), sizeof(uint64_t));
     d.data.vals =
         data.vals.Slice(g->offsets[i], g->offsets[i + 1] - g->offsets[i]);
