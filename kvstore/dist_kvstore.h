@@ -1,7 +1,9 @@
 // The worker side of dist_sync, dist_device_sync and dist_async: keys are
-// placed on the servers (kvstore/placement.h), each push/pull of a key is
-// one request (so its priority counts), values go out and come back without
-// copies, and RunServer serves in server and scheduler processes.
+// placed on the servers and large ones cut into pieces
+// (kvstore/placement.h); push-pulls travel in buckets of about
+// KVTRAIN_PS_BUCKET_BYTES, a piece alone without copies, pushes and pulls
+// one request per piece; RunServer serves in server and scheduler
+// processes.
 #ifndef KVTRAIN_KVSTORE_DIST_KVSTORE_H_
 #define KVTRAIN_KVSTORE_DIST_KVSTORE_H_
 
@@ -31,8 +33,8 @@ class DistKVStore : public KVStore {
   ~DistKVStore() override;
 
   Role role() const override;
-  // Push-pulls of small keys are bucketed: push every key of a step, then
-  // wait (a Wait sends a bucket that is not yet full).
+  // Push-pulls are bucketed: push every key of a step, then wait (a Wait
+  // sends a bucket that is not yet full).
   int rank() const override;
   int num_workers() const override;
   Status Barrier() override;
@@ -65,8 +67,8 @@ class DistKVStore : public KVStore {
     std::vector<int64_t> part_bytes;
     int64_t pushes = 0;                 // this worker's push count
   };
-  // Push-pulls of small keys that travel as one request (one message per
-  // server): filled by PushPullAsync, sent by FlushBucket, and answered
+  // Push-pulls of keys and pieces that travel as one request (one message
+  // per server): filled by PushPullAsync, sent by FlushBucket, and answered
   // once, by the first Wait of any handle it serves.
   struct Bucket {
     struct Entry {
@@ -122,7 +124,8 @@ class DistKVStore : public KVStore {
   StatusOr<Tensor> Reduce(const std::vector<Tensor>& values);
   // Whether a push-pull of `ki` joins the bucket rather than going alone.
   bool Bucketed(const KeyInfo& ki) const;
-  // Adds one key's push-pull to the open bucket (sending it when full).
+  // Adds one key's push-pull to the open bucket, piece by piece (sending a
+  // bucket that the next piece would overfill).
   Status AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGroup& pull,
                      int priority, Pending* pending) EXCLUDES(bucket_mu_);
   // Sends the open bucket, if any: one request per server.

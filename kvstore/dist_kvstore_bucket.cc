@@ -39,21 +39,9 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
     std::lock_guard<std::mutex> lock(mu_);
     step = ++ki->pushes;
   }
-  // Each piece is an entry of its own, and its first pieces leave while the
-  // rest are added. Pieces go to the servers in turn, starting with a
-  // different server on each worker: every server's link gets its share
-  // of the key all along, instead of all workers sending to one server
-  // after another.
-  const int servers = po_->num_servers();
-  std::vector<size_t> order(ki->parts.size());
-  for (size_t j = 0; j < order.size(); ++j) order[j] = j;
-  auto turn = [&](const Part& p) {
-    return std::make_pair(p.piece, (p.server - rank() % servers + servers) % servers);
-  };
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-    return turn(ki->parts[x]) < turn(ki->parts[y]);
-  });
-  for (size_t j : order) {
+  // Each piece is an entry of its own; a key's pieces fill buckets in
+  // element order, so its first pieces leave while the rest are added.
+  for (size_t j = 0; j < ki->parts.size(); ++j) {
     const Part& part = ki->parts[j];
     Bucket::Entry entry;
     entry.name = push.name;
