@@ -48,7 +48,7 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "Seconds the scheduler waits for every node to register before the "
        "job fails naming who is missing."},
       {env::kNumThreads, "cores available to the process",
-       "CPU threads for operators and BLAS."},
+       "CPU threads for operators and BLAS. `tracker/launch.py --launcher local` sets it, unless it or `OMP_NUM_THREADS` is set: cores / workers for each worker, 1 for each server."},
       {env::kOmpNumThreads, "(none)",
        "Used for the CPU thread count when KVTRAIN_NUM_THREADS is unset."},
       {env::kEngine, "threaded",

@@ -29,10 +29,6 @@ std::string Info(proto::KVSyncMode mode, int64_t step, const std::string& name,
   return info.SerializeAsString();
 }
 
-ps::Blob TensorBlob(const Tensor& t) {
-  return ps::Blob(t.storage(), t.raw_data(), t.nbytes());
-}
-
 // A piece's server key: its server's first key, plus the key's id, plus
 // kPieceStride per piece before it on that server. Ids are below 2^33 (int
 // keys, and names from 2^32), pieces at most Placement::kMaxPieces: a

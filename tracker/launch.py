@@ -224,7 +224,15 @@ class Launcher:
     def procs(self):
         a = self.args
         if a.launcher == "local":
-            return launchers.local_procs(self.spec, [(r, k) for r, k, _ in self.placement])
+            procs, shares = launchers.local_procs(self.spec,
+                                                  [(r, k) for r, k, _ in self.placement])
+            if shares:
+                self.log("this host's %d cores: KVTRAIN_NUM_THREADS=%s (set "
+                         "KVTRAIN_NUM_THREADS or OMP_NUM_THREADS to choose)"
+                         % (launchers.host_cores(),
+                            ", ".join("%d per %s" % (n, r) for r, n in sorted(shares.items(),
+                                                                       reverse=True))))
+            return procs
         if a.launcher == "ssh":
             return launchers.ssh_procs(self.spec, self.placement, a.ssh_arg, self.workdir,
                                        self.strict_host_keys)

@@ -151,15 +151,42 @@ def _is_executable(path):
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
+# The variables that choose a process's CPU threads (base/env.cc).
+THREAD_VARS = ("KVTRAIN_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def host_cores():
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def local_procs(spec, placement):
-    """Every server and worker as a child process of the launcher."""
+    """Every server and worker as a child process of the launcher. They share
+    this host's cores: unless the user chose a process's CPU threads
+    (THREAD_VARS, in launch.py's environment or --env*), each worker gets
+    KVTRAIN_NUM_THREADS = cores // workers (at least 1) and each server 1
+    (its updates are a small part of a step, and it idles while workers
+    compute). Otherwise every process would take every core and their
+    threads would wait on each other (torchrun, likewise, sets
+    OMP_NUM_THREADS=1 when it starts several processes on a host).
+    Returns (procs, shares): shares maps a role to the thread count given to
+    its processes, for the roles that got one."""
     procs = []
+    workers = sum(1 for role, _ in placement if role == "worker")
+    per_role = {"worker": max(1, host_cores() // max(1, workers)), "server": 1}
+    shares = {}
     for role, rank in placement:
         env = {k: v for k, v in spec.environ.items()
                if k not in SECURITY_VARS}
         env.update(spec.role_env(role, rank))
+        if role in per_role and not any(env.get(v) for v in THREAD_VARS):
+            env["KVTRAIN_NUM_THREADS"] = str(per_role[role])
+            shares[role] = per_role[role]
         procs.append(Proc(role, rank, list(spec.command), env))
-    return procs
+    return procs, shares
 
 
 # --- ssh ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from launch_testlib import (FAKE_JOB, children_of, kill_marked, launch,  # noqa: E402
                             new_marker, node_pid, read_until, start_launch, wait_gone,
                             wait_no_processes)
+import launchers  # noqa: E402
 from tools import pyunit  # noqa: E402
 
 
@@ -55,6 +56,36 @@ class LocalLaunchTest(unittest.TestCase):
         self.assertIn("[server 0] KVT_B=srv", out)
         self.assertIn("[worker 0] KVT_B=wrk", out)
         self.assertIn("[worker 0] PS_VERBOSE=1", out)
+
+    def test_workers_share_the_cores_unless_threads_are_chosen(self):
+        saved = {v: os.environ.pop(v) for v in launchers.THREAD_VARS if v in os.environ}
+        try:
+            code, out = launch(["-n", "2", "-s", "2"]
+                               + self.job("--print-env", "KVTRAIN_NUM_THREADS"))
+            self.assertEqual(code, 0, out)
+            share = max(1, launchers.host_cores() // 2)
+            for rank in (0, 1):
+                self.assertIn("[worker %d] KVTRAIN_NUM_THREADS=%d" % (rank, share), out)
+                self.assertIn("[server %d] KVTRAIN_NUM_THREADS=1" % rank, out)
+            self.assertIn("KVTRAIN_NUM_THREADS=%d per worker, 1 per server" % share, out)
+            # Chosen for one role with --env-*: that role is left alone.
+            code, out = launch(["-n", "1", "-s", "1", "--env-worker", "OMP_NUM_THREADS=3"]
+                               + self.job("--print-env", "KVTRAIN_NUM_THREADS",
+                                          "--print-env", "OMP_NUM_THREADS"))
+            self.assertEqual(code, 0, out)
+            self.assertIn("[worker 0] OMP_NUM_THREADS=3", out)
+            self.assertIn("[worker 0] KVTRAIN_NUM_THREADS=<unset>", out)
+            self.assertIn("[server 0] KVTRAIN_NUM_THREADS=1", out)
+        finally:
+            os.environ.update(saved)
+        # Chosen in launch.py's environment: left alone everywhere.
+        code, out = launch(["-n", "1", "-s", "1"]
+                           + self.job("--print-env", "KVTRAIN_NUM_THREADS"),
+                           env={"KVTRAIN_NUM_THREADS": "5"})
+        self.assertEqual(code, 0, out)
+        self.assertIn("[worker 0] KVTRAIN_NUM_THREADS=5", out)
+        self.assertIn("[server 0] KVTRAIN_NUM_THREADS=5", out)
+        self.assertNotIn("host's", out)
 
     def test_failing_worker_stops_the_job(self):
         code, out = launch(["-n", "2", "-s", "2"] + self.job(

@@ -102,7 +102,9 @@ TEST(ArrayIterTest, StartEpochReproducesThatEpoch) {
   auto a = Iter(24, o);
   std::vector<std::vector<std::vector<int>>> epochs;
   for (int e = 0; e < 3; ++e) {
-    if (e > 0) ASSERT_TRUE(a->Reset().ok());
+    if (e > 0) {
+      ASSERT_TRUE(a->Reset().ok());
+    }
     epochs.push_back(Epoch(a.get()));
   }
   auto b = Iter(24, o);
