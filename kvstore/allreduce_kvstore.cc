@@ -88,6 +88,17 @@ AllreduceKVStore::~AllreduceKVStore() {
   worker_.join();
 }
 
+void AllreduceKVStore::Abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (error_.ok()) error_ = Status::Aborted("dist_allreduce rank " + std::to_string(rank()) + ": " + reason);
+  }
+  cv_.notify_all();
+  // Peers' waits on this rank fail as "has left"; a collective of ours
+  // waiting on them wakes.
+  comm_->Close();
+}
+
 uint64_t AllreduceKVStore::Enqueue(std::function<Status()> fn) {
   const uint64_t seq = next_seq_++;
   work_.emplace_back(seq, std::move(fn));

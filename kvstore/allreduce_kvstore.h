@@ -74,6 +74,7 @@ class AllreduceKVStore : public InProcessKVStore {
   // on rank 0 (or on all) and then Barrier, which hands them to the others.
   Status LoadOptimizerStates(const std::string& path) override EXCLUDES(mu_);
   Status Finalize() override;
+  void Abort(const std::string& reason) override;
 
  private:
   struct Entry {

@@ -107,6 +107,8 @@ DistKVStore::~DistKVStore() {
   }
 }
 
+void DistKVStore::Abort(const std::string& reason) { po_->Abort(reason); }
+
 Role DistKVStore::role() const { return po_->role(); }
 int DistKVStore::rank() const { return po_->role() == Role::kWorker ? po_->rank() : 0; }
 int DistKVStore::num_workers() const { return po_->num_workers(); }

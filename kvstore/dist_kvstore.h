@@ -57,6 +57,7 @@ class DistKVStore : public KVStore {
   Status LoadOptimizerStates(const std::string& path) override;
   Status RunServer() override;
   Status Finalize() override;
+  void Abort(const std::string& reason) override;
 
  private:
   struct KeyInfo {

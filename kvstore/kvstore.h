@@ -161,6 +161,11 @@ class KVStore {
   // without Finalize aborts the whole job at once, so a worker that fails
   // stops the others instead of leaving them waiting.
   virtual Status Finalize() { return Status::OK(); }
+  // Dist types: fails the whole job at once with `reason` (e.g. the user
+  // pressed Ctrl-C): this process's pending and later calls fail, and the
+  // job's other processes are told. Non-distributed types: nothing to stop.
+  // Thread-safe; callable while another thread waits in this store.
+  virtual void Abort(const std::string& reason) { (void)reason; }
 
  protected:
   explicit KVStore(std::string type) : type_(std::move(type)) {}

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <sstream>
 
@@ -224,8 +225,37 @@ bool ParseInt64(const std::string& text, int64_t* out) {
 
 }  // namespace
 
+thread_local std::vector<AttrDoc>* AttrReader::recorder_ = nullptr;
+
+void AttrReader::Record(const std::string& key, std::string kind,
+                        std::string fallback, bool required) {
+  for (const AttrDoc& d : *recorder_) {
+    if (d.key == key) return;
+  }
+  recorder_->push_back({key, std::move(kind), std::move(fallback), required});
+}
+
+namespace {
+
+std::string RangeText(int64_t min, int64_t max) {
+  std::string out = "int";
+  if (min > std::numeric_limits<int64_t>::min() / 2) out += " >= " + std::to_string(min);
+  if (max < std::numeric_limits<int64_t>::max() / 2) out += ", <= " + std::to_string(max);
+  return out;
+}
+
+}  // namespace
+
 Status AttrReader::Int(const std::string& key, int64_t* out, int64_t min,
                        int64_t max) {
+  if (recorder_ != nullptr) {
+    Record(key, RangeText(min, max), "", true);
+    if (attrs_.count(key) == 0) {
+      asked_.push_back(key);
+      *out = std::max<int64_t>(min, std::min<int64_t>(max, 1));
+      return Status::OK();
+    }
+  }
   const std::string* v = Find(key);
   if (v == nullptr) {
     return Status::InvalidArgument(desc_ + ": missing attribute " + key);
@@ -243,6 +273,7 @@ Status AttrReader::Int(const std::string& key, int64_t* out, int64_t min,
 
 Status AttrReader::Int(const std::string& key, int64_t* out, int64_t min,
                        int64_t max, int64_t fallback) {
+  if (recorder_ != nullptr) Record(key, RangeText(min, max), std::to_string(fallback), false);
   if (attrs_.count(key) == 0) {
     asked_.push_back(key);
     *out = fallback;
@@ -253,6 +284,18 @@ Status AttrReader::Int(const std::string& key, int64_t* out, int64_t min,
 
 Status AttrReader::Float(const std::string& key, double* out, double min,
                          double max, double fallback) {
+  if (recorder_ != nullptr) {
+    // A fallback outside [min, max] marks a required value.
+    const bool required = !(fallback >= min && fallback <= max);
+    std::ostringstream f;
+    if (!required) f << fallback;
+    Record(key, "float", f.str(), required);
+    if (required && attrs_.count(key) == 0) {
+      asked_.push_back(key);
+      *out = std::min(max, std::max(min, 1.0));
+      return Status::OK();
+    }
+  }
   const std::string* v = Find(key);
   if (v == nullptr) {
     *out = fallback;
@@ -274,6 +317,7 @@ Status AttrReader::Float(const std::string& key, double* out, double min,
 }
 
 Status AttrReader::Bool(const std::string& key, bool* out, bool fallback) {
+  if (recorder_ != nullptr) Record(key, "bool", fallback ? "true" : "false", false);
   const std::string* v = Find(key);
   if (v == nullptr) {
     *out = fallback;
@@ -294,6 +338,17 @@ Status AttrReader::Bool(const std::string& key, bool* out, bool fallback) {
 Status AttrReader::Enum(const std::string& key,
                         const std::vector<std::string>& choices, int* out,
                         int fallback) {
+  if (recorder_ != nullptr) {
+    std::string list;
+    for (const std::string& c : choices) list += (list.empty() ? "" : ", ") + c;
+    const bool required = fallback < 0 || fallback >= static_cast<int>(choices.size());
+    Record(key, "one of " + list, required ? "" : choices[fallback], required);
+    if (required && attrs_.count(key) == 0) {
+      asked_.push_back(key);
+      *out = 0;
+      return Status::OK();
+    }
+  }
   const std::string* v = Find(key);
   if (v == nullptr) {
     *out = fallback;
@@ -337,6 +392,15 @@ bool ParseIntList(const std::string& text, int64_t min,
 
 Status AttrReader::IntList(const std::string& key, int64_t min,
                            std::vector<int64_t>* out, bool* present) {
+  if (recorder_ != nullptr) {
+    Record(key, "list of ints >= " + std::to_string(min), "", false);
+    if (attrs_.count(key) == 0) {
+      asked_.push_back(key);
+      *present = true;
+      out->assign(1, std::max<int64_t>(min, 1));
+      return Status::OK();
+    }
+  }
   const std::string* v = Find(key);
   *present = v != nullptr;
   if (v == nullptr) return Status::OK();
@@ -350,6 +414,17 @@ Status AttrReader::IntList(const std::string& key, int64_t min,
 
 Status AttrReader::Tuple(const std::string& key, int n, int64_t min,
                          std::vector<int64_t>* out, bool* present) {
+  if (recorder_ != nullptr) {
+    Record(key, "tuple of " + std::to_string(n) + " ints >= " + std::to_string(min), "", false);
+    if (attrs_.count(key) == 0) {
+      // A placeholder, so that the factory reads on (it decides whether
+      // the key is required; the docs say "optional" for every tuple).
+      asked_.push_back(key);
+      *present = true;
+      out->assign(n, std::max<int64_t>(min, 0));
+      return Status::OK();
+    }
+  }
   const std::string* v = Find(key);
   *present = v != nullptr;
   if (v == nullptr) return Status::OK();
@@ -414,6 +489,23 @@ std::vector<std::string> RegisteredOperators() {
   std::vector<std::string> names;
   for (const auto& [name, f] : r.factories) names.push_back(name);
   return names;
+}
+
+StatusOr<OpDoc> DescribeOperator(const std::string& type) {
+  std::vector<AttrDoc> attrs;
+  AttrReader::recorder_ = &attrs;
+  StatusOr<std::unique_ptr<Operator>> op = CreateOperator(type, "describe", {});
+  AttrReader::recorder_ = nullptr;
+  if (!op.ok() && op.status().code() == Status::Code::kNotFound) return op.status();
+  OpDoc doc;
+  doc.type = type;
+  doc.attrs = std::move(attrs);
+  if (op.ok()) {
+    doc.arguments = (*op)->ListArguments();
+    doc.outputs = (*op)->ListOutputs();
+    doc.aux = (*op)->ListAuxiliaryStates();
+  }
+  return doc;
 }
 
 StatusOr<std::unique_ptr<Operator>> CreateOperator(const std::string& type,

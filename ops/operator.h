@@ -194,6 +194,22 @@ class Operator {
   bool cache_valid_ = false;
 };
 
+// What an op accepts, for documentation (the Python front-end's docstrings):
+// read from its factory by DescribeOperator, so it always matches what the
+// op parses.
+struct AttrDoc {
+  std::string key;
+  std::string kind;      // "int >= 1", "float", "bool", "one of a, b", ...
+  std::string fallback;  // the default as text; empty when required
+  bool required = false;
+};
+struct OpDoc {
+  std::string type;
+  std::vector<std::string> arguments;  // inputs, ListArguments() order
+  std::vector<std::string> outputs;
+  std::vector<std::string> aux;
+  std::vector<AttrDoc> attrs;  // in the order the factory reads them
+};
 // ---- Attribute parsing, for op factories.
 // Reads typed attributes, remembers which keys were asked for, and reports
 // unknown keys with the list of accepted ones:
@@ -228,6 +244,13 @@ class AttrReader {
  private:
   const std::string* Find(const std::string& key);
 
+  // Describe mode (DescribeOperator): every read is recorded, and required
+  // keys read as placeholders so the factory goes on to the next ones.
+  void Record(const std::string& key, std::string kind, std::string fallback,
+              bool required);
+  friend StatusOr<OpDoc> DescribeOperator(const std::string& type);
+  static thread_local std::vector<AttrDoc>* recorder_;
+
   std::string desc_;
   const OpAttrs& attrs_;
   std::vector<std::string> asked_;
@@ -256,6 +279,9 @@ StatusOr<std::unique_ptr<Operator>> CreateOperator(const std::string& type,
                                                    const OpAttrs& attrs);
 // Sorted names of every registered op.
 std::vector<std::string> RegisteredOperators();
+// Describes a registered op (OpDoc above); an unknown type is the same
+// error as CreateOperator's.
+StatusOr<OpDoc> DescribeOperator(const std::string& type);
 
 // ---- Helpers shared by ops and their callers.
 // "(10, 64)" list for messages: "(2, 3), (3)".

@@ -2,6 +2,7 @@
 // NaN/Inf check.
 #include "ops/operator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -81,6 +82,36 @@ TEST(AttrReaderTest, TypedValuesAndErrors) {
             "x (T): attribute b=\"0.5\": expected true or false");
   EXPECT_EQ(r.Float("c", &b, 0, 1, 0).message(),
             "x (T): attribute c=\"true\": expected a number in [0, 1]");
+}
+
+TEST(OperatorRegistryTest, DescribeReadsWhatTheFactoryParses) {
+  StatusOr<OpDoc> fc = DescribeOperator("FullyConnected");
+  ASSERT_TRUE(fc.ok()) << fc.status().ToString();
+  EXPECT_EQ(fc->arguments, (std::vector<std::string>{"data", "weight", "bias"}));
+  ASSERT_GE(fc->attrs.size(), 3u);
+  EXPECT_EQ(fc->attrs[0].key, "num_hidden");
+  EXPECT_TRUE(fc->attrs[0].required);
+  EXPECT_EQ(fc->attrs[1].key, "no_bias");
+  EXPECT_EQ(fc->attrs[1].kind, "bool");
+  EXPECT_EQ(fc->attrs[1].fallback, "false");
+  EXPECT_FALSE(fc->attrs[1].required);
+
+  // Required tuples are read as placeholders: every attribute is listed.
+  StatusOr<OpDoc> conv = DescribeOperator("Convolution");
+  ASSERT_TRUE(conv.ok()) << conv.status().ToString();
+  std::vector<std::string> keys;
+  for (const AttrDoc& a : conv->attrs) keys.push_back(a.key);
+  for (const char* k : {"kernel", "stride", "pad", "num_filter"}) {
+    EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
+  }
+  EXPECT_FALSE(conv->arguments.empty());
+
+  // Every registered op can be described; a normal create still checks.
+  for (const std::string& type : RegisteredOperators()) {
+    EXPECT_TRUE(DescribeOperator(type).ok()) << type;
+  }
+  EXPECT_FALSE(CreateOperator("FullyConnected", "fc", {}).ok());
+  EXPECT_EQ(DescribeOperator("NoSuchOp").status().code(), Status::Code::kNotFound);
 }
 
 TEST(CheckFiniteTest, CountsNanAndInf) {

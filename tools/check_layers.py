@@ -45,6 +45,7 @@ LAYERS = {
     "tools": ["*"],
     "bench": ["*"],
     "tests": ["*"],
+    "python/tests": ["*"],
 }
 
 # Build machinery every package may load or name (rules, config settings,

@@ -22,6 +22,8 @@ PACKAGES=(
   slurm-client slurmctld slurmd munge
   # tools/plot_metrics
   python3-matplotlib
+  # the Python package (python/): the extension's headers and its tests
+  pybind11-dev python3-dev python3-numpy python3-pytest
   # tools/fuzz.sh: clang with libFuzzer and AddressSanitizer (bookworm: 14)
   clang libclang-rt-14-dev
 )

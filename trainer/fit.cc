@@ -167,10 +167,18 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
   for (int epoch = o.begin_epoch; epoch < o.num_epochs; ++epoch) {
     metrics.Reset();
     KV_RETURN_IF_ERROR(train->StartEpoch(epoch));
-    const int64_t batches = o.epoch_size > 0 ? o.epoch_size : train->num_batches();
+    // Workers of a synchronous store must run the same number of steps:
+    // as many as the largest part has.
+    const int64_t batches = o.epoch_size > 0   ? o.epoch_size
+                            : kv->sums_workers() ? train->max_part_batches()
+                                                 : train->num_batches();
     if (report) progress.StartEpoch(epoch, batches);
     Batch batch;
     for (int64_t n = 0; n < batches; ++n) {
+      if (o.stop && o.stop()) {
+        return Status::Aborted("training stopped at epoch " + std::to_string(epoch) +
+                               " batch " + std::to_string(n));
+      }
       KV_ASSIGN_OR_RETURN(bool more, train->Next(&batch));
       if (!more) {
         // This worker's part is shorter than the epoch: start it over, so
@@ -189,6 +197,7 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
         std::fprintf(loss_file.get(), "%.9g\n", batch_loss.Get()[0].second);
       }
       if (report) progress.Batch(n, batch_size_ - batch.pad, metrics.Get());
+      if (o.batch_end) KV_RETURN_IF_ERROR(o.batch_end(epoch, n, metrics.Get()));
     }
     if (report) progress.EndTraining();
     MetricValues validation;
@@ -200,6 +209,7 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
       KV_RETURN_IF_ERROR(SaveCheckpoint(o.model_prefix, epoch + 1, kv, local_optimizer.get())
                              .Annotate("checkpoint of epoch " + std::to_string(epoch + 1)));
     }
+    if (o.epoch_end) KV_RETURN_IF_ERROR(o.epoch_end(epoch));
   }
   return Status::OK();
 }

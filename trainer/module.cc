@@ -217,6 +217,42 @@ StatusOr<MetricValues> Module::Score(DataIter* data, const std::vector<std::stri
   return metrics.Get();
 }
 
+StatusOr<Tensor> Module::Predict(DataIter* data) {
+  if (execs_.empty()) return Status::FailedPrecondition("Predict before Bind");
+  if (output_index_ < 0) {
+    return Status::FailedPrecondition("Predict on a rank without the graph's output");
+  }
+  KV_RETURN_IF_ERROR(data->Reset());
+  std::vector<float> rows;
+  std::vector<int64_t> dims;
+  int64_t count = 0;
+  Batch batch;
+  while (true) {
+    KV_ASSIGN_OR_RETURN(bool more, data->Next(&batch));
+    if (!more) break;
+    KV_RETURN_IF_ERROR(Feed(batch));
+    for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartForward(false).status());
+    for (auto& e : execs_) KV_RETURN_IF_ERROR(e->Wait());
+    const int64_t keep = batch_size_ - batch.pad;
+    for (size_t d = 0; d < execs_.size(); ++d) {
+      const Slice& s = slices_[d];
+      const int64_t n = std::max<int64_t>(0, std::min(keep, s.begin + s.size) - s.begin);
+      if (n == 0) continue;
+      KV_ASSIGN_OR_RETURN(Tensor out,
+                          execs_[d]->outputs()[output_index_].CopyTo(Device::CPU()));
+      dims = out.shape().dims();
+      const int64_t row = out.shape().Product(1, out.ndim());
+      rows.insert(rows.end(), out.data<float>(), out.data<float>() + n * row);
+      count += n;
+    }
+  }
+  if (dims.empty()) return Status::InvalidArgument("Predict: the data yields no batch");
+  dims[0] = count;
+  Tensor result = Tensor::Empty(Shape(dims));
+  std::copy(rows.begin(), rows.end(), result.data<float>());
+  return result;
+}
+
 StatusOr<ModelArrays> Module::Arrays() const {
   if (execs_.empty()) return Status::FailedPrecondition("Arrays before Bind");
   ModelArrays out;

@@ -8,6 +8,7 @@
 #ifndef KVTRAIN_TRAINER_MODULE_H_
 #define KVTRAIN_TRAINER_MODULE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -78,6 +79,15 @@ struct FitOptions {
   // The params file resumed from (its source and states_digest): when set,
   // resume_states must be the states file saved with it.
   const ModelArrays* resume_params = nullptr;
+  // Called after every batch with the epoch, the batch's index in it and
+  // the epoch's running train metrics; an error stops Fit with it.
+  std::function<Status(int epoch, int64_t batch, const MetricValues& train)> batch_end;
+  // Called after every epoch (after its validation and checkpoint) with its
+  // index; an error stops Fit with it.
+  std::function<Status(int epoch)> epoch_end;
+  // Checked before every batch: when it returns true Fit stops at once
+  // with Aborted (e.g. Ctrl-C in the Python front-end).
+  std::function<bool()> stop;
 };
 
 // Not thread-safe: one thread drives it.
@@ -100,6 +110,9 @@ class Module {
   Status Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOptions& options);
   // Metrics of the model on `data` (forward only).
   StatusOr<MetricValues> Score(DataIter* data, const std::vector<std::string>& metrics);
+  // The graph's first output for every example of `data` (forward only, the
+  // padding of the last batch dropped), on the host: (examples, ...).
+  StatusOr<Tensor> Predict(DataIter* data);
 
   // The parameters and auxiliary states (from the first device, on the host).
   StatusOr<ModelArrays> Arrays() const;

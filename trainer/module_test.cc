@@ -69,6 +69,56 @@ TEST(ModuleTest, LearnsAndSeveralDevicesEqualOne) {
   }
 }
 
+TEST(ModuleTest, CallbacksStopAndPredict) {
+  auto m = std::move(Module::Create(models::Mlp({8}, 2), ModuleOptions())).value();
+  auto it = TwoClasses(20);  // 20 batches per epoch
+  ASSERT_TRUE(m->Bind(it->data_shape(), {20}).ok());
+  ASSERT_TRUE(m->InitParams(InitializerOptions()).ok());
+  auto kv = std::move(KVStore::Create("local")).value();
+  FitOptions fo;
+  fo.num_epochs = 2;
+  fo.optimizer = Sgd();
+  fo.disp_batches = 0;
+  std::vector<std::pair<int, int64_t>> batches;
+  std::vector<int> epochs;
+  fo.batch_end = [&](int epoch, int64_t n, const MetricValues& train) {
+    EXPECT_EQ(train.size(), 1u);
+    batches.emplace_back(epoch, n);
+    return Status::OK();
+  };
+  fo.epoch_end = [&](int epoch) {
+    epochs.push_back(epoch);
+    return Status::OK();
+  };
+  ASSERT_TRUE(m->Fit(it.get(), nullptr, kv.get(), fo).ok());
+  EXPECT_EQ(batches.size(), 40u);
+  EXPECT_EQ(batches.back(), std::make_pair(1, int64_t{19}));
+  EXPECT_EQ(epochs, (std::vector<int>{0, 1}));
+
+  // A callback's error ends Fit with it; stop() ends it before a batch.
+  fo.batch_end = [](int, int64_t n, const MetricValues&) {
+    return n == 3 ? Status::InvalidArgument("from the callback") : Status::OK();
+  };
+  // (A store takes each key's initial value once: a new one per Fit.)
+  kv = std::move(KVStore::Create("local")).value();
+  Status s = m->Fit(it.get(), nullptr, kv.get(), fo);
+  EXPECT_EQ(s.message(), "from the callback");
+  fo.batch_end = nullptr;
+  int asked = 0;
+  fo.stop = [&] { return ++asked > 5; };
+  kv = std::move(KVStore::Create("local")).value();
+  s = m->Fit(it.get(), nullptr, kv.get(), fo);
+  EXPECT_EQ(s.code(), Status::Code::kAborted);
+  EXPECT_EQ(s.message(), "training stopped at epoch 0 batch 5");
+
+  // Predict: one row per example, the padding dropped; rows are probabilities.
+  StatusOr<Tensor> p = m->Predict(it.get());
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->shape(), Shape({400, 2}));
+  const std::vector<float> v = p->ToVector();
+  for (int i = 0; i < 400; ++i) EXPECT_NEAR(v[2 * i] + v[2 * i + 1], 1.0f, 1e-5);
+}
+
 TEST(ModuleTest, Errors) {
   ModuleOptions mo;
   mo.devices = {Device::CPU(0), Device::CPU(1)};

@@ -92,6 +92,16 @@ class ArrayIter : public DataIter {
   int batch_size() const override { return opts_.batch_size; }
   Shape data_shape() const override { return batch_shape_; }
   int64_t num_batches() const override { return num_batches_; }
+  int64_t max_part_batches() const override {
+    // Part 0 holds chunks 0, parts, 2 parts, ...: the most of any part.
+    const int64_t b = opts_.batch_size;
+    const int64_t chunks = (n_ + b - 1) / b;
+    const int64_t mine = (chunks + opts_.num_parts - 1) / opts_.num_parts;
+    if (opts_.last_batch != LastBatch::kDiscard) return mine;
+    // Discard: only whole chunks make batches (the last may be short).
+    const int64_t whole = n_ / b;
+    return (whole + opts_.num_parts - 1) / opts_.num_parts;
+  }
 
  private:
   // This part's examples for the current epoch, padded to whole batches.

@@ -39,6 +39,9 @@ class DataIter {
   virtual Shape data_shape() const = 0;
   // Batches per epoch in this part.
   virtual int64_t num_batches() const = 0;
+  // The most batches any part of the data set has (part 0's): how many
+  // steps every worker of a synchronous job takes per epoch.
+  virtual int64_t max_part_batches() const { return num_batches(); }
 };
 
 enum class LastBatch {

@@ -137,6 +137,23 @@ TEST(ArrayIterTest, PartsInterleaveByBatch) {
   }
 }
 
+TEST(ArrayIterTest, MaxPartBatchesIsPartZeros) {
+  // 7 chunks of 3 (the last short) over 3 parts: parts get 3, 2 and 2.
+  IterOptions o;
+  o.batch_size = 3;
+  o.num_parts = 3;
+  for (int i = 0; i < 3; ++i) {
+    o.part_index = i;
+    auto it = Iter(20, o);
+    EXPECT_EQ(it->num_batches(), i == 0 ? 3 : 2) << i;
+    EXPECT_EQ(it->max_part_batches(), 3) << i;
+  }
+  // Discard: the short chunk makes no batch, so 6 whole chunks, 2 each.
+  o.last_batch = LastBatch::kDiscard;
+  o.part_index = 2;
+  EXPECT_EQ(Iter(20, o)->max_part_batches(), 2);
+}
+
 TEST(ArrayIterTest, PrefetchGivesTheSameBatches) {
   IterOptions o;
   o.batch_size = 7;

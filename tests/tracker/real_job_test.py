@@ -84,6 +84,18 @@ class SshRealJobTest(unittest.TestCase):
         self.assertEqual(out.count("CURVE security on, job key"), 5, out)
         self.assertEqual(wait_no_processes(marker), [])
 
+    def test_python_training_script(self):
+        # MXNet's command from its distributed-training page, with
+        # `python3 examples/python/train_mnist.py` for `python train_mnist.py`.
+        code, out = launch(self.base() + [
+            "/usr/bin/python3", os.path.abspath("examples/python/train_mnist.py"),
+            "--network", "lenet", "--kv-store", "dist_sync", "--num-epochs", "1",
+            "--num-examples", "1000", "--disp-batches", "0"], timeout=300)
+        self.assertEqual(code, 0, out)
+        accuracies = re.findall(r"\[worker (\d)\] Test accuracy=(\S+)", out)
+        self.assertEqual(sorted(r for r, _ in accuracies), ["0", "1"], out)
+        self.assertEqual(len(set(a for _, a in accuracies)), 1, out)
+
     def test_sigkilled_remote_worker_ends_the_job(self):
         marker = new_marker()
         p = start_launch(self.base() + node(marker, "--scenario=traffic"))

@@ -1,0 +1,120 @@
+// kvtrain._kvtrain.DataIter: the C++ iterators over numpy arrays and
+// MNIST-format directories (kvtrain.io wraps them).
+#include <memory>
+#include <string>
+
+#include "engine/io/data_iter.h"
+#include "python/bind_common.h"
+#include "python/bind_parts.h"
+
+namespace kvtrain {
+namespace python {
+namespace {
+
+// A C++ iterator and the numpy arrays it reads (kept alive with it).
+class PyIter {
+ public:
+  PyIter(std::unique_ptr<DataIter> it, py::object data, py::object label)
+      : it_(std::move(it)), data_(std::move(data)), label_(std::move(label)) {}
+  DataIter* it() const { return it_.get(); }
+
+ private:
+  std::unique_ptr<DataIter> it_;
+  py::object data_, label_;
+};
+
+LastBatch ParseLastBatch(const std::string& s) {
+  if (s == "pad") return LastBatch::kPad;
+  if (s == "discard") return LastBatch::kDiscard;
+  throw StatusError{Status::InvalidArgument("last_batch_handle=\"" + s +
+                                            "\": expected pad or discard")};
+}
+
+IterOptions Options(int batch_size, bool shuffle, uint64_t seed, const std::string& last,
+                    int num_parts, int part_index, bool prefetch) {
+  IterOptions o;
+  o.batch_size = batch_size;
+  o.shuffle = shuffle;
+  o.seed = seed;
+  o.last_batch = ParseLastBatch(last);
+  o.num_parts = num_parts;
+  o.part_index = part_index;
+  o.prefetch = prefetch;
+  return o;
+}
+
+}  // namespace
+
+DataIter* IterOf(const py::object& iter) {
+  return iter.cast<std::shared_ptr<PyIter>>()->it();
+}
+
+void BindIo(py::module_& m) {
+  py::class_<PyIter, std::shared_ptr<PyIter>>(m, "DataIter")
+      .def_static(
+          "from_arrays",
+          [](py::array data, py::array label, int batch_size, bool shuffle, uint64_t seed,
+             const std::string& last, int num_parts, int part_index, bool prefetch) {
+            IterOptions o = Options(batch_size, shuffle, seed, last, num_parts, part_index,
+                                    prefetch);
+            o.scale = 1.0f;
+            Tensor d = ViewAnyArray(data, "data");
+            Tensor l = ViewAnyArray(label, "label");
+            std::unique_ptr<DataIter> it = Check(NewArrayIter(d, l, o));
+            return std::make_shared<PyIter>(std::move(it), data, label);
+          },
+          py::arg("data"), py::arg("label"), py::arg("batch_size"), py::arg("shuffle"),
+          py::arg("seed"), py::arg("last_batch_handle"), py::arg("num_parts"),
+          py::arg("part_index"), py::arg("prefetch"))
+      .def_static(
+          "mnist",
+          [](const std::string& dir, bool train, int batch_size, bool shuffle, uint64_t seed,
+             bool flat, const std::string& last, int num_parts, int part_index,
+             int64_t num_examples, bool prefetch) {
+            IterOptions o = Options(batch_size, shuffle, seed, last, num_parts, part_index,
+                                    prefetch);
+            o.flat = flat;
+            o.num_examples = num_examples;
+            std::unique_ptr<DataIter> it;
+            RunBlocking([&]() -> Status {
+              KV_ASSIGN_OR_RETURN(it, NewMnistIter(dir, train, o));
+              return Status::OK();
+            });
+            return std::make_shared<PyIter>(std::move(it), py::none(), py::none());
+          },
+          py::arg("data_dir"), py::arg("train"), py::arg("batch_size"), py::arg("shuffle"),
+          py::arg("seed"), py::arg("flat"), py::arg("last_batch_handle"),
+          py::arg("num_parts"), py::arg("part_index"), py::arg("num_examples"),
+          py::arg("prefetch"))
+      .def_property_readonly("batch_size", [](const PyIter& i) { return i.it()->batch_size(); })
+      .def_property_readonly("data_shape",
+                             [](const PyIter& i) {
+                               const Shape s = i.it()->data_shape();
+                               py::tuple t(s.ndim());
+                               for (int d = 0; d < s.ndim(); ++d) t[d] = s[d];
+                               return t;
+                             })
+      .def_property_readonly("num_batches",
+                             [](const PyIter& i) { return i.it()->num_batches(); })
+      .def_property_readonly("max_part_batches",
+                             [](const PyIter& i) { return i.it()->max_part_batches(); })
+      .def("reset", [](PyIter& i) { RunBlocking([&] { return i.it()->Reset(); }); })
+      .def("start_epoch",
+           [](PyIter& i, int64_t epoch) {
+             RunBlocking([&] { return i.it()->StartEpoch(epoch); });
+           })
+      // (data, label, pad) copies of the next batch, or None at the end.
+      .def("next", [](PyIter& i) -> py::object {
+        Batch b;
+        bool more = false;
+        RunBlocking([&]() -> Status {
+          KV_ASSIGN_OR_RETURN(more, i.it()->Next(&b));
+          return Status::OK();
+        });
+        if (!more) return py::none();
+        return py::make_tuple(ToArray(b.data), ToArray(b.label), b.pad);
+      });
+}
+
+}  // namespace python
+}  // namespace kvtrain

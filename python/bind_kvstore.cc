@@ -1,0 +1,241 @@
+// kvtrain._kvtrain.KVStore and the optimizer spec builder (kvtrain.kv and
+// kvtrain.optimizer wrap them).
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvstore/kvstore.h"
+#include "ops/optimizer.h"
+#include "python/bind_common.h"
+#include "python/bind_parts.h"
+
+namespace kvtrain {
+namespace python {
+namespace {
+
+Key ToKey(const py::handle& h) {
+  if (py::isinstance<py::str>(h)) return Key(h.cast<std::string>());
+  if (py::isinstance<py::int_>(h) && !py::isinstance<py::bool_>(h)) {
+    const long long id = h.cast<long long>();
+    if (id < 0 || id > INT32_MAX) {
+      throw py::value_error("key " + std::to_string(id) +
+                            ": int keys must be in [0, 2^31 - 1]");
+    }
+    return Key(static_cast<int>(id));
+  }
+  throw py::type_error("a key must be an int or a str, got " +
+                       py::str(py::type::of(h)).cast<std::string>());
+}
+
+std::vector<Key> ToKeys(const py::list& keys) {
+  std::vector<Key> out;
+  for (const py::handle& h : keys) out.push_back(ToKey(h));
+  return out;
+}
+
+std::vector<Tensor> ToTensors(const std::vector<Key>& keys, const py::list& arrays,
+                              bool writable, const char* what) {
+  if (arrays.size() != keys.size()) {
+    throw py::value_error(std::string(what) + ": " + std::to_string(arrays.size()) +
+                          " arrays for " + std::to_string(keys.size()) + " keys");
+  }
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!py::isinstance<py::array>(arrays[i])) {
+      throw py::type_error("key " + keys[i].ToString() + ": expected a numpy array, got " +
+                           py::str(py::type::of(arrays[i])).cast<std::string>());
+    }
+    out.push_back(ViewArray(arrays[i].cast<py::array>(), "key " + keys[i].ToString(), writable));
+  }
+  return out;
+}
+
+// The store and what the Python side needs besides it.
+class PyKVStore {
+ public:
+  explicit PyKVStore(std::unique_ptr<KVStore> kv) : kv_(std::move(kv)) {}
+
+  KVStore* kv() const { return kv_.get(); }
+  // Stops the job when the user presses Ctrl-C during a call.
+  std::function<void()> Aborter() const {
+    KVStore* kv = kv_.get();
+    const std::string who = Who();
+    return [kv, who] { kv->Abort(who + " was interrupted (KeyboardInterrupt)"); };
+  }
+  std::string Who() const {
+    if (!kv_->is_distributed()) return "this process";
+    return std::string(RoleName(kv_->role())) + " " + std::to_string(kv_->rank());
+  }
+  bool finished() const { return finished_; }
+  void set_finished() { finished_ = true; }
+
+ private:
+  std::unique_ptr<KVStore> kv_;
+  bool finished_ = false;
+};
+
+std::shared_ptr<PyKVStore> Create(const std::string& type) {
+  std::unique_ptr<KVStore> kv;
+  RunBlocking([&]() -> Status {
+    KV_ASSIGN_OR_RETURN(kv, KVStore::Create(type));
+    return Status::OK();
+  });
+  return std::make_shared<PyKVStore>(std::move(kv));
+}
+
+py::bytes OptimizerSpec(const std::string& name, const py::dict& params) {
+  static const std::map<std::string, proto::OptimizerSpec::Type> kTypes = {
+      {"sgd", proto::OptimizerSpec::SGD},
+      {"nag", proto::OptimizerSpec::NAG},
+      {"adam", proto::OptimizerSpec::ADAM},
+      {"adagrad", proto::OptimizerSpec::ADAGRAD}};
+  auto t = kTypes.find(name);
+  if (t == kTypes.end()) {
+    throw StatusError{Status::InvalidArgument("optimizer \"" + name +
+                                              "\": expected sgd, nag, adam or adagrad")};
+  }
+  proto::OptimizerSpec spec;
+  spec.set_type(t->second);
+  spec.set_learning_rate(0.01f);
+  for (const auto& [k, v] : params) {
+    const std::string key = py::str(k);
+    auto number = [&, v = v]() -> float {
+      if (!py::isinstance<py::float_>(v) && !py::isinstance<py::int_>(v)) {
+        throw StatusError{Status::InvalidArgument("optimizer parameter " + key +
+                                                  ": expected a number")};
+      }
+      return v.cast<float>();
+    };
+    if (key == "learning_rate" || key == "lr") {
+      spec.set_learning_rate(number());
+    } else if (key == "momentum") {
+      spec.set_momentum(number());
+    } else if (key == "wd") {
+      spec.set_weight_decay(number());
+    } else if (key == "rescale_grad") {
+      spec.set_rescale_grad(number());
+    } else if (key == "clip_gradient") {
+      spec.set_clip_gradient(number());
+    } else if (key == "beta1") {
+      spec.set_beta1(number());
+    } else if (key == "beta2") {
+      spec.set_beta2(number());
+    } else if (key == "epsilon") {
+      spec.set_epsilon(number());
+    } else if (key == "lr_scheduler") {
+      if (v.is_none()) continue;
+      py::dict s = v.attr("_spec")();
+      proto::LrSchedule* ls = spec.mutable_lr_schedule();
+      const std::string type = py::str(s["type"]);
+      ls->set_type(type == "factor" ? proto::LrSchedule::FACTOR
+                                    : proto::LrSchedule::MULTI_FACTOR);
+      if (type == "factor") ls->set_step(s["step"].cast<int64_t>());
+      if (type == "multifactor") {
+        for (const py::handle& st : s["step"].cast<py::list>()) ls->add_steps(st.cast<int64_t>());
+      }
+      ls->set_factor(s["factor"].cast<float>());
+      ls->set_min_lr(s["stop_factor_lr"].cast<float>());
+    } else {
+      throw StatusError{Status::InvalidArgument(
+          "optimizer parameter \"" + key +
+          "\" is unknown; accepted: learning_rate, momentum, wd, rescale_grad, "
+          "clip_gradient, beta1, beta2, epsilon, lr_scheduler")};
+    }
+  }
+  Check(Optimizer::Create(spec).status());
+  return py::bytes(spec.SerializeAsString());
+}
+
+}  // namespace
+
+KVStore* StoreOf(const py::object& store) {
+  return store.cast<std::shared_ptr<PyKVStore>>()->kv();
+}
+std::function<void()> AborterOf(const py::object& store) {
+  return store.cast<std::shared_ptr<PyKVStore>>()->Aborter();
+}
+
+void BindKVStore(py::module_& m) {
+  m.def("optimizer_spec", &OptimizerSpec, py::arg("name"), py::arg("params"),
+        "The serialized OptimizerSpec for an optimizer name and its parameters "
+        "(checked: a bad value is a ValueError naming it).");
+  m.def("kvstore_types", [] { return KVStore::Types(); });
+
+  py::class_<PyKVStore, std::shared_ptr<PyKVStore>>(m, "KVStore")
+      .def_static("create", &Create, py::arg("type"))
+      .def_property_readonly("type", [](const PyKVStore& s) { return s.kv()->type(); })
+      .def_property_readonly("rank", [](const PyKVStore& s) { return s.kv()->rank(); })
+      .def_property_readonly("num_workers",
+                             [](const PyKVStore& s) { return s.kv()->num_workers(); })
+      .def_property_readonly("role",
+                             [](const PyKVStore& s) { return RoleName(s.kv()->role()); })
+      .def_property_readonly("is_distributed",
+                             [](const PyKVStore& s) { return s.kv()->is_distributed(); })
+      .def_property_readonly("sums_workers",
+                             [](const PyKVStore& s) { return s.kv()->sums_workers(); })
+      .def_property_readonly("finished", &PyKVStore::finished)
+      .def("init",
+           [](PyKVStore& s, const py::list& keys, const py::list& values) {
+             const std::vector<Key> k = ToKeys(keys);
+             const std::vector<Tensor> v = ToTensors(k, values, false, "init");
+             RunBlocking([&] { return s.kv()->Init(k, v); }, s.Aborter());
+           })
+      .def("push",
+           [](PyKVStore& s, const py::list& keys, const py::list& values, int priority) {
+             const std::vector<Key> k = ToKeys(keys);
+             const std::vector<Tensor> v = ToTensors(k, values, false, "push");
+             RunBlocking([&] { return s.kv()->Push(k, v, priority); }, s.Aborter());
+           })
+      .def("pull",
+           [](PyKVStore& s, const py::list& keys, const py::list& outs, int priority) {
+             const std::vector<Key> k = ToKeys(keys);
+             const std::vector<Tensor> o = ToTensors(k, outs, true, "pull");
+             RunBlocking([&] { return s.kv()->Pull(k, o, priority); }, s.Aborter());
+           })
+      .def("pushpull",
+           [](PyKVStore& s, const py::list& keys, const py::list& values, const py::list& outs,
+              int priority) {
+             const std::vector<Key> k = ToKeys(keys);
+             const std::vector<Tensor> v = ToTensors(k, values, false, "pushpull");
+             const std::vector<Tensor> o = ToTensors(k, outs, true, "pushpull");
+             RunBlocking([&] { return s.kv()->PushPull(k, v, o, priority); }, s.Aborter());
+           })
+      .def("set_optimizer",
+           [](PyKVStore& s, const py::bytes& spec_bytes) {
+             proto::OptimizerSpec spec;
+             if (!spec.ParseFromString(std::string(spec_bytes))) {
+               throw py::value_error("set_optimizer: not a serialized OptimizerSpec");
+             }
+             RunBlocking([&] { return s.kv()->SetOptimizer(spec); }, s.Aborter());
+           })
+      .def("barrier",
+           [](PyKVStore& s) { RunBlocking([&] { return s.kv()->Barrier(); }, s.Aborter()); })
+      .def("save_optimizer_states",
+           [](PyKVStore& s, const std::string& path) {
+             RunBlocking([&] { return s.kv()->SaveOptimizerStates(path); }, s.Aborter());
+           })
+      .def("load_optimizer_states",
+           [](PyKVStore& s, const std::string& path) {
+             RunBlocking([&] { return s.kv()->LoadOptimizerStates(path); }, s.Aborter());
+           })
+      .def("run_server",
+           [](PyKVStore& s) {
+             s.set_finished();
+             RunBlocking([&] { return s.kv()->RunServer(); }, s.Aborter());
+           })
+      .def("finalize",
+           [](PyKVStore& s) {
+             if (s.finished()) return;
+             s.set_finished();
+             RunBlocking([&] { return s.kv()->Finalize(); }, s.Aborter());
+           })
+      .def("abort", [](PyKVStore& s, const std::string& reason) {
+        s.set_finished();
+        py::gil_scoped_release release;
+        s.kv()->Abort(reason);
+      });
+}
+
+}  // namespace python
+}  // namespace kvtrain

@@ -1,0 +1,236 @@
+// kvtrain._kvtrain.Module (kvtrain.mod.Module wraps it) and the checkpoint
+// files, the same the C++ trainer reads and writes.
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/symbol.h"
+#include "kvstore/kvstore.h"
+#include "ops/initializer.h"
+#include "python/bind_common.h"
+#include "python/bind_parts.h"
+#include "trainer/checkpoint.h"
+#include "trainer/module.h"
+
+namespace kvtrain {
+namespace python {
+namespace {
+
+Shape ToShape(const py::handle& h, const std::string& what) {
+  std::vector<int64_t> dims;
+  try {
+    for (const py::handle& d : h) dims.push_back(d.cast<int64_t>());
+  } catch (const py::cast_error&) {
+    throw py::type_error(what + ": expected a tuple of ints");
+  }
+  return Shape(dims);
+}
+
+py::dict ToDict(const std::map<std::string, Tensor>& arrays) {
+  py::dict out;
+  for (const auto& [name, t] : arrays) out[py::str(name)] = ToArray(t);
+  return out;
+}
+
+std::map<std::string, Tensor> FromDict(const py::dict& d, const char* what) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [k, v] : d) {
+    const std::string name = py::str(k);
+    if (!py::isinstance<py::array>(v)) {
+      throw py::type_error(std::string(what) + " " + name + ": expected a numpy array");
+    }
+    out[name] = ViewArray(v.cast<py::array>(), std::string(what) + " " + name, false).Clone();
+  }
+  return out;
+}
+
+py::list ToList(const MetricValues& values) {
+  py::list out;
+  for (const auto& [name, v] : values) out.append(py::make_tuple(name, v));
+  return out;
+}
+
+class PyModule {
+ public:
+  PyModule(std::unique_ptr<Module> m) : module_(std::move(m)) {}
+  Module* module() const { return module_.get(); }
+  // A checkpoint loaded to start from (Module.load): its arrays, and the
+  // optimizer states file saved with it ("" when not resuming states).
+  std::optional<ModelArrays> preload;
+  std::string resume_states;
+
+ private:
+  std::unique_ptr<Module> module_;
+};
+
+std::shared_ptr<PyModule> Create(const Symbol& symbol, const py::list& devices,
+                                 const std::vector<double>& work_load_list,
+                                 const std::string& data_name, const std::string& label_name) {
+  ModuleOptions o;
+  o.data_name = data_name;
+  o.label_name = label_name;
+  o.devices.clear();
+  for (const py::handle& d : devices) {
+    const std::string type = d.attr("device_type").cast<std::string>();
+    const int id = d.attr("device_id").cast<int>();
+    const Device dev = type == "gpu" ? Device::GPU(id) : Device::CPU(id);
+    Check(CheckDevice(dev));
+    o.devices.push_back(dev);
+  }
+  o.work_load_list = work_load_list;
+  return std::make_shared<PyModule>(Check(Module::Create(symbol, o)));
+}
+
+void Fit(PyModule& m, const py::object& train, const py::object& eval, const py::object& kv,
+         const py::dict& opts, const py::object& batch_end, const py::object& epoch_end) {
+  FitOptions o;
+  o.begin_epoch = opts["begin_epoch"].cast<int>();
+  o.num_epochs = opts["num_epoch"].cast<int>();
+  o.epoch_size = opts["epoch_size"].cast<int64_t>();
+  if (!o.optimizer.ParseFromString(opts["optimizer"].cast<std::string>())) {
+    throw py::value_error("fit: not a serialized OptimizerSpec");
+  }
+  o.metrics = opts["eval_metric"].cast<std::vector<std::string>>();
+  o.disp_batches = opts["disp_batches"].cast<int>();
+  o.model_prefix = opts["model_prefix"].cast<std::string>();
+  o.metrics_file = opts["metrics_file"].cast<std::string>();
+  o.update_on_kvstore = opts["update_on_kvstore"].cast<bool>();
+  if (m.preload && !m.resume_states.empty() && o.begin_epoch > 0) {
+    o.resume_states = m.resume_states;
+    o.resume_params = &*m.preload;
+  }
+  // A Python callback's exception ends Fit and is raised as it was.
+  std::optional<py::error_already_set> raised;
+  auto call = [&](const py::object& fn, auto... args) -> Status {
+    py::gil_scoped_acquire gil;
+    try {
+      fn(args...);
+    } catch (py::error_already_set& e) {
+      raised.emplace(std::move(e));
+      return Status::Aborted("a Python callback raised an exception");
+    }
+    return Status::OK();
+  };
+  if (!batch_end.is_none()) {
+    o.batch_end = [&](int epoch, int64_t n, const MetricValues& values) -> Status {
+      py::gil_scoped_acquire gil;
+      return call(batch_end, epoch, n, ToList(values));
+    };
+  }
+  if (!epoch_end.is_none()) {
+    o.epoch_end = [&](int epoch) -> Status { return call(epoch_end, epoch); };
+  }
+  o.stop = [] { return Interrupted(); };
+  KVStore* store = StoreOf(kv);
+  DataIter* t = IterOf(train);
+  DataIter* e = eval.is_none() ? nullptr : IterOf(eval);
+  try {
+    RunBlocking([&] { return m.module()->Fit(t, e, store, o); }, AborterOf(kv));
+  } catch (const StatusError&) {
+    if (raised) {
+      raised->restore();
+      raised.reset();
+      throw py::error_already_set();
+    }
+    throw;
+  }
+}
+
+}  // namespace
+
+void BindModule(py::module_& m) {
+  py::class_<PyModule, std::shared_ptr<PyModule>>(m, "Module")
+      .def_static("create", &Create, py::arg("symbol"), py::arg("devices"),
+                  py::arg("work_load_list"), py::arg("data_name"), py::arg("label_name"))
+      .def("bind",
+           [](PyModule& m, const py::object& data_shape, const py::object& label_shape) {
+             Check(m.module()->Bind(ToShape(data_shape, "data shape"),
+                                    ToShape(label_shape, "label shape")));
+           })
+      .def("init_params",
+           [](PyModule& m, const std::string& init, uint64_t seed, const py::object& args,
+              const py::object& aux, bool from_preload) {
+             InitializerOptions io = Check(ParseInitializer(init));
+             io.seed = seed;
+             if (from_preload && m.preload) {
+               RunBlocking([&] { return m.module()->InitParams(io, &*m.preload); });
+               return;
+             }
+             if (args.is_none()) {
+               RunBlocking([&] { return m.module()->InitParams(io); });
+               return;
+             }
+             ModelArrays from;
+             from.args = FromDict(args.cast<py::dict>(), "arg_params");
+             if (!aux.is_none()) from.aux = FromDict(aux.cast<py::dict>(), "aux_params");
+             from.source = "arg_params";
+             RunBlocking([&] { return m.module()->InitParams(io, &from); });
+           })
+      .def("preload_checkpoint",
+           [](PyModule& m, const std::string& prefix, int epoch, bool states) {
+             m.preload = Check(LoadCheckpointParams(prefix, epoch));
+             m.resume_states = states ? StatesPath(prefix, epoch) : "";
+           })
+      .def("fit", &Fit)
+      .def("score",
+           [](PyModule& m, const py::object& data, const std::vector<std::string>& metrics) {
+             MetricValues v;
+             DataIter* it = IterOf(data);
+             RunBlocking([&]() -> Status {
+               KV_ASSIGN_OR_RETURN(v, m.module()->Score(it, metrics));
+               return Status::OK();
+             });
+             return ToList(v);
+           })
+      .def("predict",
+           [](PyModule& m, const py::object& data) {
+             Tensor out;
+             DataIter* it = IterOf(data);
+             RunBlocking([&]() -> Status {
+               KV_ASSIGN_OR_RETURN(out, m.module()->Predict(it));
+               return Status::OK();
+             });
+             return ToArray(out);
+           })
+      .def("get_params",
+           [](PyModule& m) {
+             ModelArrays a = Check(m.module()->Arrays());
+             return py::make_tuple(ToDict(a.args), ToDict(a.aux));
+           })
+      .def("save_checkpoint",
+           [](PyModule& m, const std::string& prefix, int epoch, const py::object& kv) {
+             KVStore* store = kv.is_none() ? nullptr : StoreOf(kv);
+             if (store != nullptr) {
+               RunBlocking([&] { return m.module()->SaveCheckpoint(prefix, epoch, store); });
+               return;
+             }
+             // Without a store (before fit): the symbol and parameters only.
+             ModelArrays a = Check(m.module()->Arrays());
+             Check(m.module()->symbol().Save(SymbolPath(prefix)));
+             Check(SaveParams(ParamsPath(prefix, epoch), a, epoch));
+           })
+      .def_property_readonly("param_names", [](const PyModule& m) {
+        return m.module()->param_names();
+      });
+
+  m.def("load_params", [](const std::string& path) {
+    int epoch = 0;
+    ModelArrays a = Check(LoadParams(path, &epoch));
+    return py::make_tuple(ToDict(a.args), ToDict(a.aux), epoch);
+  });
+  m.def("save_params", [](const std::string& path, const py::dict& args, const py::dict& aux,
+                          int epoch) {
+    ModelArrays a;
+    a.args = FromDict(args, "arg_params");
+    a.aux = FromDict(aux, "aux_params");
+    Check(SaveParams(path, a, epoch));
+  });
+  m.def("symbol_path", &SymbolPath);
+  m.def("params_path", &ParamsPath);
+  m.def("states_path", &StatesPath);
+}
+
+}  // namespace python
+}  // namespace kvtrain

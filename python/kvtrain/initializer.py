@@ -1,0 +1,35 @@
+"""Weight initializers (kvtrain.init): Uniform, Normal, Xavier. Each array's
+values depend only on the seed, its name and its shape; names ending in
+_bias, _beta, _moving_mean start at 0 and _gamma, _moving_var at 1."""
+
+
+class Initializer(object):
+    def __init__(self, text, seed=0):
+        self._text = text
+        self.seed = int(seed)
+
+    def __repr__(self):
+        return "Initializer(%r, seed=%d)" % (self._text, self.seed)
+
+
+class Uniform(Initializer):
+    """U(-scale, scale)."""
+
+    def __init__(self, scale=0.07, seed=0):
+        super(Uniform, self).__init__("uniform:%r" % float(scale), seed)
+
+
+class Normal(Initializer):
+    """N(0, sigma^2)."""
+
+    def __init__(self, sigma=0.01, seed=0):
+        super(Normal, self).__init__("normal:%r" % float(sigma), seed)
+
+
+class Xavier(Initializer):
+    """MXNet's Xavier: rnd_type 'uniform' or 'gaussian', factor_type 'avg',
+    'in' or 'out', magnitude."""
+
+    def __init__(self, rnd_type="uniform", factor_type="avg", magnitude=3, seed=0):
+        super(Xavier, self).__init__(
+            "xavier:%s:%s:%r" % (rnd_type, factor_type, float(magnitude)), seed)

@@ -1,0 +1,161 @@
+"""kvtrain.kv: the key-value store (MXNet's mx.kv).
+
+    kv = kvtrain.kv.create('dist_sync')
+    kv.init(3, numpy.ones((2, 3), numpy.float32))
+    kv.push(3, [grad_on_dev0, grad_on_dev1])     # summed, then updated
+    kv.pull(3, out=weights)                       # written in place
+
+Keys are ints or strs; values are float32 C-contiguous numpy arrays (other
+dtypes or layouts are an error naming the key, never a silent copy). A list
+of arrays for one key is one value per device. Every call blocks with the
+GIL released; Ctrl-C raises KeyboardInterrupt and, in a distributed job,
+stops the other processes too.
+
+In a server or scheduler process of a job started by tracker/launch.py,
+create() serves until the job ends and then exits the process, as MXNet's
+servers do: the rest of a training script runs on the workers only.
+"""
+
+import sys
+
+import numpy as np
+
+from . import _lib
+from . import base
+from . import optimizer as _opt
+
+TYPES = tuple(_lib.kvstore_types())
+
+
+def _is_key(k):
+    return isinstance(k, (int, np.integer, str)) and not isinstance(k, bool)
+
+
+def _norm_key(k):
+    return int(k) if isinstance(k, np.integer) else k
+
+
+def _flatten(key, value, what, allow_none=False):
+    """(keys, arrays) with one entry per array: key k with [a, b] becomes
+    ([k, k], [a, b]); [k1, k2] with [a, [b1, b2]] becomes ([k1, k2, k2], ...)."""
+    if _is_key(key):
+        keys, values = [_norm_key(key)], [value]
+    elif isinstance(key, (list, tuple)):
+        keys = [_norm_key(k) for k in key]
+        if not all(_is_key(k) for k in key):
+            raise TypeError("%s: keys must be ints or strs, got %r" % (what, key))
+        if not isinstance(value, (list, tuple)) or len(value) != len(keys):
+            raise ValueError("%s: %d keys need a list of %d values" % (what, len(keys), len(keys)))
+        values = list(value)
+    else:
+        raise TypeError("%s: a key must be an int or a str (or a list of them), got %s"
+                        % (what, type(key).__name__))
+    flat_keys, flat_values = [], []
+    for k, v in zip(keys, values):
+        group = v if isinstance(v, (list, tuple)) else [v]
+        if not group:
+            raise ValueError("%s: key %r has an empty list of values" % (what, k))
+        for a in group:
+            if not isinstance(a, np.ndarray):
+                raise TypeError("%s: key %r: expected a numpy array, got %s"
+                                % (what, k, type(a).__name__))
+            flat_keys.append(k)
+            flat_values.append(a)
+    return flat_keys, flat_values
+
+
+class KVStore(object):
+    """A store of one of the TYPES; make one with kvtrain.kv.create."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        if handle.is_distributed:
+            base.track(self)
+
+    @property
+    def type(self):
+        return self._handle.type
+
+    @property
+    def rank(self):
+        """This worker's rank (0 for single-process stores)."""
+        return self._handle.rank
+
+    @property
+    def num_workers(self):
+        return self._handle.num_workers
+
+    def init(self, key, value):
+        """Sets keys' initial values (dist stores: rank 0's win)."""
+        keys, values = _flatten(key, value, "init")
+        self._handle.init(keys, values)
+
+    def push(self, key, value, priority=0):
+        """Pushes values (a key's several values are summed), then the key's
+        update runs: the optimizer if set, else the value becomes the sum."""
+        keys, values = _flatten(key, value, "push")
+        self._handle.push(keys, values, int(priority))
+
+    def pull(self, key, out=None, priority=0):
+        """Copies each key's value into `out` (an array, or one per device)."""
+        if out is None:
+            raise ValueError("pull: out= is required (the arrays to write)")
+        keys, outs = _flatten(key, out, "pull")
+        self._handle.pull(keys, outs, int(priority))
+
+    def pushpull(self, key, value, out=None, priority=0):
+        """push then pull, in one round trip; out=None writes into `value`."""
+        keys, values = _flatten(key, value, "pushpull")
+        if out is None:
+            self._handle.pushpull(keys, values, values, int(priority))
+            return
+        okeys, outs = _flatten(key, out, "pushpull")
+        if okeys == keys:
+            self._handle.pushpull(keys, values, outs, int(priority))
+        else:
+            # As many outs as values per key is one round trip; otherwise two.
+            self._handle.push(keys, values, int(priority))
+            self._handle.pull(okeys, outs, int(priority))
+
+    def set_optimizer(self, optimizer):
+        """The optimizer the store applies on every push (a
+        kvtrain.optimizer.Optimizer; dist stores send its spec to the servers)."""
+        if not isinstance(optimizer, _opt.Optimizer):
+            raise TypeError("set_optimizer: expected a kvtrain.optimizer.Optimizer "
+                            "(kvtrain.optimizer.create('sgd', ...)), got %s"
+                            % type(optimizer).__name__)
+        self._handle.set_optimizer(optimizer.spec)
+
+    def barrier(self):
+        """Returns once every worker has called it."""
+        self._handle.barrier()
+
+    def save_optimizer_states(self, fname, dump_optimizer=False):
+        """Every key's optimizer state (dist stores: from the servers)."""
+        self._handle.save_optimizer_states(fname)
+
+    def load_optimizer_states(self, fname):
+        self._handle.load_optimizer_states(fname)
+
+    def close(self):
+        """Leaves the job (dist stores; every worker calls it once). Done at
+        interpreter exit for a store that was not closed."""
+        self._handle.finalize()
+
+    def __repr__(self):
+        return "<KVStore %s rank %d of %d>" % (self.type, self.rank, self.num_workers)
+
+
+def create(name="local"):
+    """A store: local, device, dist_sync, dist_device_sync, dist_async or
+    dist_allreduce. A dist type joins the job tracker/launch.py started; in a
+    server or scheduler process it serves until the job ends, then exits."""
+    if isinstance(name, KVStore):
+        return name
+    if not isinstance(name, str):
+        raise TypeError("kv.create: expected a store type name, got %s" % type(name).__name__)
+    handle = _lib.KVStore.create(name)
+    if handle.role != "worker":
+        handle.run_server()
+        sys.exit(0)
+    return KVStore(handle)

@@ -1,0 +1,52 @@
+"""Optimizers: sgd, nag, adam, adagrad. An optimizer is a specification (the
+protobuf OptimizerSpec) that the store applies, on the parameter servers for
+dist stores: it is sent as that message, never pickled.
+
+    opt = kvtrain.optimizer.create('sgd', learning_rate=0.1, momentum=0.9, wd=1e-4)
+    kv.set_optimizer(opt)
+"""
+
+from . import _lib
+
+NAMES = ("sgd", "nag", "adam", "adagrad")
+
+
+class Optimizer(object):
+    """`name` and its parameters: learning_rate, momentum (sgd, nag), wd,
+    rescale_grad, clip_gradient, beta1, beta2, epsilon (adam, adagrad),
+    lr_scheduler (kvtrain.lr_scheduler). Checked at once: a bad value is a
+    ValueError naming it."""
+
+    def __init__(self, name, **params):
+        self.name = name.lower()
+        self.params = dict(params)
+        if "wd" not in self.params and "weight_decay" in self.params:
+            self.params["wd"] = self.params.pop("weight_decay")
+        self.spec = _lib.optimizer_spec(self.name, self.params)
+
+    def __repr__(self):
+        return "Optimizer(%r, %s)" % (self.name, ", ".join(
+            "%s=%r" % kv for kv in sorted(self.params.items())))
+
+
+def create(name, **params):
+    """An Optimizer by name (an Optimizer passes through)."""
+    if isinstance(name, Optimizer):
+        return name
+    return Optimizer(name, **params)
+
+
+def SGD(**params):
+    return Optimizer("sgd", **params)
+
+
+def NAG(**params):
+    return Optimizer("nag", **params)
+
+
+def Adam(**params):
+    return Optimizer("adam", **params)
+
+
+def AdaGrad(**params):
+    return Optimizer("adagrad", **params)

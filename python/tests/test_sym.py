@@ -1,0 +1,110 @@
+"""kvtrain.sym: functions generated from the C++ op registry, composition,
+shape inference against the C++ models, text save/load, errors."""
+
+import os
+import subprocess
+
+import pytest
+
+import kvtrain as kt
+from conftest import TRAIN_MNIST_CC
+
+
+def lenet():
+    data = kt.sym.Variable("data")
+    net = kt.sym.Convolution(data, kernel=(5, 5), num_filter=20, name="conv1")
+    net = kt.sym.Activation(net, act_type="tanh", name="tanh1")
+    net = kt.sym.Pooling(net, pool_type="max", kernel=(2, 2), stride=(2, 2), name="pool1")
+    net = kt.sym.Convolution(net, kernel=(5, 5), num_filter=50, name="conv2")
+    net = kt.sym.Activation(net, act_type="tanh", name="tanh2")
+    net = kt.sym.Pooling(net, pool_type="max", kernel=(2, 2), stride=(2, 2), name="pool2")
+    net = kt.sym.Flatten(net, name="flatten")
+    net = kt.sym.FullyConnected(net, num_hidden=500, name="fc1")
+    net = kt.sym.Activation(net, act_type="tanh", name="tanh3")
+    net = kt.sym.FullyConnected(net, num_hidden=10, name="fc2")
+    return kt.sym.SoftmaxOutput(net, name="softmax")
+
+
+def test_every_registered_op_has_a_function_with_its_attributes():
+    for op in kt._lib.registered_ops():
+        fn = getattr(kt.sym, op)
+        assert fn.__name__ == op
+    doc = kt.sym.Convolution.__doc__
+    for attr in ("num_filter", "kernel", "stride", "pad", "no_bias"):
+        assert attr in doc
+    assert "num_filter : int >= 1" in doc and "required" in doc
+    assert "no_bias : bool, default false" in doc
+    assert "act_type : one of relu, sigmoid, tanh, softrelu" in kt.sym.Activation.__doc__
+
+
+def test_missing_inputs_become_named_variables():
+    fc = kt.sym.FullyConnected(kt.sym.Variable("data"), num_hidden=4, name="fc")
+    assert fc.list_arguments() == ["data", "fc_weight", "fc_bias"]
+    out = kt.sym.SoftmaxOutput(fc, name="softmax")
+    assert out.list_arguments()[-1] == "softmax_label"
+    assert out.list_outputs() == ["softmax_output"]
+    w = kt.sym.Variable("shared_w")
+    fc2 = kt.sym.FullyConnected(data=kt.sym.Variable("x"), weight=w, num_hidden=3, name="fc2",
+                                no_bias=True)
+    assert fc2.list_arguments() == ["x", "shared_w"]
+    auto = kt.sym.FullyConnected(kt.sym.Variable("y"), num_hidden=2)
+    assert auto.list_arguments()[1].startswith("fullyconnected")
+
+
+def test_lenet_matches_the_cpp_model(tmp_path):
+    # The C++ trainer saves its LeNet (engine/models.cc) with a checkpoint.
+    prefix = str(tmp_path / "cc")
+    r = subprocess.run([TRAIN_MNIST_CC, "--network", "lenet", "--num-epochs", "1",
+                        "--num-examples", "200", "--model-prefix", prefix, "--disp-batches", "0"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    cc = kt.sym.load(prefix + "-symbol.txt")
+    py = lenet()
+    assert py.list_arguments() == cc.list_arguments()
+    assert py.list_outputs() == cc.list_outputs()
+    assert py.infer_shape(data=(8, 1, 28, 28)) == cc.infer_shape(data=(8, 1, 28, 28))
+    args, outs, aux = py.infer_shape(data=(8, 1, 28, 28))
+    assert dict(zip(py.list_arguments(), args))["fc1_weight"] == (500, 800)
+    assert outs == [(8, 10)] and aux == []
+
+
+def test_save_load_and_text_round_trip(tmp_path):
+    net = lenet()
+    path = str(tmp_path / "net.txt")
+    net.save(path)
+    back = kt.sym.load(path)
+    assert back.tojson() == net.tojson()
+    assert kt.sym.load_json(net.tojson()).list_arguments() == net.list_arguments()
+
+
+def test_arithmetic_group_and_outputs():
+    a, b = kt.sym.Variable("a"), kt.sym.Variable("b")
+    for s in (a + b, a - b, a * b):
+        assert s.list_arguments() == ["a", "b"]
+        assert s.infer_shape(a=(2, 3), b=(2, 3))[1] == [(2, 3)]
+    g = kt.sym.Group([a + b, a * b])
+    assert len(g.list_outputs()) == 2
+    assert g[1].list_outputs() == [g.list_outputs()[1]]
+    with pytest.raises(TypeError, match="symbol-symbol"):
+        a + 1
+    with pytest.raises(IndexError):
+        g[2]
+
+
+def test_mistakes_raise_at_once_with_the_cores_message():
+    data = kt.sym.Variable("data")
+    with pytest.raises(ValueError, match=r'unknown attribute "num_hiden"'):
+        kt.sym.FullyConnected(data, num_hidden=3, num_hiden=4, name="fc")
+    with pytest.raises(kt.KVTrainError, match=r"act_type"):
+        kt.sym.Activation(data, act_type="relux", name="act")
+    with pytest.raises(TypeError, match=r"at most 3 inputs"):
+        kt.sym.FullyConnected(data, data, data, data, num_hidden=2)
+    with pytest.raises(TypeError, match=r"must be a Symbol"):
+        kt.sym.FullyConnected(data=3, num_hidden=2)
+    fc = kt.sym.FullyConnected(data, num_hidden=3, name="fc")
+    with pytest.raises(kt.KVTrainError, match=r"fc"):
+        fc.infer_shape(data=(2, 5), fc_weight=(4, 7))  # 3 hidden units, 5 features
+    with pytest.raises(kt.KVTrainError, match=r"nope"):
+        fc.infer_shape(nope=(2, 3))
+    with pytest.raises(kt.KVTrainError):
+        kt.sym.load(os.path.join("/nonexistent", "net.txt"))
