@@ -129,7 +129,16 @@ void Leave(Active* a) {
 }  // namespace
 
 void RunBlocking(const std::function<Status()>& fn,
-                 const std::function<void()>& on_interrupt) {
+                 const std::function<void()>& on_interrupt, bool watch) {
+  if (!watch) {
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = fn();
+    }
+    Check(s);
+    return;
+  }
   Active a;
   a.on_interrupt = on_interrupt;
   Status s;

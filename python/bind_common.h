@@ -43,8 +43,11 @@ void RegisterErrors(py::module_& m);
 // e.g. KVStore::Abort) and, once `fn` has returned, raises
 // KeyboardInterrupt instead of `fn`'s result. Otherwise `fn`'s error is
 // raised as Check does. Nested and concurrent calls are fine.
+// `watch` false: no Ctrl-C handling, for calls that cannot wait on anything
+// but this process's own work (a Ctrl-C then raises in Python once the call
+// returns, as it does for any C function); it saves two system calls.
 void RunBlocking(const std::function<Status()>& fn,
-                 const std::function<void()>& on_interrupt = nullptr);
+                 const std::function<void()>& on_interrupt = nullptr, bool watch = true);
 // Whether a Ctrl-C arrived during the innermost RunBlocking of this
 // thread (for loops that poll, e.g. Fit's stop check).
 bool Interrupted();

@@ -58,15 +58,18 @@ class PyKVStore {
 
   KVStore* kv() const { return kv_.get(); }
   // Stops the job when the user presses Ctrl-C during a call.
+  // (Captures only `this`: no allocation per call. Used during calls, while
+  // the store is alive.)
   std::function<void()> Aborter() const {
-    KVStore* kv = kv_.get();
-    const std::string who = Who();
-    return [kv, who] { kv->Abort(who + " was interrupted (KeyboardInterrupt)"); };
+    return [this] { kv_->Abort(Who() + " was interrupted (KeyboardInterrupt)"); };
   }
   std::string Who() const {
     if (!kv_->is_distributed()) return "this process";
     return std::string(RoleName(kv_->role())) + " " + std::to_string(kv_->rank());
   }
+  // Whether a call may wait on other processes (then Ctrl-C must be able
+  // to stop it); single-process stores only compute.
+  bool watch() const { return kv_->is_distributed(); }
   bool finished() const { return finished_; }
   void set_finished() { finished_ = true; }
 
@@ -179,19 +182,19 @@ void BindKVStore(py::module_& m) {
            [](PyKVStore& s, const py::list& keys, const py::list& values) {
              const std::vector<Key> k = ToKeys(keys);
              const std::vector<Tensor> v = ToTensors(k, values, false, "init");
-             RunBlocking([&] { return s.kv()->Init(k, v); }, s.Aborter());
+             RunBlocking([&] { return s.kv()->Init(k, v); }, s.Aborter(), s.watch());
            })
       .def("push",
            [](PyKVStore& s, const py::list& keys, const py::list& values, int priority) {
              const std::vector<Key> k = ToKeys(keys);
              const std::vector<Tensor> v = ToTensors(k, values, false, "push");
-             RunBlocking([&] { return s.kv()->Push(k, v, priority); }, s.Aborter());
+             RunBlocking([&] { return s.kv()->Push(k, v, priority); }, s.Aborter(), s.watch());
            })
       .def("pull",
            [](PyKVStore& s, const py::list& keys, const py::list& outs, int priority) {
              const std::vector<Key> k = ToKeys(keys);
              const std::vector<Tensor> o = ToTensors(k, outs, true, "pull");
-             RunBlocking([&] { return s.kv()->Pull(k, o, priority); }, s.Aborter());
+             RunBlocking([&] { return s.kv()->Pull(k, o, priority); }, s.Aborter(), s.watch());
            })
       .def("pushpull",
            [](PyKVStore& s, const py::list& keys, const py::list& values, const py::list& outs,
@@ -199,7 +202,7 @@ void BindKVStore(py::module_& m) {
              const std::vector<Key> k = ToKeys(keys);
              const std::vector<Tensor> v = ToTensors(k, values, false, "pushpull");
              const std::vector<Tensor> o = ToTensors(k, outs, true, "pushpull");
-             RunBlocking([&] { return s.kv()->PushPull(k, v, o, priority); }, s.Aborter());
+             RunBlocking([&] { return s.kv()->PushPull(k, v, o, priority); }, s.Aborter(), s.watch());
            })
       .def("set_optimizer",
            [](PyKVStore& s, const py::bytes& spec_bytes) {

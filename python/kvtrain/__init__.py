@@ -25,6 +25,13 @@ def _load_extension():
             "kvtrain's extension is built for Debian's /usr/bin/python3 (Python %d.%d); "
             "this is Python %d.%d at %s: run the script with /usr/bin/python3"
             % (_BUILT_FOR + _sys.version_info[:2] + (_sys.executable,)))
+    try:
+        import numpy  # noqa: F401 (the extension's arrays)
+    except ImportError:
+        raise ImportError(
+            "kvtrain needs numpy, which %s (Python %d.%d) does not have: run the script "
+            "with Debian's /usr/bin/python3 (python3-numpy)"
+            % ((_sys.executable,) + _sys.version_info[:2]))
     here = _os.path.dirname(_os.path.abspath(__file__))
     if not _os.path.exists(_os.path.join(here, "_kvtrain.so")):
         # A source checkout: the extension is under bazel-bin/.

@@ -93,6 +93,9 @@ class KVStore(object):
     def push(self, key, value, priority=0):
         """Pushes values (a key's several values are summed), then the key's
         update runs: the optimizer if set, else the value becomes the sum."""
+        if type(key) in (int, str) and type(value) is np.ndarray:
+            self._handle.push([key], [value], int(priority))
+            return
         keys, values = _flatten(key, value, "push")
         self._handle.push(keys, values, int(priority))
 
@@ -100,11 +103,20 @@ class KVStore(object):
         """Copies each key's value into `out` (an array, or one per device)."""
         if out is None:
             raise ValueError("pull: out= is required (the arrays to write)")
+        if type(key) in (int, str) and type(out) is np.ndarray:
+            self._handle.pull([key], [out], int(priority))
+            return
         keys, outs = _flatten(key, out, "pull")
         self._handle.pull(keys, outs, int(priority))
 
     def pushpull(self, key, value, out=None, priority=0):
         """push then pull, in one round trip; out=None writes into `value`."""
+        if (type(key) in (int, str) and type(value) is np.ndarray
+                and (out is None or type(out) is np.ndarray)):
+            # One key, one array: the common case, without the list handling.
+            self._handle.pushpull([key], [value], [value if out is None else out],
+                                  int(priority))
+            return
         keys, values = _flatten(key, value, "pushpull")
         if out is None:
             self._handle.pushpull(keys, values, values, int(priority))

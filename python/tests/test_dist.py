@@ -3,12 +3,14 @@ every dist store type with exact sums, the GIL released while a call
 blocks, Ctrl-C stopping the whole job, and examples/python/train_mnist.py
 against examples/train_mnist."""
 
+import os
 import re
+import subprocess
 import time
 
 import pytest
 
-from conftest import JOB_ENV, PY, TRAIN_MNIST_CC, TRAIN_MNIST_PY, launch, lines_with
+from conftest import JOB_ENV, PY, ROOT, TRAIN_MNIST_CC, TRAIN_MNIST_PY, launch, lines_with
 
 SUMS = """
     import numpy as np
@@ -144,3 +146,27 @@ def test_the_python_example_trains_as_the_cpp_one(tmp_path):
     train = lambda out: sorted(re.sub(r" Time cost=.*", "", l)
                                for l in lines_with(out, "Train-accuracy"))
     assert train(py_out) == train(cc_out)
+
+
+def test_custom_model_trains_with_dist_sync():
+    code, out = launch(["-n", "2", "-s", "2"] + JOB_ENV + [
+        PY, os.path.join(ROOT, "examples", "python", "custom_model.py"),
+        "--kv-store", "dist_sync", "--num-epochs", "12"])
+    assert code == 0, out
+    acc = [float(l.split("=")[1]) for l in lines_with(out, "Test accuracy=")]
+    assert len(acc) == 2 and acc[0] == acc[1], out
+    assert acc[0] > 0.9, out
+
+
+def test_a_packaged_folder_runs_without_pythonpath(tmp_path):
+    dest = str(tmp_path / "job")
+    r = subprocess.run(["bash", os.path.join(ROOT, "tools", "python_package.sh"), dest],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert os.path.exists(os.path.join(dest, "kvtrain", "_kvtrain.so"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([PY, "train_mnist.py", "--num-epochs", "1", "--num-examples", "500",
+                        "--disp-batches", "0"], cwd=dest, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Test accuracy=" in r.stdout
