@@ -148,8 +148,11 @@ Status Train(KVStore* kv) {
     // Sync stores: every worker runs the same number of steps.
     fo.epoch_size = kv->type() == "dist_async" ? 0 : epoch_size;
   }
-  KV_ASSIGN_OR_RETURN(fo.optimizer,
-                      OptimizerFromFlags(FLAGS_epoch_size > 0 ? FLAGS_epoch_size : epoch_size));
+  // The schedule counts updates: dist_async makes one per worker's batch.
+  const int64_t updates_per_epoch =
+      (FLAGS_epoch_size > 0 ? FLAGS_epoch_size : epoch_size) *
+      (kv->type() == "dist_async" ? kv->num_workers() : 1);
+  KV_ASSIGN_OR_RETURN(fo.optimizer, OptimizerFromFlags(updates_per_epoch));
   fo.update_on_kvstore = FLAGS_update_on_kvstore;
   fo.metrics = {"accuracy", "cross-entropy"};
   fo.disp_batches = FLAGS_disp_batches;

@@ -204,6 +204,25 @@ void BindKVStore(py::module_& m) {
              const std::vector<Tensor> o = ToTensors(k, outs, true, "pushpull");
              RunBlocking([&] { return s.kv()->PushPull(k, v, o, priority); }, s.Aborter(), s.watch());
            })
+      // Asynchronous form for overlap (kvtrain.torch): returns a handle to
+      // pass to wait() once. The caller keeps the arrays alive until then.
+      .def("pushpull_async",
+           [](PyKVStore& s, const py::list& keys, const py::list& values, const py::list& outs,
+              int priority) {
+             const std::vector<Key> k = ToKeys(keys);
+             const std::vector<Tensor> v = ToTensors(k, values, false, "pushpull");
+             const std::vector<Tensor> o = ToTensors(k, outs, true, "pushpull");
+             KVHandle h = 0;
+             RunBlocking([&]() -> Status {
+               KV_ASSIGN_OR_RETURN(h, s.kv()->PushPullAsync(k, v, o, priority));
+               return Status::OK();
+             }, nullptr, false);
+             return h;
+           })
+      .def("wait",
+           [](PyKVStore& s, KVHandle h) {
+             RunBlocking([&] { return s.kv()->Wait(h); }, s.Aborter(), s.watch());
+           })
       .def("set_optimizer",
            [](PyKVStore& s, const py::bytes& spec_bytes) {
              proto::OptimizerSpec spec;

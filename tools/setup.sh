@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian package kvtrain needs that is missing (apt-get update
-# only when something is missing; `--bench` adds PyTorch for the benchmarks'
-# baselines), then configures the build: --config=cuda
+# only when something is missing), then configures the build: --config=cuda
 # when nvcc is present (KVTRAIN_CUDA=0 turns that off). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,15 +21,12 @@ PACKAGES=(
   slurm-client slurmctld slurmd munge
   # tools/plot_metrics
   python3-matplotlib
-  # the Python package (python/): the extension's headers and its tests
-  pybind11-dev python3-dev python3-numpy python3-pytest
+  # the Python package (python/): the extension's headers and its tests;
+  # PyTorch for kvtrain.torch and the benchmarks' PyTorch peers
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
   # tools/fuzz.sh: clang with libFuzzer and AddressSanitizer (bookworm: 14)
   clang libclang-rt-14-dev
 )
-# --bench: also the benchmarks' PyTorch peers (large; CI does not need them).
-if [ "${1:-}" = "--bench" ]; then
-  PACKAGES+=(python3-torch)
-fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

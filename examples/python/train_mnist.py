@@ -115,7 +115,9 @@ def main(argv=None):
     if args.optimizer in ("sgd", "nag"):
         params["momentum"] = args.momentum
     if args.lr_step_epochs and args.lr_factor != 1.0:
-        steps = [int(e) * batches for e in args.lr_step_epochs.split(",")]
+        # The schedule counts updates: dist_async makes one per worker's batch.
+        updates = batches * (kv.num_workers if kv.type == "dist_async" else 1)
+        steps = [int(e) * updates for e in args.lr_step_epochs.split(",")]
         params["lr_scheduler"] = kt.lr_scheduler.MultiFactorScheduler(steps, args.lr_factor)
 
     net = mlp() if flat else lenet()

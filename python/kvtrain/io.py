@@ -51,8 +51,26 @@ class DataIter(object):
         """Batches per epoch in this part."""
         return self._handle.num_batches
 
+    @property
+    def max_part_batches(self):
+        """The most batches any part has: the steps every worker of a
+        synchronous job takes per epoch."""
+        return self._handle.max_part_batches
+
     def reset(self):
+        """Starts the next epoch (reshuffled when shuffling)."""
         self._handle.reset()
+
+    def start_epoch(self, epoch):
+        """Starts epoch `epoch` (0-based) from its beginning: its order
+        depends only on the seed and the epoch, so a resumed job reads what
+        an uninterrupted one would."""
+        self._handle.start_epoch(int(epoch))
+
+    def next_batch(self):
+        """The next DataBatch of the epoch, or None at its end."""
+        b = self._handle.next()
+        return None if b is None else DataBatch([b[0]], [b[1]], b[2])
 
     def __iter__(self):
         return self
