@@ -215,6 +215,16 @@ Tensor ViewAnyArray(const py::array& a, const std::string& what) {
   return Tensor::Wrap(const_cast<void*>(a.data()), ShapeOf(a), dt, Device::CPU(), nullptr);
 }
 
+Shape ToShape(const py::handle& h, const std::string& what) {
+  std::vector<int64_t> dims;
+  try {
+    for (const py::handle& d : h) dims.push_back(d.cast<int64_t>());
+  } catch (const py::cast_error&) {
+    throw py::type_error(what + ": expected a tuple of ints");
+  }
+  return Shape(dims);
+}
+
 py::array ToArray(const Tensor& t) {
   Tensor host = Check(t.CopyTo(Device::CPU()));
   std::vector<py::ssize_t> dims(host.shape().dims().begin(), host.shape().dims().end());

@@ -61,6 +61,8 @@ Tensor ViewArray(const py::array& a, const std::string& what, bool writable);
 Tensor ViewAnyArray(const py::array& a, const std::string& what);
 // A new numpy array holding a copy of `t` (any device, float32).
 py::array ToArray(const Tensor& t);
+// A shape from a Python sequence of ints (TypeError naming `what` if not).
+Shape ToShape(const py::handle& h, const std::string& what);
 
 }  // namespace python
 }  // namespace kvtrain

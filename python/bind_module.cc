@@ -18,16 +18,6 @@ namespace kvtrain {
 namespace python {
 namespace {
 
-Shape ToShape(const py::handle& h, const std::string& what) {
-  std::vector<int64_t> dims;
-  try {
-    for (const py::handle& d : h) dims.push_back(d.cast<int64_t>());
-  } catch (const py::cast_error&) {
-    throw py::type_error(what + ": expected a tuple of ints");
-  }
-  return Shape(dims);
-}
-
 py::dict ToDict(const std::map<std::string, Tensor>& arrays) {
   py::dict out;
   for (const auto& [name, t] : arrays) out[py::str(name)] = ToArray(t);

@@ -30,16 +30,6 @@ py::list ShapeList(const std::vector<Shape>& shapes) {
   return out;
 }
 
-Shape ToShape(const py::handle& h, const std::string& what) {
-  std::vector<int64_t> dims;
-  try {
-    for (const py::handle& d : h) dims.push_back(d.cast<int64_t>());
-  } catch (const py::cast_error&) {
-    throw py::type_error(what + ": expected a tuple of ints");
-  }
-  return Shape(dims);
-}
-
 }  // namespace
 
 void BindSymbol(py::module_& m) {

@@ -26,7 +26,7 @@ bazel test //... --keep_going --build_event_json_file="$bep" "$@"
 bazel_rc=$?
 
 fuzz_args=()
-if [ "${KVTRAIN_FUZZ_SECONDS:-15}" != "0" ]; then
+if [ "${KVTRAIN_FUZZ_SECONDS:-5}" != "0" ]; then
   echo
   tools/fuzz.sh --results "$fuzz"
   fuzz_args=(--fuzz-results "$fuzz")

@@ -202,18 +202,24 @@ Status Module::UpdateMetrics(MetricSet* metrics, const Batch& batch) {
   return Status::OK();
 }
 
-StatusOr<MetricValues> Module::Score(DataIter* data, const std::vector<std::string>& specs) {
-  KV_ASSIGN_OR_RETURN(MetricSet metrics, MetricSet::Create(specs));
+Status Module::ForEachForward(DataIter* data,
+                              const std::function<Status(const Batch&)>& fn) {
   KV_RETURN_IF_ERROR(data->Reset());
   Batch batch;
   while (true) {
     KV_ASSIGN_OR_RETURN(bool more, data->Next(&batch));
-    if (!more) break;
+    if (!more) return Status::OK();
     KV_RETURN_IF_ERROR(Feed(batch));
     for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartForward(false).status());
     for (auto& e : execs_) KV_RETURN_IF_ERROR(e->Wait());
-    KV_RETURN_IF_ERROR(UpdateMetrics(&metrics, batch));
+    KV_RETURN_IF_ERROR(fn(batch));
   }
+}
+
+StatusOr<MetricValues> Module::Score(DataIter* data, const std::vector<std::string>& specs) {
+  KV_ASSIGN_OR_RETURN(MetricSet metrics, MetricSet::Create(specs));
+  KV_RETURN_IF_ERROR(ForEachForward(
+      data, [&](const Batch& batch) { return UpdateMetrics(&metrics, batch); }));
   return metrics.Get();
 }
 
@@ -222,17 +228,10 @@ StatusOr<Tensor> Module::Predict(DataIter* data) {
   if (output_index_ < 0) {
     return Status::FailedPrecondition("Predict on a rank without the graph's output");
   }
-  KV_RETURN_IF_ERROR(data->Reset());
   std::vector<float> rows;
   std::vector<int64_t> dims;
   int64_t count = 0;
-  Batch batch;
-  while (true) {
-    KV_ASSIGN_OR_RETURN(bool more, data->Next(&batch));
-    if (!more) break;
-    KV_RETURN_IF_ERROR(Feed(batch));
-    for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartForward(false).status());
-    for (auto& e : execs_) KV_RETURN_IF_ERROR(e->Wait());
+  KV_RETURN_IF_ERROR(ForEachForward(data, [&](const Batch& batch) -> Status {
     const int64_t keep = batch_size_ - batch.pad;
     for (size_t d = 0; d < execs_.size(); ++d) {
       const Slice& s = slices_[d];
@@ -245,7 +244,8 @@ StatusOr<Tensor> Module::Predict(DataIter* data) {
       rows.insert(rows.end(), out.data<float>(), out.data<float>() + n * row);
       count += n;
     }
-  }
+    return Status::OK();
+  }));
   if (dims.empty()) return Status::InvalidArgument("Predict: the data yields no batch");
   dims[0] = count;
   Tensor result = Tensor::Empty(Shape(dims));

@@ -136,6 +136,9 @@ class Module {
       : symbol_(symbol), options_(options) {}
   // Copies rows of the batch into each device's data and label arrays.
   Status Feed(const Batch& batch);
+  // Every batch of `data` from its start, fed and forward (inference), then
+  // `fn` on it: Score's and Predict's loop.
+  Status ForEachForward(DataIter* data, const std::function<Status(const Batch&)>& fn);
   Status UpdateMetrics(MetricSet* metrics, const Batch& batch);
   // One training step: forward, backward and the parameters' KVStore ops.
   Status Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer);

@@ -12,8 +12,6 @@ the optimizer's states on the servers) resume exactly (--load-epoch N).
 Needs Debian's python3-torch.
 """
 
-import argparse
-import math
 import os
 import sys
 import time
@@ -25,6 +23,8 @@ import torch.nn as nn  # noqa: E402
 
 import kvtrain as kt  # noqa: E402
 import kvtrain.torch as kvt  # noqa: E402
+
+import example_flags  # noqa: E402  (beside this file)
 
 
 def mlp():
@@ -39,33 +39,10 @@ def lenet():
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--network", default="mlp", choices=["mlp", "lenet"])
-    p.add_argument("--kv-store", default="local",
-                   help="local, dist_sync, dist_async or dist_allreduce")
-    p.add_argument("--batch-size", type=int, default=100, help="examples per batch (per worker)")
-    p.add_argument("--num-epochs", type=int, default=10)
-    p.add_argument("--epoch-size", type=int, default=0,
-                   help="batches per epoch per worker (0: the data's)")
-    p.add_argument("--model-prefix", default="", help="checkpoint prefix")
-    p.add_argument("--load-epoch", type=int, default=0, help="resume from this epoch")
-    p.add_argument("--data-dir", default=kt.io.DEFAULT_MNIST_DIR)
-    p.add_argument("--num-examples", type=int, default=0,
-                   help="use only the first N training examples (0: all)")
-    p.add_argument("--disp-batches", type=int, default=100, help="speedometer period (0: off)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--optimizer", default="sgd", choices=list(kt.optimizer.NAMES))
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--wd", type=float, default=0.0001)
-    p.add_argument("--lr-factor", type=float, default=0.2)
-    p.add_argument("--lr-step-epochs", default="6,8")
+    p = example_flags.parser(__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads (0: KVTRAIN_NUM_THREADS from launch.py, else torch's)")
-    a = p.parse_args(argv)
-    if a.load_epoch > 0 and not a.model_prefix:
-        p.error("--load-epoch needs --model-prefix")
-    return a
+    return example_flags.parse(p, argv)
 
 
 def evaluate(model, it, flat):
@@ -103,14 +80,7 @@ def main(argv=None):
     # Every worker of a synchronous store runs as many steps as the largest part.
     batches = a.epoch_size or (train.max_part_batches if kv.type != "dist_async"
                                else train.num_batches)
-    params = {"learning_rate": a.lr, "wd": a.wd}
-    if a.optimizer in ("sgd", "nag"):
-        params["momentum"] = a.momentum
-    if a.lr_step_epochs and a.lr_factor != 1.0:
-        # The schedule counts updates: dist_async makes one per worker's batch.
-        updates = batches * (kv.num_workers if kv.type == "dist_async" else 1)
-        steps = [int(e) * updates for e in a.lr_step_epochs.split(",")]
-        params["lr_scheduler"] = kt.lr_scheduler.MultiFactorScheduler(steps, a.lr_factor)
+    params = example_flags.optimizer_params(a, kv, batches)
     opt = kvt.DistributedOptimizer(model.named_parameters(), kvstore=kv.type,
                                    optimizer=a.optimizer, optimizer_params=params)
     kvt.broadcast_parameters(model.state_dict())

@@ -4,7 +4,6 @@ to run a real job of Python processes through tracker/launch.py."""
 
 import os
 import subprocess
-import sys
 import textwrap
 
 import pytest

@@ -4,15 +4,13 @@ resume from the other's, callbacks, predict, score, Ctrl-C."""
 
 import gzip
 import os
-import signal
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import kvtrain as kt
-from conftest import MNIST_DIR, PY, ROOT, TRAIN_MNIST_CC
+from conftest import MNIST_DIR, PY, TRAIN_MNIST_CC
 
 N = 1000       # training examples
 SEED = 3

@@ -3,26 +3,15 @@ shape inference against the C++ models, text save/load, errors."""
 
 import os
 import subprocess
+import sys
 
 import pytest
 
 import kvtrain as kt
-from conftest import TRAIN_MNIST_CC
+from conftest import ROOT, TRAIN_MNIST_CC
 
-
-def lenet():
-    data = kt.sym.Variable("data")
-    net = kt.sym.Convolution(data, kernel=(5, 5), num_filter=20, name="conv1")
-    net = kt.sym.Activation(net, act_type="tanh", name="tanh1")
-    net = kt.sym.Pooling(net, pool_type="max", kernel=(2, 2), stride=(2, 2), name="pool1")
-    net = kt.sym.Convolution(net, kernel=(5, 5), num_filter=50, name="conv2")
-    net = kt.sym.Activation(net, act_type="tanh", name="tanh2")
-    net = kt.sym.Pooling(net, pool_type="max", kernel=(2, 2), stride=(2, 2), name="pool2")
-    net = kt.sym.Flatten(net, name="flatten")
-    net = kt.sym.FullyConnected(net, num_hidden=500, name="fc1")
-    net = kt.sym.Activation(net, act_type="tanh", name="tanh3")
-    net = kt.sym.FullyConnected(net, num_hidden=10, name="fc2")
-    return kt.sym.SoftmaxOutput(net, name="softmax")
+sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
+from train_mnist import lenet  # noqa: E402  (the Python example's LeNet)
 
 
 def test_every_registered_op_has_a_function_with_its_attributes():

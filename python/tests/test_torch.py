@@ -6,7 +6,6 @@ job naming it; a resumed job is bit-identical; bad tensors are clear errors."""
 import os
 import re
 import signal
-import subprocess
 import time
 
 import numpy as np
