@@ -14,6 +14,7 @@
 #include "examples/example_flags.h"
 #include "engine/symbol.h"
 #include "trainer/module.h"
+#include "kvstore/compression.h"
 #include "kvstore/kvstore.h"
 
 DEFINE_string(network, "mlp", "mlp (784-128-64-10, ReLU) or lenet");
@@ -36,6 +37,10 @@ DEFINE_string(loss_file, "", "write every training batch's cross-entropy here, o
 DEFINE_int32(disp_batches, 100, "speedometer period in batches (0: off)");
 DEFINE_uint64(seed, 0, "seed of the initializer and the shuffle");
 DEFINE_bool(update_on_kvstore, true, "the store applies the optimizer (else the workers)");
+DEFINE_string(gc_type, "none",
+              "gradient compression of dist stores: none, 2bit, 1bit or fp16 "
+              "(docs/kvstore.md)");
+DEFINE_double(gc_threshold, 0.5, "the 2bit compression threshold (> 0)");
 
 namespace kvtrain {
 namespace {
@@ -95,6 +100,9 @@ Status CheckFlags() {
                                    ": expected a number of batches (0: the data's)");
   }
   KV_RETURN_IF_ERROR(CheckNotOneOfManyRanks());
+  KV_RETURN_IF_ERROR(kv::ParseCompression(FLAGS_gc_type, static_cast<float>(FLAGS_gc_threshold))
+                         .status()
+                         .Annotate("--gc-type/--gc-threshold"));
   return OptimizerFromFlags(1).status();
 }
 
@@ -135,6 +143,7 @@ Status Train(KVStore* kv) {
     KV_ASSIGN_OR_RETURN(loaded, LoadCheckpointParams(FLAGS_model_prefix, FLAGS_load_epoch));
     fo.begin_epoch = FLAGS_load_epoch;
     fo.resume_states = StatesPath(FLAGS_model_prefix, FLAGS_load_epoch);
+    fo.resume_residuals = ResidualsPath(FLAGS_model_prefix, FLAGS_load_epoch, kv->rank());
     fo.resume_params = &loaded;
   }
   InitializerOptions init;
@@ -180,6 +189,16 @@ int Main() {
     s = (*kv)->RunServer();
     if (!s.ok()) std::fprintf(stderr, "train_mnist: error: %s\n", s.ToString().c_str());
     return s.ok() ? 0 : 1;
+  }
+  const proto::GradientCompression gc =
+      kv::ParseCompression(FLAGS_gc_type, static_cast<float>(FLAGS_gc_threshold)).value();
+  if (gc.type() != proto::GradientCompression::NONE) {
+    s = (*kv)->SetGradientCompression(gc);
+    if (!s.ok()) {
+      std::fprintf(stderr, "train_mnist: error: --gc-type %s: %s\n", FLAGS_gc_type.c_str(),
+                   s.message().c_str());
+      return 2;
+    }
   }
   s = Train(kv->get());
   if (!s.ok()) {

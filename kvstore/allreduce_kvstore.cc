@@ -43,6 +43,9 @@ class RendezvousStore : public KVStore {
   Status SetUpdater(Updater) override { return NotWorker(); }
   Status SaveOptimizerStates(const std::string&) override { return NotWorker(); }
   Status LoadOptimizerStates(const std::string&) override { return NotWorker(); }
+  Status SetGradientCompression(const proto::GradientCompression&) override {
+    return NotWorker();
+  }
 
  private:
   static Status NotWorker() {
@@ -210,7 +213,13 @@ Status AllreduceKVStore::ReduceBucket(int bucket, std::vector<float> buffer,
     }
     data = compact.data();
   }
-  KV_RETURN_IF_ERROR(comm_->AllReduceSum(data, total));
+  std::vector<float> gathered_sum;
+  if (compressor_.type() == proto::GradientCompression::NONE) {
+    KV_RETURN_IF_ERROR(comm_->AllReduceSum(data, total));
+  } else {
+    KV_ASSIGN_OR_RETURN(gathered_sum, GatherCompressed(ids, parts, data));
+    data = gathered_sum.data();
+  }
   std::lock_guard<std::mutex> l(mu_);
   size_t at = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -226,6 +235,74 @@ Status AllreduceKVStore::ReduceBucket(int bucket, std::vector<float> buffer,
     }
   }
   return Status::OK();
+}
+
+StatusOr<std::vector<float>> AllreduceKVStore::GatherCompressed(
+    const std::vector<uint64_t>& ids, const std::vector<std::pair<size_t, size_t>>& parts,
+    const float* data) {
+  // Each key's gradient is encoded on its own (with its residual); every
+  // rank's encoding of the bucket is gathered, decoded and summed in rank
+  // order, so every rank gets the same bits.
+  const CompressionType type = compressor_.type();
+  std::string mine;
+  std::vector<size_t> at = {0};  // each key's place in a rank's block
+  size_t total = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(parts[i].second);
+    auto encoded = compressor_.Encode(ids[i], n, data + total, 0, n);
+    mine.append(encoded->data(), encoded->size());
+    at.push_back(mine.size());
+    total += parts[i].second;
+  }
+  const size_t block = mine.size();
+  std::vector<char> all(block * static_cast<size_t>(comm_->size()));
+  KV_RETURN_IF_ERROR(comm_->AllGather(mine.data(), block, all.data()));
+  std::vector<float> sum(total, 0.0f), one;
+  for (int r = 0; r < comm_->size(); ++r) {
+    const char* rank_block = all.data() + static_cast<size_t>(r) * block;
+    size_t offset = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t n = static_cast<int64_t>(parts[i].second);
+      one.resize(parts[i].second);
+      KV_RETURN_IF_ERROR(Decode(type, rank_block + at[i], at[i + 1] - at[i], n, one.data())
+                             .Annotate("key " + keys_.Name(ids[i]) + " from rank " +
+                                       std::to_string(r)));
+      float* s = sum.data() + offset;
+      for (int64_t k = 0; k < n; ++k) s[k] += one[k];
+      offset += parts[i].second;
+    }
+  }
+  return sum;
+}
+
+Status AllreduceKVStore::SetGradientCompression(const proto::GradientCompression& spec) {
+  bool initialised;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    initialised = !store_.empty();
+  }
+  return compressor_.Set(spec, initialised);
+}
+
+proto::GradientCompression AllreduceKVStore::gradient_compression() const {
+  return compressor_.spec();
+}
+
+Status AllreduceKVStore::SaveResiduals(const std::string& path) {
+  return compressor_.Save(path, rank(), num_workers(), keys_);
+}
+
+Status AllreduceKVStore::LoadResiduals(const std::string& path) {
+  return compressor_.Load(path, rank(), num_workers(), &keys_,
+                          [this](uint64_t id) -> StatusOr<int64_t> {
+                            std::lock_guard<std::mutex> l(mu_);
+                            auto it = store_.find(id);
+                            if (it == store_.end()) {
+                              return KeyError(Status::Code::kNotFound, keys_.Name(id),
+                                              "is not a key of this store (Init it first)");
+                            }
+                            return it->second.value.size();
+                          });
 }
 
 Status AllreduceKVStore::Init(const std::vector<Key>& keys,

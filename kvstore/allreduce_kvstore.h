@@ -75,6 +75,13 @@ class AllreduceKVStore : public InProcessKVStore {
   Status LoadOptimizerStates(const std::string& path) override EXCLUDES(mu_);
   Status Finalize() override;
   void Abort(const std::string& reason) override;
+  // Before Init, on every rank. Each bucket's compressed gradients are
+  // all-gathered (every rank's encoding reaches every rank) and summed
+  // after decoding, in place of the ring all-reduce of float32.
+  Status SetGradientCompression(const proto::GradientCompression& spec) override;
+  proto::GradientCompression gradient_compression() const override;
+  Status SaveResiduals(const std::string& path) override;
+  Status LoadResiduals(const std::string& path) override;
 
  private:
   struct Entry {
@@ -106,6 +113,11 @@ class AllreduceKVStore : public InProcessKVStore {
       REQUIRES(mu_);
   Status ReduceBucket(int bucket, std::vector<float> buffer,
                       std::vector<uint64_t> ids) EXCLUDES(mu_);
+  // The bucket's members (`parts`: offset, count; `data` compacted) summed
+  // over the ranks through their compressed encodings.
+  StatusOr<std::vector<float>> GatherCompressed(
+      const std::vector<uint64_t>& ids, const std::vector<std::pair<size_t, size_t>>& parts,
+      const float* data) EXCLUDES(mu_);
   void WorkLoop();
   KVHandle AddPending(Pending p);
 
@@ -129,6 +141,7 @@ class AllreduceKVStore : public InProcessKVStore {
   bool finalized_ GUARDED_BY(mu_) = false;
 
   kv::HandleTable<Pending> handles_;
+  Compressor compressor_;
   std::thread worker_;
 };
 

@@ -196,6 +196,62 @@ TEST(AllreduceKVStoreTest, StatesLoadedOnRankZeroReachEveryRankAtBarrier) {
   EXPECT_EQ(got[1], -5);
 }
 
+// 2bit, threshold 0.5: even ranks push 0.25 every step and send 0, +0.5,
+// 0, +0.5; odd ranks push -0.375 and send 0, -0.5, -0.5, -0.5 (compression.h).
+// The gathered encodings sum to the same closed form on every rank.
+void TwoBitSums(int n, const std::vector<float>& want) {
+  Stores kv = Make(n, 64);  // several buckets
+  ASSERT_EQ(kv.size(), static_cast<size_t>(n));
+  const std::vector<int64_t> sizes = {1, 37, 5000};
+  OnEachRank(n, [&](int r) {
+    proto::GradientCompression spec;
+    spec.set_type(proto::GradientCompression::TWO_BIT);
+    spec.set_threshold(0.5f);
+    ASSERT_TRUE(kv[r]->SetGradientCompression(spec).ok());
+    std::vector<Key> keys;
+    std::vector<Tensor> init;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      keys.push_back("k" + std::to_string(k));
+      init.push_back(Tensor::Zeros({sizes[k]}));
+    }
+    ASSERT_TRUE(kv[r]->Init(keys, init).ok());
+    for (size_t t = 0; t < want.size(); ++t) {
+      std::vector<Tensor> grads, outs;
+      for (int64_t size : sizes) {
+        grads.push_back(Tensor::FromVector(
+            std::vector<float>(size, r % 2 ? -0.375f : 0.25f), {size}));
+        outs.push_back(Tensor::Zeros({size}));
+      }
+      ASSERT_TRUE(kv[r]->PushPull(keys, grads, outs).ok());
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        EXPECT_EQ(outs[k].ToVector(), std::vector<float>(sizes[k], want[t]))
+            << "rank " << r << " step " << t + 1 << " key " << k;
+      }
+    }
+    ASSERT_TRUE(kv[r]->Finalize().ok());
+  });
+}
+
+TEST(AllreduceKVStoreTest, TwoBitSumsAreClosedForm) { TwoBitSums(2, {0, 0, -0.5f, 0}); }
+
+TEST(AllreduceKVStoreTest, TwoBitSumsOverThreeRanks) { TwoBitSums(3, {0, 0.5f, -0.5f, 0.5f}); }
+
+TEST(AllreduceKVStoreTest, Fp16SumsTheRoundedGradients) {
+  Stores kv = Make(2, 4 << 20);
+  ASSERT_EQ(kv.size(), 2u);
+  OnEachRank(2, [&](int r) {
+    proto::GradientCompression spec;
+    spec.set_type(proto::GradientCompression::FP16);
+    ASSERT_TRUE(kv[r]->SetGradientCompression(spec).ok());
+    ASSERT_TRUE(kv[r]->Init({"w"}, {Tensor::Zeros({3})}).ok());
+    Tensor out = Tensor::Zeros({3});
+    ASSERT_TRUE(kv[r]->PushPull({"w"}, {Vec({0.1f, 0.2f, 1.0f})}, {out}).ok());
+    // 0.1 and 0.2 as halves: 0.0999755859375 and 0.199951171875.
+    EXPECT_EQ(out.ToVector(), std::vector<float>({0.199951171875f, 0.39990234375f, 2.0f}));
+    ASSERT_TRUE(kv[r]->Finalize().ok());
+  });
+}
+
 TEST(AllreduceKVStoreTest, WithoutALauncherIsAGroupOfOne) {
   KVStoreOptions opts;
   opts.env = MapEnv({});

@@ -1,6 +1,9 @@
 // KVStore helpers: keys, grouping, reduction, settings, states files.
 #include "kvstore/common.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "base/file.h"
 #include "tensor/blas.h"
 #include "proto/kvstore.pb.h"
@@ -237,6 +240,141 @@ Status InProcessKVStore::LoadOptimizerStates(const std::string& path) {
 
 StatusOr<std::string> InProcessKVStore::LoadStatesLocked(const std::string& path) {
   return LoadProcessStates(update_.optimizer().get(), path, type());
+}
+
+}  // namespace kv
+}  // namespace kvtrain
+
+namespace kvtrain {
+namespace kv {
+
+Status Compressor::Set(const proto::GradientCompression& spec, bool initialised) {
+  KV_RETURN_IF_ERROR(CheckCompression(spec));
+  if (initialised) {
+    return Status::FailedPrecondition(
+        "SetGradientCompression must come before Init: keys are initialised already");
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  spec_ = spec;
+  if (spec_.type() != proto::GradientCompression::TWO_BIT) spec_.clear_threshold();
+  residuals_.clear();
+  return Status::OK();
+}
+
+proto::GradientCompression Compressor::spec() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return spec_;
+}
+
+CompressionType Compressor::type() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return spec_.type();
+}
+
+std::shared_ptr<std::vector<char>> Compressor::Encode(uint64_t id, int64_t size,
+                                                      const float* grad, int64_t offset,
+                                                      int64_t count) {
+  CompressionType type;
+  float threshold;
+  Residual* r = nullptr;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    type = spec_.type();
+    threshold = spec_.threshold();
+    if (HasResidual(type)) {
+      std::unique_ptr<Residual>& slot = residuals_[id];
+      if (slot == nullptr) {
+        slot = std::make_unique<Residual>();
+        slot->values.assign(static_cast<size_t>(size), 0.0f);
+      }
+      r = slot.get();
+    }
+  }
+  auto out = std::make_shared<std::vector<char>>(EncodedBytes(type, count));
+  if (r == nullptr) {
+    kv::Encode(type, threshold, grad + offset, nullptr, count, out->data());
+  } else {
+    std::lock_guard<std::mutex> l(r->mu);
+    kv::Encode(type, threshold, grad + offset, r->values.data() + offset, count, out->data());
+  }
+  return out;
+}
+
+Status Compressor::Save(const std::string& path, int rank, int num_workers,
+                        const KeyTable& keys) {
+  proto::ResidualsFile file;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!HasResidual(spec_.type())) {
+      return Status::FailedPrecondition("SaveResiduals: gradient compression '" +
+                                        CompressionName(spec_.type()) +
+                                        "' keeps no residuals");
+    }
+    *file.mutable_spec() = spec_;
+    for (const auto& [id, r] : residuals_) {
+      std::lock_guard<std::mutex> rl(r->mu);
+      proto::ResidualsFile::Residual* out = file.add_residuals();
+      out->set_key(keys.Name(id));
+      out->set_int_key(id < (uint64_t{1} << 32));
+      out->set_data(r->values.data(), r->values.size() * sizeof(float));
+    }
+  }
+  file.set_rank(rank);
+  file.set_num_workers(num_workers);
+  file.set_num_residuals(static_cast<uint32_t>(file.residuals_size()));
+  if (file.ByteSizeLong() > static_cast<size_t>(INT32_MAX)) {
+    return Status::FailedPrecondition("saving residuals: more than 2 GB");
+  }
+  return WriteFileAtomic(path, file.SerializeAsString()).Annotate("saving residuals");
+}
+
+Status Compressor::Load(const std::string& path, int rank, int num_workers, KeyTable* keys,
+                        const std::function<StatusOr<int64_t>(uint64_t id)>& size_of) {
+  KV_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  proto::ResidualsFile file;
+  if (!file.ParseFromString(bytes) ||
+      file.num_residuals() != static_cast<uint32_t>(file.residuals_size()) ||
+      (file.residuals_size() == 0 && bytes.empty())) {
+    return Status::DataLoss(path + ": not a residuals file (cut short, corrupt or written "
+                                   "by something else)");
+  }
+  auto describe = [](const proto::GradientCompression& s) {
+    return CompressionName(s.type()) +
+           (s.type() == proto::GradientCompression::TWO_BIT
+                ? " threshold " + std::to_string(s.threshold())
+                : "");
+  };
+  const proto::GradientCompression mine = spec();
+  if (file.spec().type() != mine.type() || file.spec().threshold() != mine.threshold()) {
+    return Status::InvalidArgument(path + " was saved with gradient compression " +
+                                   describe(file.spec()) + " but this store uses " +
+                                   describe(mine));
+  }
+  if (file.rank() != rank || file.num_workers() != num_workers) {
+    return Status::InvalidArgument(
+        path + " holds the residuals of worker " + std::to_string(file.rank()) + " of " +
+        std::to_string(file.num_workers()) + " but this is worker " + std::to_string(rank) +
+        " of " + std::to_string(num_workers));
+  }
+  std::map<uint64_t, std::unique_ptr<Residual>> loaded;
+  for (const proto::ResidualsFile::Residual& r : file.residuals()) {
+    KV_ASSIGN_OR_RETURN(uint64_t id, r.int_key() ? keys->Id(Key(std::atoi(r.key().c_str())))
+                                                  : keys->Id(Key(r.key())));
+    StatusOr<int64_t> size = size_of(id);
+    if (!size.ok()) return size.status().Annotate(path);
+    if (r.data().size() != static_cast<size_t>(*size) * sizeof(float)) {
+      return KeyError(Status::Code::kInvalidArgument, r.key(),
+                      path + " holds a residual of " + std::to_string(r.data().size() / 4) +
+                          " values but the key has " + std::to_string(*size));
+    }
+    auto slot = std::make_unique<Residual>();
+    slot->values.resize(static_cast<size_t>(*size));
+    std::memcpy(slot->values.data(), r.data().data(), r.data().size());
+    loaded[id] = std::move(slot);
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  residuals_ = std::move(loaded);
+  return Status::OK();
 }
 
 }  // namespace kv

@@ -5,6 +5,7 @@
 #define KVTRAIN_KVSTORE_COMMON_H_
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "base/env.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
+#include "kvstore/compression.h"
 #include "kvstore/kvstore.h"
 #include "ops/optimizer.h"
 #include "tensor/tensor.h"
@@ -118,6 +120,39 @@ struct StoreSettings {
 Status WriteStatesFile(const std::string& path, const std::string& store_type,
                        const std::vector<std::string>& states);
 StatusOr<std::vector<std::string>> ReadStatesFile(const std::string& path);
+
+// A worker's gradient compression: the spec and each key's error-feedback
+// residual (2bit, 1bit), by key id. Thread-safe; pushes of one key are
+// encoded one at a time.
+class Compressor {
+ public:
+  // Checks the spec (CheckCompression); `initialised`: the store already
+  // has keys, which is an error (residuals and servers expect the encoding
+  // from a key's first push on).
+  Status Set(const proto::GradientCompression& spec, bool initialised) EXCLUDES(mu_);
+  proto::GradientCompression spec() const EXCLUDES(mu_);
+  CompressionType type() const EXCLUDES(mu_);
+  // Encodes elements [offset, offset + count) of key `id`'s gradient `grad`
+  // (host float32; `size` elements in all) into a new blob, updating the
+  // key's residual.
+  std::shared_ptr<std::vector<char>> Encode(uint64_t id, int64_t size, const float* grad,
+                                            int64_t offset, int64_t count) EXCLUDES(mu_);
+  // The residuals file (proto ResidualsFile). `size_of` gives a key's
+  // element count by name, or an error when the store has no such key.
+  Status Save(const std::string& path, int rank, int num_workers,
+              const KeyTable& keys) EXCLUDES(mu_);
+  Status Load(const std::string& path, int rank, int num_workers, KeyTable* keys,
+              const std::function<StatusOr<int64_t>(uint64_t id)>& size_of) EXCLUDES(mu_);
+
+ private:
+  struct Residual {
+    std::mutex mu;
+    std::vector<float> values;
+  };
+  mutable std::mutex mu_;
+  proto::GradientCompression spec_ GUARDED_BY(mu_);
+  std::map<uint64_t, std::unique_ptr<Residual>> residuals_ GUARDED_BY(mu_);
+};
 
 // The update of a store that updates in this process (local, device,
 // dist_allreduce): SetOptimizer's optimizer, applied with the store's key

@@ -174,7 +174,7 @@ Status DistKVStore::Init(const std::vector<Key>& keys,
         ps::RequestOptions opts;
         opts.head = proto::KV_INIT;
         opts.body = Info(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, 0, g.name);
-        KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(RequestPairs(*ki, request, host), opts));
+        KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(RequestPairs(g.id, *ki, request, host, false), opts));
         pending.timestamps.push_back(ts);
         pending.names.push_back(g.name);
       }
@@ -242,13 +242,30 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
   }
   const proto::KVSyncMode mode = sync_ ? proto::KV_SYNC : proto::KV_ASYNC;
   opts.head = push ? proto::KV_PUSH : proto::KV_PULL;
-  opts.body = Info(mode, step, "");
+  const CompressionType compression = push ? compressor_.type() : proto::GradientCompression::NONE;
+  // fp16: a push-pull's answer comes as halves, decoded into `landing`.
+  const bool half = push && pull && compression == proto::GradientCompression::FP16;
+  {
+    proto::RequestInfo info;
+    info.set_mode(mode);
+    info.set_step(step);
+    info.set_compression(compression);
+    info.set_half_answer(half);
+    opts.body = info.SerializeAsString();
+    if (compression != proto::GradientCompression::NONE) opts.dtype = CompressionName(compression);
+  }
   // Pull straight into the first output when it is host memory.
   Tensor landing;
   if (pull) {
     const Tensor& first = pull->tensors[0];
     landing = first.device().is_cpu() ? first : Tensor::Empty(first.shape());
   }
+  // Halves arrive in their own buffers: (buffer, element offset, count).
+  struct HalfAnswer {
+    std::shared_ptr<std::vector<uint16_t>> buffer;
+    int64_t offset, count;
+  };
+  auto halves = std::make_shared<std::vector<HalfAnswer>>();
   // One request for the key's slices, one per server; a key cut into
   // pieces sends one request per piece.
   for (const std::vector<size_t>& request : Requests(*ki)) {
@@ -257,15 +274,23 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
     for (size_t j : request) count += ki->parts[j].count;
     ps::PullDest dest;
     if (pull) {
-      dest.data = static_cast<char*>(landing.raw_data()) + first.offset * 4;
-      dest.size = static_cast<size_t>(count) * 4;
       std::vector<int64_t> lens;
-      for (size_t j : request) lens.push_back(ki->part_bytes[j]);
+      for (size_t j : request) lens.push_back(half ? ki->parts[j].count * 2 : ki->part_bytes[j]);
+      if (half) {
+        auto buffer = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(count));
+        halves->push_back({buffer, first.offset, count});
+        dest.data = reinterpret_cast<char*>(buffer->data());
+        dest.size = static_cast<size_t>(count) * 2;
+      } else {
+        dest.data = static_cast<char*>(landing.raw_data()) + first.offset * 4;
+        dest.size = static_cast<size_t>(count) * 4;
+      }
       dest.lens = ps::Blob::FromVector(lens);
     }
     StatusOr<int64_t> ts = Status::Internal("no request");
     if (push) {
-      ps::KVPairs kvs = RequestPairs(*ki, request, sum);
+      ps::KVPairs kvs = RequestPairs(g.id, *ki, request, sum,
+                                     compression != proto::GradientCompression::NONE);
       ts = pull ? worker_->PushPull(kvs, opts, dest) : worker_->Push(kvs, opts);
       if (!ts.ok()) UndoPush(ki, step);
     } else {
@@ -281,8 +306,12 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
   if (pull) {
     const std::vector<Tensor> outs = pull->tensors;
     auto prev = std::move(pending->finish);
-    pending->finish = [prev, landing, outs]() -> Status {
+    pending->finish = [prev, landing, outs, halves]() -> Status {
       if (prev) KV_RETURN_IF_ERROR(prev());
+      for (const HalfAnswer& h : *halves) {
+        HalvesToFloats(h.buffer->data(), h.count,
+                       static_cast<float*>(landing.raw_data()) + h.offset);
+      }
       for (const Tensor& out : outs) {
         if (!out.SharesMemoryWith(landing)) KV_RETURN_IF_ERROR(Tensor(out).CopyFrom(landing));
       }
@@ -303,8 +332,21 @@ std::vector<std::vector<size_t>> DistKVStore::Requests(const KeyInfo& ki) {
   return out;
 }
 
-ps::KVPairs DistKVStore::RequestPairs(const KeyInfo& ki, const std::vector<size_t>& request,
-                                      const Tensor& value) {
+ps::Blob DistKVStore::PartValue(uint64_t id, const KeyInfo& ki, size_t j, const Tensor& sum,
+                               bool compress) {
+  const Part& p = ki.parts[j];
+  if (compress) {
+    auto encoded = compressor_.Encode(id, sum.size(), static_cast<const float*>(sum.raw_data()),
+                                      p.offset, p.count);
+    return ps::Blob(encoded, encoded->data(), encoded->size());
+  }
+  return ps::Blob(sum.storage(), static_cast<char*>(sum.raw_data()) + p.offset * 4,
+                  static_cast<size_t>(ki.part_bytes[j]));
+}
+
+ps::KVPairs DistKVStore::RequestPairs(uint64_t id, const KeyInfo& ki,
+                                      const std::vector<size_t>& request, const Tensor& value,
+                                      bool compress) {
   std::vector<uint64_t> keys;
   std::vector<int64_t> lens;
   int64_t bytes = 0;
@@ -312,6 +354,17 @@ ps::KVPairs DistKVStore::RequestPairs(const KeyInfo& ki, const std::vector<size_
     keys.push_back(ki.server_keys[j]);
     lens.push_back(ki.part_bytes[j]);
     bytes += ki.part_bytes[j];
+  }
+  if (compress) {
+    // Each part encoded on its own (a server decodes the parts it holds).
+    std::string all;
+    for (size_t i = 0; i < request.size(); ++i) {
+      const ps::Blob part = PartValue(id, ki, request[i], value, true);
+      lens[i] = static_cast<int64_t>(part.size());
+      all.append(part.data(), part.size());
+    }
+    return ps::KVPairs::From(std::move(keys), ps::Blob::FromString(std::move(all)),
+                             std::move(lens));
   }
   const size_t offset = static_cast<size_t>(ki.parts[request.front()].offset) * 4;
   return ps::KVPairs::From(
@@ -484,6 +537,39 @@ Status DistKVStore::LoadOptimizerStates(const std::string& path) {
                                       lens), opts));
   return worker_->Wait(ts, settings_.timeout)
       .Annotate("restoring the servers' optimizer states from " + path);
+}
+
+Status DistKVStore::SetGradientCompression(const proto::GradientCompression& spec) {
+  KV_RETURN_IF_ERROR(CheckWorker("SetGradientCompression"));
+  bool initialised;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    initialised = !info_.empty();
+  }
+  return compressor_.Set(spec, initialised);
+}
+
+proto::GradientCompression DistKVStore::gradient_compression() const {
+  return compressor_.spec();
+}
+
+Status DistKVStore::SaveResiduals(const std::string& path) {
+  KV_RETURN_IF_ERROR(CheckWorker("SaveResiduals"));
+  return compressor_.Save(path, rank(), num_workers(), keys_);
+}
+
+Status DistKVStore::LoadResiduals(const std::string& path) {
+  KV_RETURN_IF_ERROR(CheckWorker("LoadResiduals"));
+  return compressor_.Load(path, rank(), num_workers(), &keys_,
+                          [this](uint64_t id) -> StatusOr<int64_t> {
+                            std::lock_guard<std::mutex> lock(mu_);
+                            auto it = info_.find(id);
+                            if (it == info_.end()) {
+                              return KeyError(Status::Code::kNotFound, keys_.Name(id),
+                                              "is not a key of this store (Init it first)");
+                            }
+                            return it->second.shape.NumElements();
+                          });
 }
 
 Status DistKVStore::RunServer() {

@@ -55,6 +55,12 @@ class DistKVStore : public KVStore {
   Status SetUpdater(Updater updater) override;
   Status SaveOptimizerStates(const std::string& path) override;
   Status LoadOptimizerStates(const std::string& path) override;
+  // Before Init, on every worker. The servers decode each push and, for
+  // fp16, answer push-pulls with halves.
+  Status SetGradientCompression(const proto::GradientCompression& spec) override;
+  proto::GradientCompression gradient_compression() const override;
+  Status SaveResiduals(const std::string& path) override;
+  Status LoadResiduals(const std::string& path) override;
   Status RunServer() override;
   Status Finalize() override;
   void Abort(const std::string& reason) override;
@@ -77,7 +83,9 @@ class DistKVStore : public KVStore {
       uint64_t server_key = 0;
       int64_t step = 0;
       KeyInfo* key = nullptr;    // whose step counter gave `step`
-      Tensor value;              // the reduced push, on the host
+      ps::Blob value;            // the reduced push as it travels
+      int64_t count = 0;         // its elements
+      bool half = false;         // answered as IEEE halves (fp16)
       std::vector<Tensor> outs;  // where the key's new value goes
     };
     std::vector<Entry> entries;  // until sent: guarded by bucket_mu_
@@ -109,9 +117,12 @@ class DistKVStore : public KVStore {
   // server takes one key per request).
   static std::vector<std::vector<size_t>> Requests(const KeyInfo& ki);
   // The request's keys and lengths, with `value`'s elements of those parts
-  // (zero-copy).
-  static ps::KVPairs RequestPairs(const KeyInfo& ki, const std::vector<size_t>& request,
-                                  const Tensor& value);
+  // (zero-copy), or each part encoded by the compressor.
+  ps::KVPairs RequestPairs(uint64_t id, const KeyInfo& ki, const std::vector<size_t>& request,
+                           const Tensor& value, bool compress);
+  // Part `j` of the key's push as it travels: a view of `sum`, or encoded.
+  ps::Blob PartValue(uint64_t id, const KeyInfo& ki, size_t j, const Tensor& sum,
+                     bool compress);
 
   DistKVStore(const std::string& type, ps::Postoffice* po,
               std::unique_ptr<ps::Postoffice> owned, const StoreSettings& settings);
@@ -145,6 +156,7 @@ class DistKVStore : public KVStore {
   const bool device_reduce_;
   bool finalized_ = false;
   KeyTable keys_;
+  Compressor compressor_;
 
   std::mutex mu_;
   std::map<uint64_t, KeyInfo> info_ GUARDED_BY(mu_);

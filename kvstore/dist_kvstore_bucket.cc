@@ -39,6 +39,7 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
     std::lock_guard<std::mutex> lock(mu_);
     step = ++ki->pushes;
   }
+  const CompressionType compression = compressor_.type();
   // Each piece is an entry of its own; a key's pieces fill buckets in
   // element order, so its first pieces leave while the rest are added.
   for (size_t j = 0; j < ki->parts.size(); ++j) {
@@ -48,7 +49,9 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
     entry.server_key = ki->server_keys[j];
     entry.step = step;
     entry.key = ki;
-    KV_ASSIGN_OR_RETURN(entry.value, PartOf(sum, part));
+    entry.count = part.count;
+    entry.half = compression == proto::GradientCompression::FP16;
+    entry.value = PartValue(push.id, *ki, j, sum, compression != proto::GradientCompression::NONE);
     for (const Tensor& out : pull.tensors) {
       KV_ASSIGN_OR_RETURN(Tensor piece, PartOf(out, part));
       entry.outs.push_back(std::move(piece));
@@ -114,10 +117,15 @@ Status DistKVStore::FlushBucket() {
   std::vector<int64_t> lens;
   proto::RequestInfo info;
   info.set_mode(sync_ ? proto::KV_SYNC : proto::KV_ASYNC);
+  // Every entry of a bucket was encoded alike: SetGradientCompression
+  // comes before Init.
+  const CompressionType compression = compressor_.type();
+  info.set_compression(compression);
+  info.set_half_answer(b->entries[0].half);
   for (size_t i : b->order) {
     const Bucket::Entry& e = b->entries[i];
     keys.push_back(e.server_key);
-    lens.push_back(static_cast<int64_t>(e.value.nbytes()));
+    lens.push_back(static_cast<int64_t>(e.value.size()));
     proto::KeyEntry* k = info.add_keys();
     k->set_key(e.server_key);
     k->set_step(e.step);
@@ -126,31 +134,33 @@ Status DistKVStore::FlushBucket() {
   // together, and the caller may reuse its values once Wait returns.
   ps::Blob vals;
   if (n == 1) {
-    const Tensor& v = b->entries[0].value;
-    vals = ps::Blob(v.storage(), static_cast<char*>(v.raw_data()), v.nbytes());
+    vals = b->entries[0].value;
   } else {
-    auto all = std::make_shared<std::vector<char>>(b->bytes);
+    size_t total = 0;
+    for (const Bucket::Entry& e : b->entries) total += e.value.size();
+    auto all = std::make_shared<std::vector<char>>(total);
     size_t off = 0;
     for (size_t i : b->order) {
-      const Tensor& v = b->entries[i].value;
-      std::memcpy(all->data() + off, v.raw_data(), v.nbytes());
-      off += v.nbytes();
+      const ps::Blob& v = b->entries[i].value;
+      std::memcpy(all->data() + off, v.data(), v.size());
+      off += v.size();
     }
     vals = ps::Blob(all, all->data(), all->size());
   }
-  for (Bucket::Entry& e : b->entries) e.value = Tensor();
+  for (Bucket::Entry& e : b->entries) e.value = ps::Blob();
   ps::RequestOptions opts;
   opts.head = proto::KV_PUSH;
   opts.body = info.SerializeAsString();
   opts.priority = b->priority;
-  opts.dtype = "float32";
+  opts.dtype = compression == proto::GradientCompression::NONE ? "float32"
+                                                                : CompressionName(compression);
   // One entry with one host output: the transport copies the answer
   // straight into it as it arrives (while the step waits for other pieces).
   // Otherwise the answers stay in the received messages until WaitBucket
   // copies each key's part into its outputs.
   ps::PullDest dest;
   const Bucket::Entry& only = b->entries[0];
-  if (n == 1 && only.outs.size() == 1 && only.outs[0].device().is_cpu()) {
+  if (n == 1 && only.outs.size() == 1 && only.outs[0].device().is_cpu() && !only.half) {
     dest.data = static_cast<char*>(only.outs[0].raw_data());
     dest.size = only.outs[0].nbytes();
     b->landed = true;
@@ -198,12 +208,20 @@ Status DistKVStore::WaitBucket(Bucket* b, ps::Duration timeout) {
       const Bucket::Entry& e = b->entries[b->order[next]];
       const size_t bytes = part.lens.empty() ? part.vals.size() / part.num_keys()
                                              : static_cast<size_t>(part.lens.as<int64_t>()[k]);
-      if (part.key(k) != e.server_key || (!e.outs.empty() && bytes != e.outs[0].nbytes())) {
+      const size_t want = static_cast<size_t>(e.count) * (e.half ? 2 : 4);
+      if (part.key(k) != e.server_key || bytes != want || off + bytes > part.vals.size()) {
         b->status = Status::DataLoss("key " + e.name + ": the server's answer does not match");
         return b->status;
       }
-      const ps::Blob value = part.vals.Slice(off, bytes);
+      ps::Blob value = part.vals.Slice(off, bytes);
       off += bytes;
+      if (e.half) {
+        std::vector<float> floats(static_cast<size_t>(e.count));
+        std::vector<uint16_t> halves(static_cast<size_t>(e.count));
+        std::memcpy(halves.data(), value.data(), bytes);
+        HalvesToFloats(halves.data(), e.count, floats.data());
+        value = ps::Blob::FromVector(std::move(floats));
+      }
       for (const Tensor& out : e.outs) {
         Tensor view = Tensor::Wrap(const_cast<char*>(value.data()), out.shape(), DType::kFloat32,
                                    Device::CPU(), [value] {});

@@ -62,6 +62,26 @@ Status KVStore::PushPull(const std::vector<Key>& keys,
   return Wait(h);
 }
 
+Status KVStore::SetGradientCompression(const proto::GradientCompression& spec) {
+  (void)spec;
+  return Status::FailedPrecondition(
+      "gradient compression applies to what travels between processes: the '" + type_ +
+      "' store sends nothing (use dist_sync, dist_device_sync, dist_async or "
+      "dist_allreduce)");
+}
+
+Status KVStore::SaveResiduals(const std::string& path) {
+  (void)path;
+  return Status::FailedPrecondition("SaveResiduals: the '" + type_ +
+                                    "' store keeps no compression residuals");
+}
+
+Status KVStore::LoadResiduals(const std::string& path) {
+  (void)path;
+  return Status::FailedPrecondition("LoadResiduals: the '" + type_ +
+                                    "' store keeps no compression residuals");
+}
+
 Status KVStore::RunServer() {
   return Status::FailedPrecondition("RunServer: the '" + type_ +
                                     "' store has no servers");

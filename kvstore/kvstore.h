@@ -20,6 +20,7 @@
 #include "net/node_config.h"
 #include "base/status.h"
 #include "tensor/tensor.h"
+#include "proto/kvstore.pb.h"
 #include "proto/optimizer.pb.h"
 
 namespace kvtrain {
@@ -152,6 +153,20 @@ class KVStore {
   // types the servers' states are gathered. Load restores them.
   virtual Status SaveOptimizerStates(const std::string& path) = 0;
   virtual Status LoadOptimizerStates(const std::string& path) = 0;
+
+  // Dist types (dist_sync, dist_device_sync, dist_async, dist_allreduce):
+  // every later push sends its gradients compressed as `spec` says
+  // (kvstore/compression.h: 2bit, 1bit, fp16). Call it on every worker
+  // before Init. Other types, and a bad spec, are errors.
+  virtual Status SetGradientCompression(const proto::GradientCompression& spec);
+  // The spec set (type NONE when none was).
+  virtual proto::GradientCompression gradient_compression() const { return {}; }
+  // 2bit and 1bit keep what was not sent of each key's gradients on the
+  // worker (error feedback). Save writes this worker's residuals to `path`
+  // (atomically); Load restores them, checking the spec, rank and worker
+  // count they were saved with. Every worker saves and loads its own.
+  virtual Status SaveResiduals(const std::string& path);
+  virtual Status LoadResiduals(const std::string& path);
 
   // Server and scheduler processes of dist types: serve until the job ends.
   // Workers and non-distributed types: an error.

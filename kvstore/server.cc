@@ -8,6 +8,7 @@
 
 #include "base/trace.h"
 #include "kvstore/common.h"
+#include "kvstore/compression.h"
 #include "tensor/blas.h"
 
 namespace kvtrain {
@@ -22,6 +23,30 @@ Tensor View(const ps::Blob& vals) {
                       DType::kFloat32, Device::CPU(), [keep] {});
 }
 
+
+// A push's values as float32: as they arrived, or decoded when the worker
+// compressed them (RequestInfo.compression). `n`: the key's elements here.
+StatusOr<ps::Blob> PushedFloats(const proto::RequestInfo& info, const ps::Blob& vals, int64_t n,
+                                const std::string& name, const std::string& sender) {
+  if (info.compression() == proto::GradientCompression::NONE) return vals;
+  if (!proto::GradientCompression::Type_IsValid(info.compression())) {
+    return KeyError(Status::Code::kInvalidArgument, name,
+                    sender + " pushed values with unknown compression " +
+                        std::to_string(static_cast<int>(info.compression())));
+  }
+  std::vector<float> out(static_cast<size_t>(n));
+  const Status s = Decode(info.compression(), vals.data(), vals.size(), n, out.data());
+  if (!s.ok()) {
+    return KeyError(Status::Code::kInvalidArgument, name,
+                    "push from " + sender + ": " + s.message());
+  }
+  return ps::Blob::FromVector(std::move(out));
+}
+
+// Bytes of a key's answer: float32, or IEEE halves.
+size_t AnswerBytes(const Tensor& value, bool half) {
+  return static_cast<size_t>(value.size()) * (half ? 2 : 4);
+}
 
 }  // namespace
 
@@ -101,12 +126,22 @@ void ServerHandler::Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
   server->Respond(meta);
 }
 
-void ServerHandler::Push(const ps::RequestMeta& meta, const ps::KVPairs& data,
+void ServerHandler::Push(const ps::RequestMeta& meta, const ps::KVPairs& pushed,
                          const proto::RequestInfo& info, ps::KVServer* server) {
-  const uint64_t key = data.key(0);
+  const uint64_t key = pushed.key(0);
   KeyState* st = FindOrRespond(key, meta, server);
   if (st == nullptr) return;
   std::lock_guard<std::mutex> lock(st->mu);
+  ps::KVPairs data = pushed;
+  if (info.compression() != proto::GradientCompression::NONE) {
+    StatusOr<ps::Blob> vals =
+        PushedFloats(info, pushed.vals, st->value.size(), st->name, meta.sender_name);
+    if (!vals.ok()) {
+      server->RespondError(meta, vals.status());
+      return;
+    }
+    data.vals = *vals;
+  }
   if (data.vals.size() != st->value.nbytes()) {
     server->RespondError(
         meta, KeyError(Status::Code::kInvalidArgument, st->name,
@@ -120,7 +155,7 @@ void ServerHandler::Push(const ps::RequestMeta& meta, const ps::KVPairs& data,
     if (!s.ok()) {
       server->RespondError(meta, s);
     } else if (meta.pull) {
-      RespondValue(st, key, meta, server);
+      RespondValue(st, key, meta, info.half_answer(), server);
     } else {
       server->Respond(meta);
     }
@@ -262,9 +297,15 @@ Status ServerHandler::Apply(KeyState* st, uint64_t key, const Tensor& grad,
 }
 
 void ServerHandler::RespondValue(KeyState* st, uint64_t key,
-                                 const ps::RequestMeta& meta,
+                                 const ps::RequestMeta& meta, bool half,
                                  ps::KVServer* server) {
   const Tensor& v = st->value;
+  if (half) {
+    std::vector<uint16_t> halves(static_cast<size_t>(v.size()));
+    FloatsToHalves(v.data<float>(), v.size(), halves.data());
+    server->Respond(meta, ps::KVPairs::From({key}, ps::Blob::FromVector(std::move(halves))));
+    return;
+  }
   ps::Blob vals(v.storage(), v.raw_data(), v.nbytes());
   server->Respond(meta, ps::KVPairs::From({key}, vals));
 }
@@ -284,12 +325,19 @@ struct ServerHandler::Gather {
 
 void ServerHandler::Answer(const Deferred& d, KeyState* st, uint64_t key,
                            ps::KVServer* server) {
-  if (d.gather == nullptr) return RespondValue(st, key, d.meta, server);
+  const bool half = d.info.half_answer();
+  if (d.gather == nullptr) return RespondValue(st, key, d.meta, half, server);
   Gather& g = *d.gather;
   std::lock_guard<std::mutex> lock(g.mu);
   const size_t off = g.offsets[d.index], bytes = g.offsets[d.index + 1] - off;
-  if (bytes == st->value.nbytes()) {
-    std::memcpy(g.values->data() + off, st->value.raw_data(), bytes);
+  if (bytes == AnswerBytes(st->value, half)) {
+    if (half) {
+      std::vector<uint16_t> halves(static_cast<size_t>(st->value.size()));
+      FloatsToHalves(st->value.data<float>(), st->value.size(), halves.data());
+      std::memcpy(g.values->data() + off, halves.data(), bytes);
+    } else {
+      std::memcpy(g.values->data() + off, st->value.raw_data(), bytes);
+    }
   } else if (g.error.ok()) {
     g.error = KeyError(Status::Code::kInvalidArgument, st->name,
                        "answer of " + std::to_string(bytes / 4) +
@@ -345,6 +393,10 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
   g->offsets.push_back(0);
   std::vector<KeyState*> states(n);
   std::vector<proto::RequestInfo> infos(n);
+  // Where each key's pushed values lie in the request (compressed values
+  // differ in size from the answer's float32 or halves).
+  std::vector<size_t> pushed_at = {0};
+  std::vector<int64_t> answer_lens;
   for (size_t i = 0; i < n; ++i) {
     const uint64_t key = data.key(i);
     auto e = entries.find(key);
@@ -363,7 +415,27 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
     const size_t bytes = data.lens.empty()
                              ? data.vals.size() / n
                              : static_cast<size_t>(data.lens.as<int64_t>()[i]);
-    g->offsets.push_back(g->offsets.back() + bytes);
+    if (pushed_at.back() + bytes > data.vals.size()) {
+      server->RespondError(meta, Status::InvalidArgument(
+                                     "multi-key push from " + meta.sender_name +
+                                     ": its lengths exceed the values sent"));
+      return;
+    }
+    pushed_at.push_back(pushed_at.back() + bytes);
+    size_t answer;
+    {
+      std::lock_guard<std::mutex> lock(states[i]->mu);
+      answer = AnswerBytes(states[i]->value, info.half_answer());
+    }
+    // A key pushed with the wrong size is answered with its error (below).
+    if (info.compression() == proto::GradientCompression::NONE && !info.half_answer()) {
+      answer = bytes;
+    }
+    answer_lens.push_back(static_cast<int64_t>(answer));
+    g->offsets.push_back(g->offsets.back() + answer);
+  }
+  if (info.compression() != proto::GradientCompression::NONE || info.half_answer()) {
+    g->lens = ps::Blob::FromVector(answer_lens);
   }
   g->values = std::make_shared<std::vector<char>>(g->offsets.back());
   g->remaining = static_cast<int>(n);
@@ -373,9 +445,17 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
     // A single key is answered with its value as it is (no gather copy).
     Deferred d{meta, {}, infos[i], n == 1 ? nullptr : g, static_cast<int>(i)};
     d.data.keys = data.keys.Slice(i * sizeof(uint64_t), sizeof(uint64_t));
-    d.data.vals =
-        data.vals.Slice(g->offsets[i], g->offsets[i + 1] - g->offsets[i]);
+    d.data.vals = data.vals.Slice(pushed_at[i], pushed_at[i + 1] - pushed_at[i]);
     std::lock_guard<std::mutex> lock(st->mu);
+    if (info.compression() != proto::GradientCompression::NONE) {
+      StatusOr<ps::Blob> vals =
+          PushedFloats(info, d.data.vals, st->value.size(), st->name, meta.sender_name);
+      if (!vals.ok()) {
+        Fail(d, vals.status(), server);
+        continue;
+      }
+      d.data.vals = *vals;
+    }
     if (d.data.vals.size() != st->value.nbytes()) {
       Fail(d,
            KeyError(Status::Code::kInvalidArgument, st->name,
@@ -403,7 +483,7 @@ void ServerHandler::Pull(const ps::RequestMeta& meta, const ps::KVPairs& data,
   if (st == nullptr) return;
   std::lock_guard<std::mutex> lock(st->mu);
   if (info.mode() == proto::KV_ASYNC || info.step() <= st->step) {
-    RespondValue(st, key, meta, server);
+    RespondValue(st, key, meta, info.half_answer(), server);
   } else if (info.step() > st->step + kSyncWindow) {
     server->RespondError(
         meta, KeyError(Status::Code::kInvalidArgument, st->name,

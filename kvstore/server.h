@@ -98,7 +98,8 @@ class ServerHandler {
       REQUIRES(st->mu);
   Status Apply(KeyState* st, uint64_t key, const Tensor& grad, bool accumulate)
       REQUIRES(st->mu);
-  void RespondValue(KeyState* st, uint64_t key, const ps::RequestMeta& meta,
+  // `half`: the value as IEEE halves (fp16 compression).
+  void RespondValue(KeyState* st, uint64_t key, const ps::RequestMeta& meta, bool half,
                     ps::KVServer* server) REQUIRES(st->mu);
 
   KeyState* Find(uint64_t key) EXCLUDES(mu_);

@@ -24,6 +24,12 @@ std::string StatesPath(const std::string& prefix, int epoch) {
   return prefix + buf;
 }
 
+std::string ResidualsPath(const std::string& prefix, int epoch, int rank) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "-%04d.rank%d.residuals", epoch, rank);
+  return prefix + buf;
+}
+
 namespace {
 
 Status AddArrays(const std::map<std::string, Tensor>& arrays, const std::string& kind,

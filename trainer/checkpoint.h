@@ -31,6 +31,10 @@ inline constexpr int64_t kMaxParamsFileBytes = (int64_t{1} << 31) - 1;
 std::string SymbolPath(const std::string& prefix);
 std::string ParamsPath(const std::string& prefix, int epoch);
 std::string StatesPath(const std::string& prefix, int epoch);
+// A worker's gradient-compression residuals (KVStore::SaveResiduals),
+// P-NNNN.rankR.residuals: written by every worker of a job that compresses
+// with 2bit or 1bit.
+std::string ResidualsPath(const std::string& prefix, int epoch, int rank);
 
 // Serialises / parses a params file (float32 arrays, copied to the host).
 // Encoding a model above kMaxParamsFileBytes is an error (nothing is

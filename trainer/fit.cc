@@ -149,6 +149,17 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
   KV_RETURN_IF_ERROR(SyncParams(kv));
   std::unique_ptr<Optimizer> local_optimizer;
   KV_RETURN_IF_ERROR(SetUpOptimizer(kv, o, &local_optimizer));
+  const proto::GradientCompression::Type compression = kv->gradient_compression().type();
+  const bool residuals = compression == proto::GradientCompression::TWO_BIT ||
+                         compression == proto::GradientCompression::ONE_BIT;
+  if (residuals && o.begin_epoch > 0 && !o.resume_states.empty()) {
+    if (o.resume_residuals.empty()) {
+      return Status::InvalidArgument(
+          "resuming a job with gradient compression needs this worker's residuals file "
+          "(FitOptions::resume_residuals, saved with the checkpoint)");
+    }
+    KV_RETURN_IF_ERROR(kv->LoadResiduals(o.resume_residuals));
+  }
   const bool dist = kv->is_distributed();
   // With model parallelism only the rank with the output reports.
   const bool report = has_output();
@@ -205,6 +216,13 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
       KV_ASSIGN_OR_RETURN(validation, Score(eval, o.metrics));
     }
     if (report) progress.EndEpoch(metrics.Get(), validation);
+    if (!o.model_prefix.empty() && residuals) {
+      // Every worker's residuals are on disk before rank 0 writes the
+      // params file, which completes a checkpoint.
+      KV_RETURN_IF_ERROR(kv->SaveResiduals(ResidualsPath(o.model_prefix, epoch + 1, kv->rank()))
+                             .Annotate("checkpoint of epoch " + std::to_string(epoch + 1)));
+      KV_RETURN_IF_ERROR(kv->Barrier());
+    }
     if (!o.model_prefix.empty() && kv->rank() == 0) {
       KV_RETURN_IF_ERROR(SaveCheckpoint(o.model_prefix, epoch + 1, kv, local_optimizer.get())
                              .Annotate("checkpoint of epoch " + std::to_string(epoch + 1)));

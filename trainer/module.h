@@ -72,10 +72,15 @@ struct FitOptions {
   // none; written only where the graph's output is computed).
   std::string loss_file;
   // Checkpoints after every epoch ("" = none): P-symbol.txt, P-NNNN.params,
-  // P-NNNN.states. Written by rank 0.
+  // P-NNNN.states. Written by rank 0. With 2bit or 1bit gradient
+  // compression every worker also writes its residuals,
+  // P-NNNN.rankR.residuals, before rank 0 writes the rest.
   std::string model_prefix;
   // Resume: optimizer states to restore before begin_epoch ("" = none).
   std::string resume_states;
+  // Resume with 2bit or 1bit compression: this worker's residuals file
+  // (ResidualsPath); required then.
+  std::string resume_residuals;
   // The params file resumed from (its source and states_digest): when set,
   // resume_states must be the states file saved with it.
   const ModelArrays* resume_params = nullptr;

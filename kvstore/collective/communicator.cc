@@ -234,6 +234,30 @@ Status Communicator::AllReduceSum(float* data, size_t count) {
   return RingAllReduce(data, count, tag);
 }
 
+Status Communicator::AllGather(const void* mine, size_t bytes, void* all) {
+  std::lock_guard<std::mutex> l(coll_mu_);
+  const uint64_t tag = NextSeq();
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  char* out = static_cast<char*>(all);
+  if (bytes > 0) std::memcpy(out + static_cast<size_t>(rank_) * bytes, mine, bytes);
+  if (size() == 1) return Status::OK();
+  // Everyone sends its block to everyone: for the small (compressed) blocks
+  // this serves, one hop beats a ring's size() - 1.
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank_) continue;
+    KV_RETURN_IF_ERROR(mesh_->Send(members_[p], MsgKind::kCollective, group_, tag, mine, bytes,
+                                   /*copy=*/false)
+                           .Annotate("all-gather on rank " + std::to_string(rank_) + " to " +
+                                     PeerName(p)));
+  }
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank_) continue;
+    KV_RETURN_IF_ERROR(RecvPiece(p, tag, bytes, deadline, "all-gather",
+                                 out + static_cast<size_t>(p) * bytes, nullptr));
+  }
+  return mesh_->WaitReleased(deadline);
+}
+
 Status Communicator::Barrier() {
   std::lock_guard<std::mutex> l(coll_mu_);
   const uint64_t tag = NextSeq();

@@ -131,6 +131,9 @@ class Communicator : public PeerLink {
 
   // Sums `count` floats across the group, in place on every rank.
   Status AllReduceSum(float* data, size_t count);
+  // Every rank's `bytes` bytes at `mine`, in rank order, into every rank's
+  // `all` (size() * bytes). `mine` must stay unchanged until it returns.
+  Status AllGather(const void* mine, size_t bytes, void* all);
   // Returns once every rank of the group has entered.
   Status Barrier();
   // Copies root's `size` bytes into every rank's `data`.

@@ -1,0 +1,66 @@
+// Gradient compression (KVStore::SetGradientCompression): how a worker
+// encodes a gradient array for the wire and how the receiver decodes it.
+//
+//   2bit  4-byte float threshold t, then ceil(n/16) little-endian 32-bit
+//         words; value i is the 2-bit code at bits 2(i%16) of word i/16:
+//         0 -> 0, 3 -> +t, 2 -> -t, 1 -> NaN. With the residual r (error
+//         feedback, kept by the worker): v = g + r; v >= t sends +t,
+//         v <= -t sends -t, else 0; r becomes v minus what was sent.
+//   1bit  4-byte float scale s = mean |v| over the array (v = g + r), then
+//         ceil(n/32) words; bit i%32 of word i/32 is 1 for v >= 0 (+s),
+//         0 for v < 0 (-s); r becomes v minus what was sent.
+//   fp16  n IEEE halves (2n bytes), rounded to nearest even; no residual.
+//         Servers answer a push-pull's weights as halves too.
+//
+// Non-finite values: a NaN or infinite v arrives as NaN (2bit: code 1, that
+// element only; 1bit: the scale is NaN, so the whole array is NaN), as it
+// would make an uncompressed update non-finite; its residual restarts at 0.
+// fp16 keeps NaN and infinities, and values beyond +-65504 become +-Inf.
+#ifndef KVTRAIN_KVSTORE_COMPRESSION_H_
+#define KVTRAIN_KVSTORE_COMPRESSION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+#include "proto/kvstore.pb.h"
+
+namespace kvtrain {
+namespace kv {
+
+using CompressionType = proto::GradientCompression::Type;
+
+// "none", "2bit", "1bit", "fp16".
+std::string CompressionName(CompressionType type);
+// A spec from the flag form: type "none" | "2bit" | "1bit" | "fp16", and
+// the 2bit threshold. Checked as CheckCompression does.
+StatusOr<proto::GradientCompression> ParseCompression(const std::string& type,
+                                                      float threshold);
+// An unknown type or a 2bit threshold that is not a finite value > 0 is an
+// error naming it.
+Status CheckCompression(const proto::GradientCompression& spec);
+
+// Whether the type keeps a residual per array on the worker.
+bool HasResidual(CompressionType type);
+// Bytes of an encoded array of `n` floats (n itself for NONE: 4n).
+size_t EncodedBytes(CompressionType type, int64_t n);
+// Encodes `grad` (n floats) into `out` (EncodedBytes bytes). `residual`
+// (n floats) is added to the gradient first and then holds what was not
+// sent; it may be null for types without one. `threshold`: 2bit only.
+void Encode(CompressionType type, float threshold, const float* grad, float* residual,
+            int64_t n, char* out);
+// Decodes an array of `n` floats. The byte count, and a 2bit header that is
+// not a finite threshold > 0, are checked (a DataLoss error says which).
+Status Decode(CompressionType type, const char* in, size_t bytes, int64_t n, float* out);
+
+// IEEE 754 binary16, round to nearest even.
+uint16_t FloatToHalf(float f);
+float HalfToFloat(uint16_t h);
+void FloatsToHalves(const float* in, int64_t n, uint16_t* out);
+void HalvesToFloats(const uint16_t* in, int64_t n, float* out);
+
+}  // namespace kv
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_COMPRESSION_H_
