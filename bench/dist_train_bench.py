@@ -83,6 +83,13 @@ def parse_args(argv):
     ap.add_argument("--link", default="loopback", choices=sorted(LINKS),
                     help="loopback, or an emulated cluster with links of this rate")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per job")
+    ap.add_argument("--gc", default="none",
+                    help="gradient compressions to run the dist rows with (default security): "
+                    "none, fp16, 2bit, 1bit; several add a compression table")
+    ap.add_argument("--gc-threshold", type=float, default=2,
+                    help="the 2bit threshold (train_mnist --gc-threshold)")
+    ap.add_argument("--gc-min-bytes", type=int, default=65536,
+                    help="arrays of fewer bytes travel uncompressed (train_mnist --gc-min-bytes)")
     ap.add_argument("--verbose", action="store_true", help="print every job's command")
     return ap.parse_args(argv)
 
@@ -94,12 +101,15 @@ class Job:
         self.args = args
         self.cluster = cluster
 
-    def command(self, net, store, workers, servers, secure):
+    def command(self, net, store, workers, servers, secure, gc="none"):
         a = self.args
         train = [a.train, "--network", net, "--kv-store", store,
                  "--num-epochs", str(a.epochs), "--disp-batches", "0",
                  "--batch-size", str(a.batch_size),
                  "--num-examples", str(samples_per_epoch(a, net))]
+        if gc != "none":
+            train += ["--gc-type", gc, "--gc-threshold", str(a.gc_threshold),
+                      "--gc-min-bytes", str(a.gc_min_bytes)]
         if store == "local":
             return train
         argv = [sys.executable, a.launch, "-n", str(workers), "-s", str(servers)]
@@ -111,8 +121,8 @@ class Job:
             argv += ["--launcher", "local"]
         return argv + ["--timeout", str(a.timeout)] + train
 
-    def run(self, net, store, workers, servers, secure):
-        argv = self.command(net, store, workers, servers, secure)
+    def run(self, net, store, workers, servers, secure, gc="none"):
+        argv = self.command(net, store, workers, servers, secure, gc)
         if self.args.verbose:
             print("  $ " + " ".join(argv), flush=True)
         env = dict(os.environ)
@@ -165,6 +175,18 @@ def ideal_rate(local_rate, net, workers, servers, bits_per_s):
     return workers * batch / (step_compute + step_wire)
 
 
+def wire_bytes(net, gc, min_bytes):
+    """Bytes one worker pushes and pulls per step (every array once; a cut
+    array's pieces each carry their own 4-byte header, left out here)."""
+    push = pull = 0
+    for n in PARAMS[net]:
+        g = "none" if 4 * n < min_bytes else gc
+        pull += 2 * n if g == "fp16" else 4 * n
+        push += {"none": 4 * n, "fp16": 2 * n, "2bit": 4 + 4 * -(-n // 16),
+                 "1bit": 4 + 4 * -(-n // 32)}[g]
+    return push, pull
+
+
 def fmt_rate(r):
     return "%8.0f" % r if r is not None else "       -"
 
@@ -181,6 +203,12 @@ def main(argv):
     for m in modes:
         if m not in ("default", "insecure"):
             sys.exit("dist_train_bench: --security: unknown mode %r (default, insecure)" % m)
+    args.gcs = [g for g in args.gc.split(",") if g]
+    for g in args.gcs:
+        if g not in ("none", "fp16", "2bit", "1bit"):
+            sys.exit("dist_train_bench: --gc: unknown compression %r (none, fp16, 2bit, 1bit)" % g)
+    if "none" not in args.gcs:
+        args.gcs.insert(0, "none")
     if "local" not in rows:
         rows.insert(0, "local")
     args.train = os.path.abspath(args.train)
@@ -216,19 +244,22 @@ def report(args, nets, rows, modes, cluster):
     spec = {name: (store, w, s) for name, store, w, s in ROWS}
     # Rounds over every row, so that a slow spell of the machine falls on
     # all rows alike rather than on one row's runs.
+    # Compressed rows (mode "default+2bit" etc.) for the dist rows.
     cells = [(net, name, mode) for net in nets for name in rows
-             for mode in (["local"] if spec[name][0] == "local" else modes)]
+             for mode in (["local"] if spec[name][0] == "local" else
+                          modes + ["default+" + g for g in args.gcs if g != "none"])]
     rates = {c: [] for c in cells}
     for r in range(args.runs):
         for net, name, mode in cells:
             store, w, s = spec[name]
+            gc = mode.split("+")[1] if "+" in mode else "none"
             rates[(net, name, mode)].append(
-                row_rate(args, net, job.run(net, store, w, s, mode == "default"), w))
+                row_rate(args, net, job.run(net, store, w, s, mode != "insecure", gc), w))
         print("  round %d of %d done" % (r + 1, args.runs), flush=True)
     results = {}
     for c in cells:
         results[c] = statistics.median(rates[c])
-        print("  %-5s %-18s %-8s %8.0f samples/s  (runs: %s)" %
+        print("  %-5s %-18s %-13s %8.0f samples/s  (runs: %s)" %
               (c + (results[c], ", ".join("%.0f" % x for x in rates[c]))))
     print()
     for net in nets:
@@ -269,7 +300,35 @@ def report(args, nets, rows, modes, cluster):
             if parts:
                 print("  %s: %s" % (m, "; ".join(parts)))
         print()
+        if len(args.gcs) > 1:
+            report_compression(args, net, rows, spec, results, cluster)
     return 0
+
+
+def report_compression(args, net, rows, spec, results, cluster):
+    """samples/s of the dist rows per gradient compression (default
+    security), against the same row uncompressed, and the bytes a worker
+    moves per step."""
+    head = "%-18s" % (net + " compression")
+    for g in args.gcs:
+        head += " | %8s  vs none" % g
+    print(head)
+    for name in rows:
+        if spec[name][0] == "local":
+            continue
+        line = "%-18s" % name
+        base = results.get((net, name, "default"))
+        for g in args.gcs:
+            r = results.get((net, name, "default" if g == "none" else "default+" + g))
+            line += " | %s %s" % (fmt_rate(r), fmt_ratio(r / base if r and base else None))
+        print(line)
+    for g in args.gcs:
+        push, pull = wire_bytes(net, g, args.gc_min_bytes if g != "none" else 0)
+        print("  %-4s: a worker pushes %8.1f KB and pulls %8.1f KB per step" %
+              (g, push / 1e3, pull / 1e3))
+    print("  (arrays under %d bytes travel uncompressed; 2bit threshold %g)" %
+          (args.gc_min_bytes, args.gc_threshold))
+    print()
 
 
 if __name__ == "__main__":

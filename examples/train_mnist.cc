@@ -41,6 +41,7 @@ DEFINE_string(gc_type, "none",
               "gradient compression of dist stores: none, 2bit, 1bit or fp16 "
               "(docs/kvstore.md)");
 DEFINE_double(gc_threshold, 0.5, "the 2bit compression threshold (> 0)");
+DEFINE_int64(gc_min_bytes, 0, "arrays of fewer bytes travel uncompressed (0: none)");
 
 namespace kvtrain {
 namespace {
@@ -100,7 +101,8 @@ Status CheckFlags() {
                                    ": expected a number of batches (0: the data's)");
   }
   KV_RETURN_IF_ERROR(CheckNotOneOfManyRanks());
-  KV_RETURN_IF_ERROR(kv::ParseCompression(FLAGS_gc_type, static_cast<float>(FLAGS_gc_threshold))
+  KV_RETURN_IF_ERROR(kv::ParseCompression(FLAGS_gc_type, static_cast<float>(FLAGS_gc_threshold),
+                                           FLAGS_gc_min_bytes)
                          .status()
                          .Annotate("--gc-type/--gc-threshold"));
   return OptimizerFromFlags(1).status();
@@ -191,7 +193,8 @@ int Main() {
     return s.ok() ? 0 : 1;
   }
   const proto::GradientCompression gc =
-      kv::ParseCompression(FLAGS_gc_type, static_cast<float>(FLAGS_gc_threshold)).value();
+      kv::ParseCompression(FLAGS_gc_type, static_cast<float>(FLAGS_gc_threshold),
+                                           FLAGS_gc_min_bytes).value();
   if (gc.type() != proto::GradientCompression::NONE) {
     s = (*kv)->SetGradientCompression(gc);
     if (!s.ok()) {

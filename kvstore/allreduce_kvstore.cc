@@ -214,7 +214,12 @@ Status AllreduceKVStore::ReduceBucket(int bucket, std::vector<float> buffer,
     data = compact.data();
   }
   std::vector<float> gathered_sum;
-  if (compressor_.type() == proto::GradientCompression::NONE) {
+  bool compressed = false;
+  for (const auto& p : parts) {
+    compressed = compressed || compressor_.TypeFor(static_cast<int64_t>(p.second)) !=
+                                   proto::GradientCompression::NONE;
+  }
+  if (!compressed) {
     KV_RETURN_IF_ERROR(comm_->AllReduceSum(data, total));
   } else {
     KV_ASSIGN_OR_RETURN(gathered_sum, GatherCompressed(ids, parts, data));
@@ -243,7 +248,6 @@ StatusOr<std::vector<float>> AllreduceKVStore::GatherCompressed(
   // Each key's gradient is encoded on its own (with its residual); every
   // rank's encoding of the bucket is gathered, decoded and summed in rank
   // order, so every rank gets the same bits.
-  const CompressionType type = compressor_.type();
   std::string mine;
   std::vector<size_t> at = {0};  // each key's place in a rank's block
   size_t total = 0;
@@ -264,7 +268,8 @@ StatusOr<std::vector<float>> AllreduceKVStore::GatherCompressed(
     for (size_t i = 0; i < ids.size(); ++i) {
       const int64_t n = static_cast<int64_t>(parts[i].second);
       one.resize(parts[i].second);
-      KV_RETURN_IF_ERROR(Decode(type, rank_block + at[i], at[i + 1] - at[i], n, one.data())
+      KV_RETURN_IF_ERROR(Decode(compressor_.TypeFor(n), rank_block + at[i], at[i + 1] - at[i], n,
+                                one.data())
                              .Annotate("key " + keys_.Name(ids[i]) + " from rank " +
                                        std::to_string(r)));
       float* s = sum.data() + offset;

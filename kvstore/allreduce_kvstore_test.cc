@@ -199,7 +199,7 @@ TEST(AllreduceKVStoreTest, StatesLoadedOnRankZeroReachEveryRankAtBarrier) {
 // 2bit, threshold 0.5: even ranks push 0.25 every step and send 0, +0.5,
 // 0, +0.5; odd ranks push -0.375 and send 0, -0.5, -0.5, -0.5 (compression.h).
 // The gathered encodings sum to the same closed form on every rank.
-void TwoBitSums(int n, const std::vector<float>& want) {
+void TwoBitSums(int n, const std::vector<float>& want, int64_t min_bytes = 0) {
   Stores kv = Make(n, 64);  // several buckets
   ASSERT_EQ(kv.size(), static_cast<size_t>(n));
   const std::vector<int64_t> sizes = {1, 37, 5000};
@@ -207,6 +207,7 @@ void TwoBitSums(int n, const std::vector<float>& want) {
     proto::GradientCompression spec;
     spec.set_type(proto::GradientCompression::TWO_BIT);
     spec.set_threshold(0.5f);
+    spec.set_min_bytes(min_bytes);
     ASSERT_TRUE(kv[r]->SetGradientCompression(spec).ok());
     std::vector<Key> keys;
     std::vector<Tensor> init;
@@ -224,7 +225,10 @@ void TwoBitSums(int n, const std::vector<float>& want) {
       }
       ASSERT_TRUE(kv[r]->PushPull(keys, grads, outs).ok());
       for (size_t k = 0; k < sizes.size(); ++k) {
-        EXPECT_EQ(outs[k].ToVector(), std::vector<float>(sizes[k], want[t]))
+        // Keys below min_bytes are summed exactly.
+        const float exact = (n / 2) * -0.375f + ((n + 1) / 2) * 0.25f;
+        EXPECT_EQ(outs[k].ToVector(),
+                  std::vector<float>(sizes[k], sizes[k] * 4 < min_bytes ? exact : want[t]))
             << "rank " << r << " step " << t + 1 << " key " << k;
       }
     }
@@ -235,6 +239,10 @@ void TwoBitSums(int n, const std::vector<float>& want) {
 TEST(AllreduceKVStoreTest, TwoBitSumsAreClosedForm) { TwoBitSums(2, {0, 0, -0.5f, 0}); }
 
 TEST(AllreduceKVStoreTest, TwoBitSumsOverThreeRanks) { TwoBitSums(3, {0, 0.5f, -0.5f, 0.5f}); }
+
+TEST(AllreduceKVStoreTest, KeysBelowMinBytesAreSummedExactly) {
+  TwoBitSums(2, {0, 0, -0.5f, 0}, 200);
+}
 
 TEST(AllreduceKVStoreTest, Fp16SumsTheRoundedGradients) {
   Stores kv = Make(2, 4 << 20);

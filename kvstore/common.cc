@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include "base/file.h"
 #include "tensor/blas.h"
@@ -271,6 +272,11 @@ CompressionType Compressor::type() const {
   return spec_.type();
 }
 
+CompressionType Compressor::TypeFor(int64_t size) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return size * 4 < spec_.min_bytes() ? proto::GradientCompression::NONE : spec_.type();
+}
+
 std::shared_ptr<std::vector<char>> Compressor::Encode(uint64_t id, int64_t size,
                                                       const float* grad, int64_t offset,
                                                       int64_t count) {
@@ -279,7 +285,7 @@ std::shared_ptr<std::vector<char>> Compressor::Encode(uint64_t id, int64_t size,
   Residual* r = nullptr;
   {
     std::lock_guard<std::mutex> l(mu_);
-    type = spec_.type();
+    type = size * 4 < spec_.min_bytes() ? proto::GradientCompression::NONE : spec_.type();
     threshold = spec_.threshold();
     if (HasResidual(type)) {
       std::unique_ptr<Residual>& slot = residuals_[id];
@@ -339,13 +345,15 @@ Status Compressor::Load(const std::string& path, int rank, int num_workers, KeyT
                                    "by something else)");
   }
   auto describe = [](const proto::GradientCompression& s) {
-    return CompressionName(s.type()) +
-           (s.type() == proto::GradientCompression::TWO_BIT
-                ? " threshold " + std::to_string(s.threshold())
-                : "");
+    std::ostringstream out;
+    out << CompressionName(s.type());
+    if (s.type() == proto::GradientCompression::TWO_BIT) out << " threshold " << s.threshold();
+    if (s.min_bytes() > 0) out << " min_bytes " << s.min_bytes();
+    return out.str();
   };
   const proto::GradientCompression mine = spec();
-  if (file.spec().type() != mine.type() || file.spec().threshold() != mine.threshold()) {
+  if (file.spec().type() != mine.type() || file.spec().threshold() != mine.threshold() ||
+      file.spec().min_bytes() != mine.min_bytes()) {
     return Status::InvalidArgument(path + " was saved with gradient compression " +
                                    describe(file.spec()) + " but this store uses " +
                                    describe(mine));

@@ -132,9 +132,12 @@ class Compressor {
   Status Set(const proto::GradientCompression& spec, bool initialised) EXCLUDES(mu_);
   proto::GradientCompression spec() const EXCLUDES(mu_);
   CompressionType type() const EXCLUDES(mu_);
+  // The encoding of a key of `size` elements: NONE below the spec's
+  // min_bytes.
+  CompressionType TypeFor(int64_t size) const EXCLUDES(mu_);
   // Encodes elements [offset, offset + count) of key `id`'s gradient `grad`
-  // (host float32; `size` elements in all) into a new blob, updating the
-  // key's residual.
+  // (host float32; `size` elements in all) into a new blob as TypeFor(size),
+  // updating the key's residual.
   std::shared_ptr<std::vector<char>> Encode(uint64_t id, int64_t size, const float* grad,
                                             int64_t offset, int64_t count) EXCLUDES(mu_);
   // The residuals file (proto ResidualsFile). `size_of` gives a key's

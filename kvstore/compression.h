@@ -6,7 +6,8 @@
 //         0 -> 0, 3 -> +t, 2 -> -t, 1 -> NaN. With the residual r (error
 //         feedback, kept by the worker): v = g + r; v >= t sends +t,
 //         v <= -t sends -t, else 0; r becomes v minus what was sent.
-//   1bit  4-byte float scale s = mean |v| over the array (v = g + r), then
+//   1bit  4-byte float scale s = mean |v| over the array (v = g + r; |v| summed
+//         in double, element i into partial sum i%8, those added in order), then
 //         ceil(n/32) words; bit i%32 of word i/32 is 1 for v >= 0 (+s),
 //         0 for v < 0 (-s); r becomes v minus what was sent.
 //   fp16  n IEEE halves (2n bytes), rounded to nearest even; no residual.
@@ -33,12 +34,12 @@ using CompressionType = proto::GradientCompression::Type;
 
 // "none", "2bit", "1bit", "fp16".
 std::string CompressionName(CompressionType type);
-// A spec from the flag form: type "none" | "2bit" | "1bit" | "fp16", and
-// the 2bit threshold. Checked as CheckCompression does.
+// A spec from the flag form: type "none" | "2bit" | "1bit" | "fp16", the
+// 2bit threshold, and min_bytes. Checked as CheckCompression does.
 StatusOr<proto::GradientCompression> ParseCompression(const std::string& type,
-                                                      float threshold);
-// An unknown type or a 2bit threshold that is not a finite value > 0 is an
-// error naming it.
+                                                      float threshold, int64_t min_bytes = 0);
+// An unknown type, a 2bit threshold that is not a finite value > 0, or a
+// negative min_bytes is an error naming it.
 Status CheckCompression(const proto::GradientCompression& spec);
 
 // Whether the type keeps a residual per array on the worker.
@@ -53,6 +54,10 @@ void Encode(CompressionType type, float threshold, const float* grad, float* res
 // Decodes an array of `n` floats. The byte count, and a 2bit header that is
 // not a finite threshold > 0, are checked (a DataLoss error says which).
 Status Decode(CompressionType type, const char* in, size_t bytes, int64_t n, float* out);
+
+// Tests: the portable loops even where the CPU has AVX2 and F16C (the
+// kernels use them when it does; both give the same bits).
+void UsePortableKernels(bool on);
 
 // IEEE 754 binary16, round to nearest even.
 uint16_t FloatToHalf(float f);

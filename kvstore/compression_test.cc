@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -148,19 +149,22 @@ Step RefTwoBit(float t, const std::vector<float>& grad, const std::vector<float>
   return s;
 }
 
-// 1bit: scale = mean |v| summed in double, cast to float; bit i%32 of
+// 1bit: scale = mean |v|, |v| summed in double in 8 partial sums (element
+// i into sum i%8, in order) added 0 to 7, cast to float; bit i%32 of
 // little-endian word i/32 set for v >= 0. Any non-finite v: scale NaN, and
 // finite elements keep all of v as residual, non-finite ones restart at 0.
 Step RefOneBit(const std::vector<float>& grad, const std::vector<float>& residual) {
   const size_t n = grad.size();
   std::vector<float> v(n);
   bool finite = true;
-  double sum = 0;
+  double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (size_t i = 0; i < n; ++i) {
     v[i] = grad[i] + residual[i];
     if (std::isnan(v[i]) || std::isinf(v[i])) finite = false;
-    sum += std::fabs(static_cast<double>(v[i]));
+    partial[i % 8] += std::fabs(static_cast<double>(v[i]));
   }
+  double sum = 0;
+  for (double p : partial) sum += p;
   float scale = 0.0f;
   if (!finite) {
     scale = kNaN;
@@ -277,6 +281,17 @@ uint16_t RefFloatToHalf(float f) {
 }  // namespace
 
 // ---------------------------------------------------------------- 2bit
+
+// //kvstore:compression_portable_test runs every case on the portable loops
+// (the CPU's AVX2/F16C otherwise, where it has them).
+class PortableKernels : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (std::getenv("KVTRAIN_PORTABLE_KERNELS") != nullptr) UsePortableKernels(true);
+  }
+};
+::testing::Environment* const kPortable =
+    ::testing::AddGlobalTestEnvironment(new PortableKernels);
 
 TEST(TwoBitTest, MatchesReferenceForOddLengths) {
   std::mt19937 rng(20240601);

@@ -242,7 +242,8 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
   }
   const proto::KVSyncMode mode = sync_ ? proto::KV_SYNC : proto::KV_ASYNC;
   opts.head = push ? proto::KV_PUSH : proto::KV_PULL;
-  const CompressionType compression = push ? compressor_.type() : proto::GradientCompression::NONE;
+  const CompressionType compression = push ? compressor_.TypeFor(ki->shape.NumElements())
+                                            : proto::GradientCompression::NONE;
   // fp16: a push-pull's answer comes as halves, decoded into `landing`.
   const bool half = push && pull && compression == proto::GradientCompression::FP16;
   {

@@ -85,6 +85,7 @@ class DistKVStore : public KVStore {
       KeyInfo* key = nullptr;    // whose step counter gave `step`
       ps::Blob value;            // the reduced push as it travels
       int64_t count = 0;         // its elements
+      CompressionType compression = proto::GradientCompression::NONE;
       bool half = false;         // answered as IEEE halves (fp16)
       std::vector<Tensor> outs;  // where the key's new value goes
     };

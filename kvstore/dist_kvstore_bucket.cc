@@ -39,7 +39,7 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
     std::lock_guard<std::mutex> lock(mu_);
     step = ++ki->pushes;
   }
-  const CompressionType compression = compressor_.type();
+  const CompressionType compression = compressor_.TypeFor(ki->shape.NumElements());
   // Each piece is an entry of its own; a key's pieces fill buckets in
   // element order, so its first pieces leave while the rest are added.
   for (size_t j = 0; j < ki->parts.size(); ++j) {
@@ -50,6 +50,7 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
     entry.step = step;
     entry.key = ki;
     entry.count = part.count;
+    entry.compression = compression;
     entry.half = compression == proto::GradientCompression::FP16;
     entry.value = PartValue(push.id, *ki, j, sum, compression != proto::GradientCompression::NONE);
     for (const Tensor& out : pull.tensors) {
@@ -117,11 +118,8 @@ Status DistKVStore::FlushBucket() {
   std::vector<int64_t> lens;
   proto::RequestInfo info;
   info.set_mode(sync_ ? proto::KV_SYNC : proto::KV_ASYNC);
-  // Every entry of a bucket was encoded alike: SetGradientCompression
-  // comes before Init.
-  const CompressionType compression = compressor_.type();
-  info.set_compression(compression);
-  info.set_half_answer(b->entries[0].half);
+  // Each key says its encoding (keys below min_bytes travel as float32).
+  CompressionType compression = proto::GradientCompression::NONE;
   for (size_t i : b->order) {
     const Bucket::Entry& e = b->entries[i];
     keys.push_back(e.server_key);
@@ -129,6 +127,9 @@ Status DistKVStore::FlushBucket() {
     proto::KeyEntry* k = info.add_keys();
     k->set_key(e.server_key);
     k->set_step(e.step);
+    k->set_compression(e.compression);
+    k->set_half_answer(e.half);
+    if (e.compression != proto::GradientCompression::NONE) compression = e.compression;
   }
   // One entry (a large key's piece) goes out as it is; several are copied
   // together, and the caller may reuse its values once Wait returns.

@@ -446,7 +446,7 @@ const std::vector<float> kTwoBitSums = {0.0f, 0.0f, -0.5f, 0.0f};
 
 Status CompressedSums(KVStore* kv, int rank, const proto::GradientCompression& spec,
                       const std::vector<int64_t>& sizes,
-                      const std::function<float(int step, int64_t i)>& want) {
+                      const std::function<float(int step, size_t key, int64_t i)>& want) {
   KV_RETURN_IF_ERROR(kv->SetGradientCompression(spec));
   std::vector<Key> keys;
   std::vector<Tensor> init;
@@ -465,11 +465,11 @@ Status CompressedSums(KVStore* kv, int rank, const proto::GradientCompression& s
     for (size_t k = 0; k < sizes.size(); ++k) {
       const std::vector<float> got = outs[k].ToVector();
       for (int64_t i = 0; i < sizes[k]; ++i) {
-        if (got[i] != want(t, i)) {
+        if (got[i] != want(t, k, i)) {
           return Status::Internal("rank " + std::to_string(rank) + " step " +
                                   std::to_string(t) + " key " + keys[k].ToString() + "[" +
                                   std::to_string(i) + "]: got " + std::to_string(got[i]) +
-                                  ", want " + std::to_string(want(t, i)));
+                                  ", want " + std::to_string(want(t, k, i)));
         }
       }
     }
@@ -488,7 +488,7 @@ void TwoBitClosedForm(std::map<std::string, std::string> env) {
   spec.set_threshold(0.5f);
   const Status s = f.Run("dist_sync", [&](KVStore* kv, int rank) {
     return CompressedSums(kv, rank, spec, kCompressedSizes,
-                          [](int t, int64_t) { return kTwoBitSums[t - 1]; });
+                          [](int t, size_t, int64_t) { return kTwoBitSums[t - 1]; });
   });
   EXPECT_TRUE(s.ok()) << s;
 }
@@ -497,6 +497,22 @@ TEST(DistKVStoreTest, TwoBitServerSumsAreClosedForm) { TwoBitClosedForm({}); }
 
 TEST(DistKVStoreTest, TwoBitWithoutBucketsIsTheSame) {
   TwoBitClosedForm({{"KVTRAIN_PS_BUCKET_BYTES", "0"}});
+}
+
+TEST(DistKVStoreTest, KeysBelowMinBytesTravelUncompressed) {
+  // min_bytes 200: keys of 1 and 37 values (4 and 148 bytes) are summed
+  // exactly (0.25 - 0.375), in the same buckets as the 2bit-encoded one.
+  DistFixture f(2, 2, {{"KVTRAIN_BIGARRAY_BOUND", "1000"}});
+  proto::GradientCompression spec;
+  spec.set_type(proto::GradientCompression::TWO_BIT);
+  spec.set_threshold(0.5f);
+  spec.set_min_bytes(200);
+  const Status s = f.Run("dist_sync", [&](KVStore* kv, int rank) {
+    return CompressedSums(kv, rank, spec, kCompressedSizes, [](int t, size_t k, int64_t) {
+      return k < 2 ? -0.125f : kTwoBitSums[t - 1];
+    });
+  });
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(DistKVStoreTest, Fp16PushesAndAnswersHalves) {
@@ -508,7 +524,7 @@ TEST(DistKVStoreTest, Fp16PushesAndAnswersHalves) {
     spec.set_type(proto::GradientCompression::FP16);
     const Status s = f.Run("dist_sync", [&](KVStore* kv, int rank) {
       return CompressedSums(kv, rank, spec, kCompressedSizes,
-                            [](int, int64_t) { return -0.125f; });
+                            [](int, size_t, int64_t) { return -0.125f; });
     });
     EXPECT_TRUE(s.ok()) << "bucket bytes " << bucket << ": " << s;
   }

@@ -34,13 +34,14 @@ StatusOr<ps::Blob> PushedFloats(const proto::RequestInfo& info, const ps::Blob& 
                     sender + " pushed values with unknown compression " +
                         std::to_string(static_cast<int>(info.compression())));
   }
-  std::vector<float> out(static_cast<size_t>(n));
-  const Status s = Decode(info.compression(), vals.data(), vals.size(), n, out.data());
+  // Every element is written: no zero-fill.
+  std::shared_ptr<float[]> out(new float[static_cast<size_t>(n)]);
+  const Status s = Decode(info.compression(), vals.data(), vals.size(), n, out.get());
   if (!s.ok()) {
     return KeyError(Status::Code::kInvalidArgument, name,
                     "push from " + sender + ": " + s.message());
   }
-  return ps::Blob::FromVector(std::move(out));
+  return ps::Blob(out, out.get(), static_cast<size_t>(n) * sizeof(float));
 }
 
 // Bytes of a key's answer: float32, or IEEE halves.
@@ -397,6 +398,7 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
   // differ in size from the answer's float32 or halves).
   std::vector<size_t> pushed_at = {0};
   std::vector<int64_t> answer_lens;
+  bool recoded = false;  // some key's answer differs in size from its push
   for (size_t i = 0; i < n; ++i) {
     const uint64_t key = data.key(i);
     auto e = entries.find(key);
@@ -410,6 +412,8 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
     infos[i] = info;
     infos[i].clear_keys();
     infos[i].set_step(e->second->step());
+    infos[i].set_compression(e->second->compression());
+    infos[i].set_half_answer(e->second->half_answer());
     states[i] = FindOrRespond(key, meta, server);
     if (states[i] == nullptr) return;
     const size_t bytes = data.lens.empty()
@@ -425,18 +429,17 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
     size_t answer;
     {
       std::lock_guard<std::mutex> lock(states[i]->mu);
-      answer = AnswerBytes(states[i]->value, info.half_answer());
+      answer = AnswerBytes(states[i]->value, infos[i].half_answer());
     }
     // A key pushed with the wrong size is answered with its error (below).
-    if (info.compression() == proto::GradientCompression::NONE && !info.half_answer()) {
-      answer = bytes;
-    }
+    const bool plain = infos[i].compression() == proto::GradientCompression::NONE &&
+                       !infos[i].half_answer();
+    if (plain) answer = bytes;
+    recoded = recoded || !plain;
     answer_lens.push_back(static_cast<int64_t>(answer));
     g->offsets.push_back(g->offsets.back() + answer);
   }
-  if (info.compression() != proto::GradientCompression::NONE || info.half_answer()) {
-    g->lens = ps::Blob::FromVector(answer_lens);
-  }
+  if (recoded) g->lens = ps::Blob::FromVector(answer_lens);
   g->values = std::make_shared<std::vector<char>>(g->offsets.back());
   g->remaining = static_cast<int>(n);
   for (size_t i = 0; i < n; ++i) {
@@ -447,9 +450,9 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
     d.data.keys = data.keys.Slice(i * sizeof(uint64_t), sizeof(uint64_t));
     d.data.vals = data.vals.Slice(pushed_at[i], pushed_at[i + 1] - pushed_at[i]);
     std::lock_guard<std::mutex> lock(st->mu);
-    if (info.compression() != proto::GradientCompression::NONE) {
+    if (infos[i].compression() != proto::GradientCompression::NONE) {
       StatusOr<ps::Blob> vals =
-          PushedFloats(info, d.data.vals, st->value.size(), st->name, meta.sender_name);
+          PushedFloats(infos[i], d.data.vals, st->value.size(), st->name, meta.sender_name);
       if (!vals.ok()) {
         Fail(d, vals.status(), server);
         continue;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/compression.h"
 #include "kvstore/kvstore.h"
 #include "ops/optimizer.h"
 #include "python/bind_common.h"
@@ -230,6 +231,31 @@ void BindKVStore(py::module_& m) {
                throw py::value_error("set_optimizer: not a serialized OptimizerSpec");
              }
              RunBlocking([&] { return s.kv()->SetOptimizer(spec); }, s.Aborter());
+           })
+      .def("set_gradient_compression",
+           [](PyKVStore& s, const std::string& type, float threshold, int64_t min_bytes) {
+             proto::GradientCompression spec =
+                 Check(kv::ParseCompression(type, threshold, min_bytes));
+             Check(s.kv()->SetGradientCompression(spec));
+           })
+      .def("gradient_compression",
+           [](PyKVStore& s) {
+             const proto::GradientCompression spec = s.kv()->gradient_compression();
+             py::dict d;
+             d["type"] = kv::CompressionName(spec.type());
+             if (spec.type() == proto::GradientCompression::TWO_BIT) {
+               d["threshold"] = spec.threshold();
+             }
+             if (spec.min_bytes() > 0) d["min_bytes"] = spec.min_bytes();
+             return d;
+           })
+      .def("save_residuals",
+           [](PyKVStore& s, const std::string& path) {
+             RunBlocking([&] { return s.kv()->SaveResiduals(path); }, s.Aborter());
+           })
+      .def("load_residuals",
+           [](PyKVStore& s, const std::string& path) {
+             RunBlocking([&] { return s.kv()->LoadResiduals(path); }, s.Aborter());
            })
       .def("barrier",
            [](PyKVStore& s) { RunBlocking([&] { return s.kv()->Barrier(); }, s.Aborter()); })

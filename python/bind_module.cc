@@ -50,6 +50,9 @@ class PyModule {
   // optimizer states file saved with it ("" when not resuming states).
   std::optional<ModelArrays> preload;
   std::string resume_states;
+  // Where the checkpoint's residuals files are (gradient compression).
+  std::string resume_prefix;
+  int resume_epoch = 0;
 
  private:
   std::unique_ptr<Module> module_;
@@ -114,6 +117,9 @@ void Fit(PyModule& m, const py::object& train, const py::object& eval, const py:
   }
   o.stop = [] { return Interrupted(); };
   KVStore* store = StoreOf(kv);
+  if (!o.resume_states.empty()) {
+    o.resume_residuals = ResidualsPath(m.resume_prefix, m.resume_epoch, store->rank());
+  }
   DataIter* t = IterOf(train);
   DataIter* e = eval.is_none() ? nullptr : IterOf(eval);
   try {
@@ -162,6 +168,8 @@ void BindModule(py::module_& m) {
            [](PyModule& m, const std::string& prefix, int epoch, bool states) {
              m.preload = Check(LoadCheckpointParams(prefix, epoch));
              m.resume_states = states ? StatesPath(prefix, epoch) : "";
+             m.resume_prefix = prefix;
+             m.resume_epoch = epoch;
            })
       .def("fit", &Fit)
       .def("score",

@@ -36,7 +36,20 @@ def parser(description):
     p.add_argument("--lr-factor", type=float, default=0.2,
                    help="multiply the learning rate by this ...")
     p.add_argument("--lr-step-epochs", default="6,8", help="... after these epochs (empty: never)")
+    p.add_argument("--gc-type", default="none", choices=["none", "2bit", "1bit", "fp16"],
+                   help="gradient compression of dist stores (docs/kvstore.md)")
+    p.add_argument("--gc-threshold", type=float, default=0.5,
+                   help="the 2bit compression threshold (> 0)")
+    p.add_argument("--gc-min-bytes", type=int, default=0,
+                   help="arrays of fewer bytes travel uncompressed (0: none)")
     return p
+
+
+def set_compression(args, kv):
+    """--gc-type/--gc-threshold on the store (dist stores only)."""
+    if args.gc_type != "none":
+        kv.set_gradient_compression({"type": args.gc_type, "threshold": args.gc_threshold,
+                                     "min_bytes": args.gc_min_bytes})
 
 
 def parse(p, argv=None):

@@ -138,6 +138,41 @@ class KVStore(object):
                             % type(optimizer).__name__)
         self._handle.set_optimizer(optimizer.spec)
 
+    def set_gradient_compression(self, compression_params):
+        """Compresses the gradients every later push sends (MXNet's call):
+        {'type': '2bit', 'threshold': 0.5}, {'type': '1bit'},
+        {'type': 'fp16'} or {'type': 'none'}; 'min_bytes': arrays smaller
+        than this travel uncompressed (default 0). Dist stores only; call it
+        on every worker before init. See docs/kvstore.md."""
+        if not isinstance(compression_params, dict):
+            raise TypeError("set_gradient_compression: expected a dict such as "
+                            "{'type': '2bit', 'threshold': 0.5}, got %s"
+                            % type(compression_params).__name__)
+        unknown = sorted(set(compression_params) - {"type", "threshold", "min_bytes"})
+        if unknown:
+            raise ValueError("set_gradient_compression: unknown parameter(s) %s "
+                             "(valid: type, threshold, min_bytes)"
+                             % ", ".join(map(repr, unknown)))
+        if "type" not in compression_params:
+            raise ValueError("set_gradient_compression: 'type' is required "
+                             "(none, 2bit, 1bit or fp16)")
+        self._handle.set_gradient_compression(
+            str(compression_params["type"]), float(compression_params.get("threshold", 0.5)),
+            int(compression_params.get("min_bytes", 0)))
+
+    @property
+    def gradient_compression(self):
+        """The compression set: {'type': ...} (and 'threshold' for 2bit)."""
+        return self._handle.gradient_compression()
+
+    def save_residuals(self, fname):
+        """This worker's 2bit/1bit error-feedback residuals (every worker
+        saves its own)."""
+        self._handle.save_residuals(fname)
+
+    def load_residuals(self, fname):
+        self._handle.load_residuals(fname)
+
     def barrier(self):
         """Returns once every worker has called it."""
         self._handle.barrier()

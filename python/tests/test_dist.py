@@ -170,3 +170,46 @@ def test_a_packaged_folder_runs_without_pythonpath(tmp_path):
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "Test accuracy=" in r.stdout
+
+
+COMPRESSED = """
+    import numpy as np
+    import kvtrain as kt
+    kind = sys.argv[1]
+    kv = kt.kv.create(kind)
+    kv.set_gradient_compression({'type': '2bit', 'threshold': 0.5})
+    assert kv.gradient_compression == {'type': '2bit', 'threshold': 0.5}
+    r = kv.rank
+    kv.init('w', np.zeros(1000, np.float32))
+    sums = []
+    for step in range(4):
+        out = np.zeros(1000, np.float32)
+        kv.pushpull('w', np.full(1000, 0.25 if r == 0 else -0.375, np.float32), out=out)
+        assert (out == out[0]).all(), out
+        sums.append(float(out[0]))
+    print('RESULT rank=%d sums=%s' % (r, ','.join('%g' % s for s in sums)))
+"""
+
+
+@pytest.mark.parametrize("kind", ["dist_sync", "dist_allreduce"])
+def test_two_bit_compression_sums_are_closed_form(script, kind):
+    # Rank 0 sends 0, +0.5, 0, +0.5 and rank 1 0, -0.5, -0.5, -0.5
+    # (threshold 0.5, error feedback): the step sums are 0, 0, -0.5, 0.
+    servers = "0" if kind == "dist_allreduce" else "1"
+    code, out = launch(["-n", "2", "-s", servers] + JOB_ENV + [PY, script(COMPRESSED), kind])
+    assert code == 0, out
+    results = sorted(lines_with(out, "RESULT"))
+    assert len(results) == 2, out
+    for line in results:
+        assert line.endswith("sums=0,0,-0.5,0"), line
+
+
+def test_the_python_example_compresses_as_the_cpp_one():
+    flags = ["--kv-store", "dist_sync", "--num-epochs", "1", "--num-examples", "2000",
+             "--disp-batches", "0", "--gc-type", "2bit", "--gc-threshold", "40"]
+    code, py_out = launch(["-n", "2", "-s", "2"] + JOB_ENV + [PY, TRAIN_MNIST_PY] + flags)
+    assert code == 0, py_out
+    code, cc_out = launch(["-n", "2", "-s", "2"] + JOB_ENV + [TRAIN_MNIST_CC] + flags)
+    assert code == 0, cc_out
+    py_acc = sorted(lines_with(py_out, "Test accuracy="))
+    assert len(py_acc) == 2 and py_acc == sorted(lines_with(cc_out, "Test accuracy=")), py_out

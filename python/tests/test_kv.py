@@ -141,3 +141,16 @@ def test_optimizer_specs_are_checked():
     assert isinstance(opt.spec, bytes) and opt.spec
     with pytest.raises(TypeError, match=r"kvtrain.optimizer.Optimizer"):
         kt.kv.create("local").set_optimizer("sgd")
+
+
+def test_gradient_compression_needs_a_dist_store():
+    kv = kt.kv.create("local")
+    with pytest.raises(kt.KVTrainError, match="the 'local' store sends nothing"):
+        kv.set_gradient_compression({"type": "fp16"})
+    with pytest.raises(ValueError, match="unknown parameter.*'thresold'"):
+        kv.set_gradient_compression({"type": "2bit", "thresold": 1})
+    with pytest.raises(ValueError, match="unknown type '3bit'"):
+        kv.set_gradient_compression({"type": "3bit"})
+    with pytest.raises(ValueError, match="threshold -1"):
+        kv.set_gradient_compression({"type": "2bit", "threshold": -1})
+    assert kv.gradient_compression == {"type": "none"}
