@@ -213,7 +213,6 @@ Status AllreduceKVStore::ReduceBucket(int bucket, std::vector<float> buffer,
     }
     data = compact.data();
   }
-  std::vector<float> gathered_sum;
   bool compressed = false;
   for (const auto& p : parts) {
     compressed = compressed || compressor_.TypeFor(static_cast<int64_t>(p.second)) !=
@@ -222,8 +221,7 @@ Status AllreduceKVStore::ReduceBucket(int bucket, std::vector<float> buffer,
   if (!compressed) {
     KV_RETURN_IF_ERROR(comm_->AllReduceSum(data, total));
   } else {
-    KV_ASSIGN_OR_RETURN(gathered_sum, GatherCompressed(ids, parts, data));
-    data = gathered_sum.data();
+    KV_RETURN_IF_ERROR(GatherCompressed(ids, parts, data));
   }
   std::lock_guard<std::mutex> l(mu_);
   size_t at = 0;
@@ -242,13 +240,23 @@ Status AllreduceKVStore::ReduceBucket(int bucket, std::vector<float> buffer,
   return Status::OK();
 }
 
-StatusOr<std::vector<float>> AllreduceKVStore::GatherCompressed(
-    const std::vector<uint64_t>& ids, const std::vector<std::pair<size_t, size_t>>& parts,
-    const float* data) {
+namespace {
+
+void AddInto(float* __restrict sum, const float* __restrict v, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) sum[k] += v[k];
+}
+
+}  // namespace
+
+Status AllreduceKVStore::GatherCompressed(const std::vector<uint64_t>& ids,
+                                          const std::vector<std::pair<size_t, size_t>>& parts,
+                                          float* data) {
   // Each key's gradient is encoded on its own (with its residual); every
   // rank's encoding of the bucket is gathered, decoded and summed in rank
-  // order, so every rank gets the same bits.
-  std::string mine;
+  // order into `data`, so every rank gets the same bits. The buffers are
+  // kept between buckets (one background thread runs this).
+  std::string& mine = gather_mine_;
+  mine.clear();
   std::vector<size_t> at = {0};  // each key's place in a rank's block
   size_t total = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -259,25 +267,29 @@ StatusOr<std::vector<float>> AllreduceKVStore::GatherCompressed(
     total += parts[i].second;
   }
   const size_t block = mine.size();
-  std::vector<char> all(block * static_cast<size_t>(comm_->size()));
-  KV_RETURN_IF_ERROR(comm_->AllGather(mine.data(), block, all.data()));
-  std::vector<float> sum(total, 0.0f), one;
+  gather_all_.resize(block * static_cast<size_t>(comm_->size()));
+  KV_RETURN_IF_ERROR(comm_->AllGather(mine.data(), block, gather_all_.data()));
+  // Rank 0's values decode straight into `data`; the others' into a
+  // scratch array, then added.
   for (int r = 0; r < comm_->size(); ++r) {
-    const char* rank_block = all.data() + static_cast<size_t>(r) * block;
+    const char* rank_block = gather_all_.data() + static_cast<size_t>(r) * block;
     size_t offset = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
       const int64_t n = static_cast<int64_t>(parts[i].second);
-      one.resize(parts[i].second);
+      float* into = data + offset;
+      if (r > 0) {
+        if (gather_one_.size() < parts[i].second) gather_one_.resize(parts[i].second);
+        into = gather_one_.data();
+      }
       KV_RETURN_IF_ERROR(Decode(compressor_.TypeFor(n), rank_block + at[i], at[i + 1] - at[i], n,
-                                one.data())
+                                into)
                              .Annotate("key " + keys_.Name(ids[i]) + " from rank " +
                                        std::to_string(r)));
-      float* s = sum.data() + offset;
-      for (int64_t k = 0; k < n; ++k) s[k] += one[k];
+      if (r > 0) AddInto(data + offset, into, n);
       offset += parts[i].second;
     }
   }
-  return sum;
+  return Status::OK();
 }
 
 Status AllreduceKVStore::SetGradientCompression(const proto::GradientCompression& spec) {

@@ -114,10 +114,10 @@ class AllreduceKVStore : public InProcessKVStore {
   Status ReduceBucket(int bucket, std::vector<float> buffer,
                       std::vector<uint64_t> ids) EXCLUDES(mu_);
   // The bucket's members (`parts`: offset, count; `data` compacted) summed
-  // over the ranks through their compressed encodings.
-  StatusOr<std::vector<float>> GatherCompressed(
-      const std::vector<uint64_t>& ids, const std::vector<std::pair<size_t, size_t>>& parts,
-      const float* data) EXCLUDES(mu_);
+  // in place over the ranks through their compressed encodings.
+  Status GatherCompressed(const std::vector<uint64_t>& ids,
+                          const std::vector<std::pair<size_t, size_t>>& parts, float* data)
+      EXCLUDES(mu_);
   void WorkLoop();
   KVHandle AddPending(Pending p);
 
@@ -142,6 +142,10 @@ class AllreduceKVStore : public InProcessKVStore {
 
   kv::HandleTable<Pending> handles_;
   Compressor compressor_;
+  // GatherCompressed's buffers (the background thread's only).
+  std::string gather_mine_;
+  std::vector<char> gather_all_;
+  std::vector<float> gather_one_;
   std::thread worker_;
 };
 
