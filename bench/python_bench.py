@@ -39,8 +39,8 @@ class CommandJob(dtb.Job):
         super(CommandJob, self).__init__(args)
         self.program = program
 
-    def command(self, net, store, workers, servers, secure):
-        argv = super(CommandJob, self).command(net, store, workers, servers, secure)
+    def command(self, net, store, workers, servers, secure, gc="none"):
+        argv = super(CommandJob, self).command(net, store, workers, servers, secure, gc)
         i = argv.index(self.args.train)
         return argv[:i] + self.program + argv[i + 1:]
 
