@@ -333,18 +333,6 @@ std::vector<std::vector<size_t>> DistKVStore::Requests(const KeyInfo& ki) {
   return out;
 }
 
-ps::Blob DistKVStore::PartValue(uint64_t id, const KeyInfo& ki, size_t j, const Tensor& sum,
-                               bool compress) {
-  const Part& p = ki.parts[j];
-  if (compress) {
-    auto encoded = compressor_.Encode(id, sum.size(), static_cast<const float*>(sum.raw_data()),
-                                      p.offset, p.count);
-    return ps::Blob(encoded, encoded->data(), encoded->size());
-  }
-  return ps::Blob(sum.storage(), static_cast<char*>(sum.raw_data()) + p.offset * 4,
-                  static_cast<size_t>(ki.part_bytes[j]));
-}
-
 ps::KVPairs DistKVStore::RequestPairs(uint64_t id, const KeyInfo& ki,
                                       const std::vector<size_t>& request, const Tensor& value,
                                       bool compress) {
@@ -538,39 +526,6 @@ Status DistKVStore::LoadOptimizerStates(const std::string& path) {
                                       lens), opts));
   return worker_->Wait(ts, settings_.timeout)
       .Annotate("restoring the servers' optimizer states from " + path);
-}
-
-Status DistKVStore::SetGradientCompression(const proto::GradientCompression& spec) {
-  KV_RETURN_IF_ERROR(CheckWorker("SetGradientCompression"));
-  bool initialised;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    initialised = !info_.empty();
-  }
-  return compressor_.Set(spec, initialised);
-}
-
-proto::GradientCompression DistKVStore::gradient_compression() const {
-  return compressor_.spec();
-}
-
-Status DistKVStore::SaveResiduals(const std::string& path) {
-  KV_RETURN_IF_ERROR(CheckWorker("SaveResiduals"));
-  return compressor_.Save(path, rank(), num_workers(), keys_);
-}
-
-Status DistKVStore::LoadResiduals(const std::string& path) {
-  KV_RETURN_IF_ERROR(CheckWorker("LoadResiduals"));
-  return compressor_.Load(path, rank(), num_workers(), &keys_,
-                          [this](uint64_t id) -> StatusOr<int64_t> {
-                            std::lock_guard<std::mutex> lock(mu_);
-                            auto it = info_.find(id);
-                            if (it == info_.end()) {
-                              return KeyError(Status::Code::kNotFound, keys_.Name(id),
-                                              "is not a key of this store (Init it first)");
-                            }
-                            return it->second.shape.NumElements();
-                          });
 }
 
 Status DistKVStore::RunServer() {

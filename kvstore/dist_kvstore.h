@@ -2,7 +2,8 @@
 // placed on the servers and large ones cut into pieces
 // (kvstore/placement.h); push-pulls travel in buckets of about
 // KVTRAIN_PS_BUCKET_BYTES, a piece alone without copies, pushes and pulls
-// one request per piece; RunServer serves in server and scheduler
+// one request per piece; gradients may travel compressed
+// (dist_kvstore_compression.cc); RunServer serves in server and scheduler
 // processes.
 #ifndef KVTRAIN_KVSTORE_DIST_KVSTORE_H_
 #define KVTRAIN_KVSTORE_DIST_KVSTORE_H_

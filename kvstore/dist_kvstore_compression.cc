@@ -1,0 +1,54 @@
+// The dist stores' gradient compression on the worker: the spec, each
+// part's encoding, and the residuals files (kvstore/compression.h).
+#include "kvstore/dist_kvstore.h"
+
+namespace kvtrain {
+namespace kv {
+
+Status DistKVStore::SetGradientCompression(const proto::GradientCompression& spec) {
+  KV_RETURN_IF_ERROR(CheckWorker("SetGradientCompression"));
+  bool initialised;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    initialised = !info_.empty();
+  }
+  return compressor_.Set(spec, initialised);
+}
+
+proto::GradientCompression DistKVStore::gradient_compression() const {
+  return compressor_.spec();
+}
+
+Status DistKVStore::SaveResiduals(const std::string& path) {
+  KV_RETURN_IF_ERROR(CheckWorker("SaveResiduals"));
+  return compressor_.Save(path, rank(), num_workers(), keys_);
+}
+
+Status DistKVStore::LoadResiduals(const std::string& path) {
+  KV_RETURN_IF_ERROR(CheckWorker("LoadResiduals"));
+  return compressor_.Load(path, rank(), num_workers(), &keys_,
+                          [this](uint64_t id) -> StatusOr<int64_t> {
+                            std::lock_guard<std::mutex> lock(mu_);
+                            auto it = info_.find(id);
+                            if (it == info_.end()) {
+                              return KeyError(Status::Code::kNotFound, keys_.Name(id),
+                                              "is not a key of this store (Init it first)");
+                            }
+                            return it->second.shape.NumElements();
+                          });
+}
+
+ps::Blob DistKVStore::PartValue(uint64_t id, const KeyInfo& ki, size_t j, const Tensor& sum,
+                               bool compress) {
+  const Part& p = ki.parts[j];
+  if (compress) {
+    auto encoded = compressor_.Encode(id, sum.size(), static_cast<const float*>(sum.raw_data()),
+                                      p.offset, p.count);
+    return ps::Blob(encoded, encoded->data(), encoded->size());
+  }
+  return ps::Blob(sum.storage(), static_cast<char*>(sum.raw_data()) + p.offset * 4,
+                  static_cast<size_t>(ki.part_bytes[j]));
+}
+
+}  // namespace kv
+}  // namespace kvtrain
