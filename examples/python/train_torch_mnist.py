@@ -122,6 +122,7 @@ def main(argv=None):
             torch.save({"model": model.state_dict(), "epoch": epoch + 1},
                        "%s-%04d.pt" % (a.model_prefix, epoch + 1))
             opt.save_states("%s-%04d.states" % (a.model_prefix, epoch + 1))
+    opt.synchronize()  # dist_async: the servers' final model, the same on every worker
     print("Test accuracy=%.4f" % evaluate(model, test, flat))
     return 0
 

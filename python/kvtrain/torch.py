@@ -166,6 +166,18 @@ class DistributedOptimizer(object):
             raise first
         return loss
 
+    def synchronize(self):
+        """Every worker's parameters become what the store holds once every
+        worker has called it: a barrier, then a pull. For dist_async this is
+        the model after all workers' updates (a worker's own copy misses the
+        updates others pushed after its last step); for the synchronous
+        stores the values are the same as before."""
+        if self._pending:
+            raise RuntimeError("synchronize: call step() first (gradients of %s are in flight)"
+                               % ", ".join(self._names[i] for i in sorted(self._pending)))
+        self._kv.barrier()
+        self._kv.pull(self._keys, out=self._weights)
+
     def zero_grad(self, set_to_none=False):
         for p in self._params:
             if p.grad is None:
