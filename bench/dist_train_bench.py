@@ -85,7 +85,9 @@ def parse_args(argv):
     ap.add_argument("--timeout", type=float, default=600, help="seconds per job")
     ap.add_argument("--gc", default="none",
                     help="gradient compressions to run the dist rows with (default security): "
-                    "none, fp16, 2bit, 1bit; several add a compression table")
+                    "none, fp16, 2bit, 1bit, and 2bit/fp16 or 1bit/fp16 (push-pulls bring "
+                    "the weights back as halves: --gc-pull fp16); several add a "
+                    "compression table")
     ap.add_argument("--gc-threshold", type=float, default=2,
                     help="the 2bit threshold (train_mnist --gc-threshold)")
     ap.add_argument("--gc-min-bytes", type=int, default=65536,
@@ -108,8 +110,11 @@ class Job:
                  "--batch-size", str(a.batch_size),
                  "--num-examples", str(samples_per_epoch(a, net))]
         if gc != "none":
-            train += ["--gc-type", gc, "--gc-threshold", str(a.gc_threshold),
+            kind, pull = split_gc(gc)
+            train += ["--gc-type", kind, "--gc-threshold", str(a.gc_threshold),
                       "--gc-min-bytes", str(a.gc_min_bytes)]
+            if pull:
+                train += ["--gc-pull", pull]
         if store == "local":
             return train
         argv = [sys.executable, a.launch, "-n", str(workers), "-s", str(servers)]
@@ -175,13 +180,25 @@ def ideal_rate(local_rate, net, workers, servers, bits_per_s):
     return workers * batch / (step_compute + step_wire)
 
 
+GC_TYPES = ("none", "fp16", "2bit", "1bit")
+
+
+def split_gc(gc):
+    """'2bit/fp16' -> ('2bit', 'fp16'): the type and what push-pulls bring
+    back ('' for the type's default)."""
+    kind, _, pull = gc.partition("/")
+    return kind, pull
+
+
 def wire_bytes(net, gc, min_bytes):
     """Bytes one worker pushes and pulls per step (every array once; a cut
     array's pieces each carry their own 4-byte header, left out here)."""
+    kind, pull_as = split_gc(gc)
     push = pull = 0
     for n in PARAMS[net]:
-        g = "none" if 4 * n < min_bytes else gc
-        pull += 2 * n if g == "fp16" else 4 * n
+        g = "none" if 4 * n < min_bytes else kind
+        half = g != "none" and (pull_as == "fp16" or (g == "fp16" and pull_as != "float32"))
+        pull += 2 * n if half else 4 * n
         push += {"none": 4 * n, "fp16": 2 * n, "2bit": 4 + 4 * -(-n // 16),
                  "1bit": 4 + 4 * -(-n // 32)}[g]
     return push, pull
@@ -205,8 +222,10 @@ def main(argv):
             sys.exit("dist_train_bench: --security: unknown mode %r (default, insecure)" % m)
     args.gcs = [g for g in args.gc.split(",") if g]
     for g in args.gcs:
-        if g not in ("none", "fp16", "2bit", "1bit"):
-            sys.exit("dist_train_bench: --gc: unknown compression %r (none, fp16, 2bit, 1bit)" % g)
+        kind, pull = split_gc(g)
+        if kind not in GC_TYPES or pull not in ("", "fp16", "float32") or g == "none/fp16":
+            sys.exit("dist_train_bench: --gc: unknown compression %r (none, fp16, 2bit, 1bit, "
+                     "2bit/fp16, 1bit/fp16)" % g)
     if "none" not in args.gcs:
         args.gcs.insert(0, "none")
     if "local" not in rows:
@@ -245,9 +264,11 @@ def report(args, nets, rows, modes, cluster):
     # Rounds over every row, so that a slow spell of the machine falls on
     # all rows alike rather than on one row's runs.
     # Compressed rows (mode "default+2bit" etc.) for the dist rows.
+    # dist_allreduce pulls no weights: it has no half-pull rows ("-").
     cells = [(net, name, mode) for net in nets for name in rows
              for mode in (["local"] if spec[name][0] == "local" else
-                          modes + ["default+" + g for g in args.gcs if g != "none"])]
+                          modes + ["default+" + g for g in args.gcs if g != "none" and
+                                   not (split_gc(g)[1] and spec[name][0] == "dist_allreduce")])]
     rates = {c: [] for c in cells}
     for r in range(args.runs):
         for net, name, mode in cells:
@@ -324,7 +345,7 @@ def report_compression(args, net, rows, spec, results, cluster):
         print(line)
     for g in args.gcs:
         push, pull = wire_bytes(net, g, args.gc_min_bytes if g != "none" else 0)
-        print("  %-4s: a worker pushes %8.1f KB and pulls %8.1f KB per step" %
+        print("  %-9s: a worker pushes %8.1f KB and pulls %8.1f KB per step" %
               (g, push / 1e3, pull / 1e3))
     print("  (arrays under %d bytes travel uncompressed; 2bit threshold %g)" %
           (args.gc_min_bytes, args.gc_threshold))

@@ -42,6 +42,9 @@ DEFINE_string(gc_type, "none",
               "(docs/kvstore.md)");
 DEFINE_double(gc_threshold, 0.5, "the 2bit compression threshold (> 0)");
 DEFINE_int64(gc_min_bytes, 0, "arrays of fewer bytes travel uncompressed (0: none)");
+DEFINE_string(gc_pull, "",
+              "what push-pulls of compressed arrays bring back: float32 or fp16 (default: "
+              "fp16 for --gc-type fp16, float32 otherwise)");
 
 namespace kvtrain {
 namespace {
@@ -102,9 +105,9 @@ Status CheckFlags() {
   }
   KV_RETURN_IF_ERROR(CheckNotOneOfManyRanks());
   KV_RETURN_IF_ERROR(kv::ParseCompression(FLAGS_gc_type, static_cast<float>(FLAGS_gc_threshold),
-                                           FLAGS_gc_min_bytes)
+                                           FLAGS_gc_min_bytes, FLAGS_gc_pull)
                          .status()
-                         .Annotate("--gc-type/--gc-threshold"));
+                         .Annotate("--gc-type/--gc-threshold/--gc-min-bytes/--gc-pull"));
   return OptimizerFromFlags(1).status();
 }
 
@@ -194,7 +197,7 @@ int Main() {
   }
   const proto::GradientCompression gc =
       kv::ParseCompression(FLAGS_gc_type, static_cast<float>(FLAGS_gc_threshold),
-                                           FLAGS_gc_min_bytes).value();
+                                           FLAGS_gc_min_bytes, FLAGS_gc_pull).value();
   if (gc.type() != proto::GradientCompression::NONE) {
     s = (*kv)->SetGradientCompression(gc);
     if (!s.ok()) {

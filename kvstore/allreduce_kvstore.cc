@@ -298,6 +298,13 @@ Status AllreduceKVStore::SetGradientCompression(const proto::GradientCompression
     std::lock_guard<std::mutex> l(mu_);
     initialised = !store_.empty();
   }
+  if (spec.pull() != proto::GradientCompression::PULL_DEFAULT) {
+    KV_RETURN_IF_ERROR(CheckCompression(spec));
+    return Status::InvalidArgument(
+        "gradient compression: pull " + PullName(spec.pull()) +
+        " does not apply to dist_allreduce (no weights are pulled: every worker sums the "
+        "gathered gradients itself); leave pull unset");
+  }
   return compressor_.Set(spec, initialised);
 }
 

@@ -260,6 +260,24 @@ TEST(AllreduceKVStoreTest, Fp16SumsTheRoundedGradients) {
   });
 }
 
+TEST(AllreduceKVStoreTest, HalfPullsAreRefused) {
+  // No weights are pulled: asking for halves back is an error naming why.
+  KVStoreOptions opts;
+  opts.env = MapEnv({});
+  auto kv = KVStore::Create("dist_allreduce", opts);
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  proto::GradientCompression spec;
+  spec.set_type(proto::GradientCompression::TWO_BIT);
+  spec.set_threshold(0.5f);
+  spec.set_pull(proto::GradientCompression::PULL_FP16);
+  const Status s = (*kv)->SetGradientCompression(spec);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("pull fp16 does not apply to dist_allreduce"), std::string::npos)
+      << s;
+  spec.set_pull(proto::GradientCompression::PULL_DEFAULT);
+  EXPECT_TRUE((*kv)->SetGradientCompression(spec).ok());
+}
+
 TEST(AllreduceKVStoreTest, WithoutALauncherIsAGroupOfOne) {
   KVStoreOptions opts;
   opts.env = MapEnv({});

@@ -277,6 +277,11 @@ CompressionType Compressor::TypeFor(int64_t size) const {
   return size * 4 < spec_.min_bytes() ? proto::GradientCompression::NONE : spec_.type();
 }
 
+bool Compressor::HalfAnswer(int64_t size) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return size * 4 >= spec_.min_bytes() && HalfPulls(spec_);
+}
+
 std::shared_ptr<std::vector<char>> Compressor::Encode(uint64_t id, int64_t size,
                                                       const float* grad, int64_t offset,
                                                       int64_t count) {
@@ -349,6 +354,7 @@ Status Compressor::Load(const std::string& path, int rank, int num_workers, KeyT
     out << CompressionName(s.type());
     if (s.type() == proto::GradientCompression::TWO_BIT) out << " threshold " << s.threshold();
     if (s.min_bytes() > 0) out << " min_bytes " << s.min_bytes();
+    if (!PullName(s.pull()).empty()) out << " pull " << PullName(s.pull());
     return out.str();
   };
   const proto::GradientCompression mine = spec();

@@ -135,6 +135,9 @@ class Compressor {
   // The encoding of a key of `size` elements: NONE below the spec's
   // min_bytes.
   CompressionType TypeFor(int64_t size) const EXCLUDES(mu_);
+  // Whether a push-pull of a key of `size` elements is answered as halves
+  // (a compressed key under a spec with HalfPulls).
+  bool HalfAnswer(int64_t size) const EXCLUDES(mu_);
   // Encodes elements [offset, offset + count) of key `id`'s gradient `grad`
   // (host float32; `size` elements in all) into a new blob as TypeFor(size),
   // updating the key's residual.

@@ -338,6 +338,17 @@ Status CheckCompression(const proto::GradientCompression& spec) {
     return Status::InvalidArgument("gradient compression: min_bytes " +
                                    std::to_string(spec.min_bytes()) + " must be >= 0");
   }
+  if (!proto::GradientCompression::Pull_IsValid(spec.pull())) {
+    return Status::InvalidArgument("gradient compression: unknown pull " +
+                                   std::to_string(static_cast<int>(spec.pull())) +
+                                   " (valid: float32, fp16)");
+  }
+  if (spec.pull() == proto::GradientCompression::PULL_FP16 &&
+      spec.type() == proto::GradientCompression::NONE) {
+    return Status::InvalidArgument(
+        "gradient compression: pull fp16 needs a type (2bit, 1bit or fp16); type none sends "
+        "float32 both ways");
+  }
   switch (spec.type()) {
     case proto::GradientCompression::NONE:
     case proto::GradientCompression::ONE_BIT:
@@ -358,9 +369,18 @@ Status CheckCompression(const proto::GradientCompression& spec) {
 }
 
 StatusOr<proto::GradientCompression> ParseCompression(const std::string& type,
-                                                      float threshold, int64_t min_bytes) {
+                                                      float threshold, int64_t min_bytes,
+                                                      const std::string& pull) {
   proto::GradientCompression spec;
   spec.set_min_bytes(min_bytes);
+  if (pull == "fp16") {
+    spec.set_pull(proto::GradientCompression::PULL_FP16);
+  } else if (pull == "float32") {
+    spec.set_pull(proto::GradientCompression::PULL_FLOAT32);
+  } else if (!pull.empty()) {
+    return Status::InvalidArgument("gradient compression: unknown pull '" + pull +
+                                   "' (valid: float32, fp16)");
+  }
   if (type == "none" || type.empty()) {
     spec.set_type(proto::GradientCompression::NONE);
   } else if (type == "2bit") {
@@ -376,6 +396,24 @@ StatusOr<proto::GradientCompression> ParseCompression(const std::string& type,
   }
   KV_RETURN_IF_ERROR(CheckCompression(spec));
   return spec;
+}
+
+bool HalfPulls(const proto::GradientCompression& spec) {
+  return spec.type() != proto::GradientCompression::NONE &&
+         (spec.pull() == proto::GradientCompression::PULL_FP16 ||
+          (spec.pull() == proto::GradientCompression::PULL_DEFAULT &&
+           spec.type() == proto::GradientCompression::FP16));
+}
+
+std::string PullName(proto::GradientCompression::Pull pull) {
+  switch (pull) {
+    case proto::GradientCompression::PULL_FLOAT32:
+      return "float32";
+    case proto::GradientCompression::PULL_FP16:
+      return "fp16";
+    default:
+      return "";
+  }
 }
 
 bool HasResidual(CompressionType type) {

@@ -35,12 +35,19 @@ using CompressionType = proto::GradientCompression::Type;
 // "none", "2bit", "1bit", "fp16".
 std::string CompressionName(CompressionType type);
 // A spec from the flag form: type "none" | "2bit" | "1bit" | "fp16", the
-// 2bit threshold, and min_bytes. Checked as CheckCompression does.
+// 2bit threshold, min_bytes, and what push-pulls bring back: pull "" (the
+// type's default) | "float32" | "fp16". Checked as CheckCompression does.
 StatusOr<proto::GradientCompression> ParseCompression(const std::string& type,
-                                                      float threshold, int64_t min_bytes = 0);
-// An unknown type, a 2bit threshold that is not a finite value > 0, or a
-// negative min_bytes is an error naming it.
+                                                      float threshold, int64_t min_bytes = 0,
+                                                      const std::string& pull = "");
+// An unknown type, a 2bit threshold that is not a finite value > 0, a
+// negative min_bytes, an unknown pull, or pull fp16 with type none is an
+// error naming it.
 Status CheckCompression(const proto::GradientCompression& spec);
+// Whether push-pulls of the spec's compressed keys are answered as halves.
+bool HalfPulls(const proto::GradientCompression& spec);
+// "float32", "fp16", or "" for PULL_DEFAULT.
+std::string PullName(proto::GradientCompression::Pull pull);
 
 // Whether the type keeps a residual per array on the worker.
 bool HasResidual(CompressionType type);

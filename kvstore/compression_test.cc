@@ -870,6 +870,40 @@ TEST(SpecTest, UnknownTypeListsTheValidOnes) {
   EXPECT_TRUE(ContainsNumber(st.message(), 9)) << st;
 }
 
+TEST(SpecTest, PullsAreHalvesWhereAsked) {
+  // The default: halves for fp16 only; pull fp16 adds them to 2bit and
+  // 1bit; pull float32 keeps fp16's answers exact.
+  struct Case {
+    const char* type;
+    const char* pull;
+    bool half;
+  };
+  for (const Case& c : {Case{"fp16", "", true}, Case{"2bit", "", false}, Case{"1bit", "", false},
+                        Case{"2bit", "fp16", true}, Case{"1bit", "fp16", true},
+                        Case{"fp16", "float32", false}, Case{"2bit", "float32", false},
+                        Case{"none", "", false}, Case{"none", "float32", false}}) {
+    SCOPED_TRACE(std::string(c.type) + " pull '" + c.pull + "'");
+    auto spec = ParseCompression(c.type, 0.5f, 0, c.pull);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(HalfPulls(*spec), c.half);
+    EXPECT_EQ(PullName(spec->pull()), c.pull);
+  }
+  auto unknown = ParseCompression("2bit", 0.5f, 0, "bf16");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_TRUE(Contains(unknown.status().message(), "unknown pull 'bf16'")) << unknown.status();
+  EXPECT_TRUE(Contains(unknown.status().message(), "float32, fp16")) << unknown.status();
+  auto none = ParseCompression("none", 0.5f, 0, "fp16");
+  ASSERT_FALSE(none.ok());
+  EXPECT_TRUE(Contains(none.status().message(), "pull fp16 needs a type")) << none.status();
+  proto::GradientCompression raw;
+  raw.set_type(kTwoBit);
+  raw.set_threshold(0.5f);
+  raw.set_pull(static_cast<proto::GradientCompression::Pull>(7));
+  const Status st = CheckCompression(raw);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st;
+  EXPECT_TRUE(ContainsNumber(st.message(), 7)) << st;
+}
+
 TEST(SpecTest, NamesRoundTrip) {
   EXPECT_EQ(CompressionName(kNone), "none");
   EXPECT_EQ(CompressionName(kTwoBit), "2bit");

@@ -244,8 +244,9 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
   opts.head = push ? proto::KV_PUSH : proto::KV_PULL;
   const CompressionType compression = push ? compressor_.TypeFor(ki->shape.NumElements())
                                             : proto::GradientCompression::NONE;
-  // fp16: a push-pull's answer comes as halves, decoded into `landing`.
-  const bool half = push && pull && compression == proto::GradientCompression::FP16;
+  // Half pulls (fp16, or pull fp16): a push-pull's answer comes as halves,
+  // decoded into `landing`.
+  const bool half = push && pull && compressor_.HalfAnswer(ki->shape.NumElements());
   {
     proto::RequestInfo info;
     info.set_mode(mode);

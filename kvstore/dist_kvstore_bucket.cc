@@ -40,6 +40,7 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
     step = ++ki->pushes;
   }
   const CompressionType compression = compressor_.TypeFor(ki->shape.NumElements());
+  const bool half = compressor_.HalfAnswer(ki->shape.NumElements());
   // Each piece is an entry of its own; a key's pieces fill buckets in
   // element order, so its first pieces leave while the rest are added.
   for (size_t j = 0; j < ki->parts.size(); ++j) {
@@ -51,7 +52,7 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
     entry.key = ki;
     entry.count = part.count;
     entry.compression = compression;
-    entry.half = compression == proto::GradientCompression::FP16;
+    entry.half = half;
     entry.value = PartValue(push.id, *ki, j, sum, compression != proto::GradientCompression::NONE);
     for (const Tensor& out : pull.tensors) {
       KV_ASSIGN_OR_RETURN(Tensor piece, PartOf(out, part));

@@ -549,6 +549,43 @@ TEST(DistKVStoreTest, Fp16PushesAndAnswersHalves) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+TEST(DistKVStoreTest, TwoBitWithHalfPullsAnswersHalves) {
+  // 2bit with threshold 0.1 sends 0.1f exactly; the server holds 0.1f.
+  // pull fp16: the push-pull's answer is 0.1 as a half; a plain pull and a
+  // key below min_bytes answer exact float32; without pull fp16 the
+  // answer is exact. With and without buckets.
+  for (const std::string bucket : {"131072", "0"}) {
+    for (const bool half : {true, false}) {
+      DistFixture f(1, 1, {{"KVTRAIN_PS_BUCKET_BYTES", bucket}});
+      const Status s = f.Run("dist_sync", [&](KVStore* kv, int) -> Status {
+        proto::GradientCompression spec;
+        spec.set_type(proto::GradientCompression::TWO_BIT);
+        spec.set_threshold(0.1f);
+        spec.set_min_bytes(40);
+        if (half) spec.set_pull(proto::GradientCompression::PULL_FP16);
+        KV_RETURN_IF_ERROR(kv->SetGradientCompression(spec));
+        KV_RETURN_IF_ERROR(kv->Init({"w", "b"}, {Filled(33, 0.0f), Filled(3, 0.0f)}));
+        Tensor out = Tensor::Zeros({33}), outb = Tensor::Zeros({3});
+        KV_RETURN_IF_ERROR(kv->PushPull({"w", "b"}, {Filled(33, 0.1f), Filled(3, 0.1f)},
+                                        {out, outb}));
+        const float want = half ? 0.0999755859375f : 0.1f;
+        for (float v : out.ToVector()) {
+          if (v != want) return Status::Internal("w got " + std::to_string(v));
+        }
+        for (float v : outb.ToVector()) {
+          if (v != 0.1f) return Status::Internal("b got " + std::to_string(v));
+        }
+        KV_RETURN_IF_ERROR(kv->Pull({"w"}, {out}));
+        for (float v : out.ToVector()) {
+          if (v != 0.1f) return Status::Internal("pull got " + std::to_string(v));
+        }
+        return Status::OK();
+      });
+      EXPECT_TRUE(s.ok()) << "bucket bytes " << bucket << " half " << half << ": " << s;
+    }
+  }
+}
+
 TEST(DistKVStoreTest, OneBitSendsSignsTimesTheMeanMagnitude) {
   // Rank 0 pushes 1, -3, 1, -3, ...: scale 2, so it sends +2, -2, ...;
   // rank 1 pushes 0.5 everywhere and sends it exactly. Step 1's sums are

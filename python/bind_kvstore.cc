@@ -233,9 +233,10 @@ void BindKVStore(py::module_& m) {
              RunBlocking([&] { return s.kv()->SetOptimizer(spec); }, s.Aborter());
            })
       .def("set_gradient_compression",
-           [](PyKVStore& s, const std::string& type, float threshold, int64_t min_bytes) {
+           [](PyKVStore& s, const std::string& type, float threshold, int64_t min_bytes,
+              const std::string& pull) {
              proto::GradientCompression spec =
-                 Check(kv::ParseCompression(type, threshold, min_bytes));
+                 Check(kv::ParseCompression(type, threshold, min_bytes, pull));
              Check(s.kv()->SetGradientCompression(spec));
            })
       .def("gradient_compression",
@@ -247,6 +248,7 @@ void BindKVStore(py::module_& m) {
                d["threshold"] = spec.threshold();
              }
              if (spec.min_bytes() > 0) d["min_bytes"] = spec.min_bytes();
+             if (!kv::PullName(spec.pull()).empty()) d["pull"] = kv::PullName(spec.pull());
              return d;
            })
       .def("save_residuals",

@@ -42,6 +42,9 @@ def parser(description):
                    help="the 2bit compression threshold (> 0)")
     p.add_argument("--gc-min-bytes", type=int, default=0,
                    help="arrays of fewer bytes travel uncompressed (0: none)")
+    p.add_argument("--gc-pull", default="", choices=["", "float32", "fp16"],
+                   help="what push-pulls of compressed arrays bring back (default: fp16 "
+                        "for fp16, float32 otherwise)")
     return p
 
 
@@ -49,7 +52,7 @@ def set_compression(args, kv):
     """--gc-type/--gc-threshold on the store (dist stores only)."""
     if args.gc_type != "none":
         kv.set_gradient_compression({"type": args.gc_type, "threshold": args.gc_threshold,
-                                     "min_bytes": args.gc_min_bytes})
+                                     "min_bytes": args.gc_min_bytes, "pull": args.gc_pull})
 
 
 def parse(p, argv=None):

@@ -142,27 +142,31 @@ class KVStore(object):
         """Compresses the gradients every later push sends (MXNet's call):
         {'type': '2bit', 'threshold': 0.5}, {'type': '1bit'},
         {'type': 'fp16'} or {'type': 'none'}; 'min_bytes': arrays smaller
-        than this travel uncompressed (default 0). Dist stores only; call it
-        on every worker before init. See docs/kvstore.md."""
+        than this travel uncompressed (default 0); 'pull': 'fp16' or
+        'float32', what push-pulls bring back (default: fp16 for fp16,
+        float32 for 2bit and 1bit). Dist stores only; call it on every worker
+        before init. See docs/kvstore.md."""
         if not isinstance(compression_params, dict):
             raise TypeError("set_gradient_compression: expected a dict such as "
                             "{'type': '2bit', 'threshold': 0.5}, got %s"
                             % type(compression_params).__name__)
-        unknown = sorted(set(compression_params) - {"type", "threshold", "min_bytes"})
+        unknown = sorted(set(compression_params) - {"type", "threshold", "min_bytes", "pull"})
         if unknown:
             raise ValueError("set_gradient_compression: unknown parameter(s) %s "
-                             "(valid: type, threshold, min_bytes)"
+                             "(valid: type, threshold, min_bytes, pull)"
                              % ", ".join(map(repr, unknown)))
         if "type" not in compression_params:
             raise ValueError("set_gradient_compression: 'type' is required "
                              "(none, 2bit, 1bit or fp16)")
         self._handle.set_gradient_compression(
             str(compression_params["type"]), float(compression_params.get("threshold", 0.5)),
-            int(compression_params.get("min_bytes", 0)))
+            int(compression_params.get("min_bytes", 0)),
+            str(compression_params.get("pull", "")))
 
     @property
     def gradient_compression(self):
-        """The compression set: {'type': ...} (and 'threshold' for 2bit)."""
+        """The compression set: {'type': ...} (and 'threshold' for 2bit,
+        'min_bytes' and 'pull' where set)."""
         return self._handle.gradient_compression()
 
     def save_residuals(self, fname):

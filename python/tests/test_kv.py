@@ -153,4 +153,14 @@ def test_gradient_compression_needs_a_dist_store():
         kv.set_gradient_compression({"type": "3bit"})
     with pytest.raises(ValueError, match="threshold -1"):
         kv.set_gradient_compression({"type": "2bit", "threshold": -1})
+    with pytest.raises(ValueError, match="unknown pull 'bf16'"):
+        kv.set_gradient_compression({"type": "2bit", "pull": "bf16"})
+    with pytest.raises(ValueError, match="pull fp16 needs a type"):
+        kv.set_gradient_compression({"type": "none", "pull": "fp16"})
     assert kv.gradient_compression == {"type": "none"}
+    # dist_allreduce alone (no launcher: a group of one) pulls no weights.
+    ar = kt.kv.create("dist_allreduce")
+    with pytest.raises(ValueError, match="pull fp16 does not apply to dist_allreduce"):
+        ar.set_gradient_compression({"type": "2bit", "threshold": 1, "pull": "fp16"})
+    ar.set_gradient_compression({"type": "2bit", "threshold": 1, "min_bytes": 64})
+    assert ar.gradient_compression == {"type": "2bit", "threshold": 1.0, "min_bytes": 64}
