@@ -279,7 +279,7 @@ CompressionType Compressor::TypeFor(int64_t size) const {
 
 bool Compressor::HalfAnswer(int64_t size) const {
   std::lock_guard<std::mutex> l(mu_);
-  return size * 4 >= spec_.min_bytes() && HalfPulls(spec_);
+  return AnswersHalves(spec_, size);
 }
 
 std::shared_ptr<std::vector<char>> Compressor::Encode(uint64_t id, int64_t size,

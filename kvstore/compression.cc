@@ -405,6 +405,20 @@ bool HalfPulls(const proto::GradientCompression& spec) {
            spec.type() == proto::GradientCompression::FP16));
 }
 
+bool AnswersHalves(const proto::GradientCompression& spec, int64_t size) {
+  return size * 4 >= spec.min_bytes() && HalfPulls(spec);
+}
+
+void RoundToHalves(float* v, int64_t n) {
+  constexpr int64_t kChunk = 4096;
+  uint16_t halves[kChunk];
+  for (int64_t at = 0; at < n; at += kChunk) {
+    const int64_t m = std::min(kChunk, n - at);
+    FloatsToHalves(v + at, m, halves);
+    HalvesToFloats(halves, m, v + at);
+  }
+}
+
 std::string PullName(proto::GradientCompression::Pull pull) {
   switch (pull) {
     case proto::GradientCompression::PULL_FLOAT32:

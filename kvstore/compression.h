@@ -46,6 +46,12 @@ StatusOr<proto::GradientCompression> ParseCompression(const std::string& type,
 Status CheckCompression(const proto::GradientCompression& spec);
 // Whether push-pulls of the spec's compressed keys are answered as halves.
 bool HalfPulls(const proto::GradientCompression& spec);
+// Whether a push-pull of an array of `size` elements is answered as halves
+// (HalfPulls, and the array is not below min_bytes).
+bool AnswersHalves(const proto::GradientCompression& spec, int64_t size);
+// Rounds `n` floats in place to what a half answer carries (each to the
+// nearest half, as FloatsToHalves then HalvesToFloats).
+void RoundToHalves(float* v, int64_t n);
 // "float32", "fp16", or "" for PULL_DEFAULT.
 std::string PullName(proto::GradientCompression::Pull pull);
 

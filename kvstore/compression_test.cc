@@ -904,6 +904,36 @@ TEST(SpecTest, PullsAreHalvesWhereAsked) {
   EXPECT_TRUE(ContainsNumber(st.message(), 7)) << st;
 }
 
+TEST(HalfTest, RoundToHalvesIsEncodeThenDecode) {
+  // Longer than one internal chunk (4096), odd length, with extremes.
+  std::mt19937 rng(5);
+  std::vector<float> v = RandomVector(&rng, 9001, 3.0f);
+  v[0] = 70000.0f;     // beyond the largest half: +Inf
+  v[1] = 1e-9f;        // below the smallest subnormal half: 0
+  v[4096] = 0.1f;      // the first value of the second chunk
+  std::vector<float> got = v;
+  RoundToHalves(got.data(), static_cast<int64_t>(got.size()));
+  auto Bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+  for (size_t i = 0; i < v.size(); ++i) {
+    ASSERT_EQ(Bits(got[i]), Bits(HalfToFloat(FloatToHalf(v[i])))) << i;
+  }
+  EXPECT_TRUE(std::isinf(got[0]));
+  EXPECT_EQ(got[1], 0.0f);
+  EXPECT_EQ(got[4096], 0.0999755859375f);
+  // Which arrays push-pulls answer as halves: under pull fp16, those of at
+  // least min_bytes.
+  auto spec = ParseCompression("2bit", 0.5f, 400, "fp16");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(AnswersHalves(*spec, 100));
+  EXPECT_FALSE(AnswersHalves(*spec, 99));
+  spec->set_pull(proto::GradientCompression::PULL_DEFAULT);
+  EXPECT_FALSE(AnswersHalves(*spec, 100));
+}
+
 TEST(SpecTest, NamesRoundTrip) {
   EXPECT_EQ(CompressionName(kNone), "none");
   EXPECT_EQ(CompressionName(kTwoBit), "2bit");

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/trace.h"
+#include "kvstore/compression.h"
 #include "trainer/module.h"
 
 namespace kvtrain {
@@ -132,6 +133,19 @@ Status Module::FinishStep(KVStore* kv, Optimizer* local_optimizer,
   return Status::OK();
 }
 
+Status Module::RoundAnsweredParams(const proto::GradientCompression& gc) {
+  for (size_t p = 0; p < param_names_.size(); ++p) {
+    for (const auto& e : execs_) {
+      Tensor w = e->arg_arrays()[param_args_[p]];
+      if (!kv::AnswersHalves(gc, w.size())) continue;
+      KV_ASSIGN_OR_RETURN(Tensor host, w.CopyTo(Device::CPU()));
+      kv::RoundToHalves(host.data<float>(), host.size());
+      KV_RETURN_IF_ERROR(w.CopyFrom(host));
+    }
+  }
+  return Status::OK();
+}
+
 Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOptions& o) {
   if (kv == nullptr) return Status::InvalidArgument("Fit needs a KVStore");
   if (!kv->is_worker()) {
@@ -161,6 +175,12 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
     KV_RETURN_IF_ERROR(kv->LoadResiduals(o.resume_residuals));
   }
   const bool dist = kv->is_distributed();
+  if (o.begin_epoch > 0 && dist && kv::HalfPulls(kv->gradient_compression())) {
+    // Resuming with half pulls: the checkpoint holds the servers' exact
+    // weights, and an uninterrupted job's workers would hold them as the
+    // last answer brought them, rounded to halves.
+    KV_RETURN_IF_ERROR(RoundAnsweredParams(kv->gradient_compression()));
+  }
   // With model parallelism only the rank with the output reports.
   const bool report = has_output();
   KV_ASSIGN_OR_RETURN(Progress progress,

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "base/file.h"
+#include "kvstore/compression.h"
 
 namespace kvtrain {
 
@@ -275,6 +276,17 @@ Status Module::SaveCheckpoint(const std::string& prefix, int epoch, KVStore* kv,
     KV_RETURN_IF_ERROR(WriteFileAtomic(SymbolPath(prefix), text));
   }
   KV_ASSIGN_OR_RETURN(ModelArrays arrays, Arrays());
+  // With half pulls the workers hold the servers' weights rounded to
+  // halves: the checkpoint takes the exact values from the servers (a plain
+  // pull is exact), so that a resumed job's servers hold what they held.
+  const proto::GradientCompression gc = kv->gradient_compression();
+  if (kv->is_distributed() && kv::HalfPulls(gc)) {
+    for (const std::string& name : param_names_) {
+      Tensor& value = arrays.args[name];
+      if (!kv::AnswersHalves(gc, value.size())) continue;
+      KV_RETURN_IF_ERROR(kv->Pull({name}, {value}).Annotate("checkpoint of " + name));
+    }
+  }
   // The states first, then the params recording their digest: resuming
   // from a params file checks that the states beside it are these.
   const std::string states_path = StatesPath(prefix, epoch);

@@ -152,6 +152,9 @@ class Module {
                     const std::vector<KVHandle>& handles);
   // Initial values on the store, the same on every device and worker.
   Status SyncParams(KVStore* kv);
+  // Rounds the parameters that push-pulls answer as halves (under `gc`)
+  // to halves, on every device.
+  Status RoundAnsweredParams(const proto::GradientCompression& gc);
   Status SetUpOptimizer(KVStore* kv, const FitOptions& o,
                         std::unique_ptr<Optimizer>* local_optimizer);
   int ParamIndex(const std::string& name) const;

@@ -1,9 +1,9 @@
 """examples/train_mnist with gradient compression (--gc-type) on the bundled
 Fashion-MNIST, 2 workers + 2 servers: test accuracy against the same job
 uncompressed (2bit within 1.5% with exact or half pulls, fp16 within
-0.3%), a resumed job with
-residuals bit-identical to an uninterrupted one (dist_sync and
-dist_allreduce), and one-line errors for bad specs."""
+0.3%), a resumed job with residuals (and half pulls) bit-identical to an
+uninterrupted one (dist_sync and dist_allreduce), and one-line errors for
+bad specs."""
 
 import os
 import re
@@ -56,10 +56,10 @@ class CompressionTest(unittest.TestCase):
         # The weights come back as halves: the workers' copies are rounded.
         self.assertGreaterEqual(acc["2bit/fp16"], acc["none"] - 0.015, acc)
 
-    def check_resume(self, servers, gc):
+    def check_resume(self, servers, gc, *extra):
         """5 epochs straight against 3 + resume to 5: bit-identical."""
         flags = ["--num-examples=6000", "--batch-size=50", "--lr-step-epochs=2,4",
-                 "--gc-type=" + gc] + GC
+                 "--gc-type=" + gc] + GC + list(extra)
         for prefix, extra in (("straight", ["--num-epochs=5"]), ("split", ["--num-epochs=3"]),
                               ("split", ["--num-epochs=5", "--load-epoch=3"])):
             code, out = job(servers, "--model-prefix=%s/%s" % (self.tmp, prefix), *flags, *extra)
@@ -74,6 +74,11 @@ class CompressionTest(unittest.TestCase):
 
     def test_resume_dist_sync_2bit_is_bit_identical(self):
         self.check_resume(2, "2bit")
+
+    def test_resume_dist_sync_2bit_half_pulls_is_bit_identical(self):
+        # The workers hold the weights rounded to halves; the checkpoint
+        # holds the servers' exact ones.
+        self.check_resume(2, "2bit", "--gc-pull=fp16")
 
     def test_resume_dist_allreduce_1bit_is_bit_identical(self):
         self.check_resume(0, "1bit")
