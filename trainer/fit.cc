@@ -175,7 +175,8 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
     KV_RETURN_IF_ERROR(kv->LoadResiduals(o.resume_residuals));
   }
   const bool dist = kv->is_distributed();
-  if (o.begin_epoch > 0 && dist && kv::HalfPulls(kv->gradient_compression())) {
+  if (o.begin_epoch > 0 && o.update_on_kvstore && dist &&
+      kv::HalfPulls(kv->gradient_compression())) {
     // Resuming with half pulls: the checkpoint holds the servers' exact
     // weights, and an uninterrupted job's workers would hold them as the
     // last answer brought them, rounded to halves.

@@ -279,8 +279,10 @@ Status Module::SaveCheckpoint(const std::string& prefix, int epoch, KVStore* kv,
   // With half pulls the workers hold the servers' weights rounded to
   // halves: the checkpoint takes the exact values from the servers (a plain
   // pull is exact), so that a resumed job's servers hold what they held.
+  // (With a local optimizer the servers hold summed gradients and the
+  // workers' weights are exact.)
   const proto::GradientCompression gc = kv->gradient_compression();
-  if (kv->is_distributed() && kv::HalfPulls(gc)) {
+  if (local_optimizer == nullptr && kv->is_distributed() && kv::HalfPulls(gc)) {
     for (const std::string& name : param_names_) {
       Tensor& value = arrays.args[name];
       if (!kv::AnswersHalves(gc, value.size())) continue;
