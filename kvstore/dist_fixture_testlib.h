@@ -1,0 +1,81 @@
+// DistFixture: a dist store's scheduler, servers and workers (threads)
+// inside one process, over the in-process transport, for the dist stores'
+// tests.
+#ifndef KVTRAIN_KVSTORE_DIST_FIXTURE_TESTLIB_H_
+#define KVTRAIN_KVSTORE_DIST_FIXTURE_TESTLIB_H_
+
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <glog/logging.h>
+
+#include "base/env.h"
+#include "kvstore/kvstore.h"
+#include "kvstore/ps/inproc_job.h"
+
+namespace kvtrain {
+namespace kv_test {
+
+// Runs `worker(kv, rank)` on every worker of a dist store of `type`, with
+// servers serving until the workers finalize. Returns the first error.
+class DistFixture {
+ public:
+  DistFixture(int servers, int workers, std::map<std::string, std::string> env = {})
+      : job_(Options(servers, workers)), env_(std::move(env)) {}
+
+  static ps::InprocJobOptions Options(int servers, int workers) {
+    ps::InprocJobOptions o;
+    o.num_servers = servers;
+    o.num_workers = workers;
+    return o;
+  }
+
+  ps::InprocJob& job() { return job_; }
+
+  Status Run(const std::string& type,
+             const std::function<Status(KVStore*, int)>& worker) {
+    KV_RETURN_IF_ERROR(job_.CreateAll());
+    KV_RETURN_IF_ERROR(job_.StartAll());
+    std::vector<std::future<Status>> done;
+    for (const auto& node : job_.nodes()) {
+      ps::Postoffice* po = node.get();
+      done.push_back(std::async(std::launch::async, [this, po, type, worker] {
+        KVStoreOptions opts;
+        opts.env = MapEnv(env_);
+        opts.postoffice = po;
+        KV_ASSIGN_OR_RETURN(std::unique_ptr<KVStore> kv, KVStore::Create(type, opts));
+        if (!kv->is_worker()) return kv->RunServer();
+        Status s = worker(kv.get(), kv->rank());
+        if (!s.ok()) {
+          po->Abort(s.ToString());
+          return s;
+        }
+        return kv->Finalize();
+      }));
+    }
+    Status first;
+    for (auto& f : done) {
+      Status s = f.get();
+      if (!s.ok() && first.ok()) first = s;
+    }
+    return first;
+  }
+
+ private:
+  ps::InprocJob job_;
+  std::map<std::string, std::string> env_;
+};
+
+inline Tensor Filled(int64_t n, float v) {
+  Tensor t = Tensor::Empty({n});
+  CHECK(t.Fill(v).ok());
+  return t;
+}
+
+}  // namespace kv_test
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_DIST_FIXTURE_TESTLIB_H_
