@@ -85,9 +85,11 @@ def parse_args(argv):
     ap.add_argument("--timeout", type=float, default=600, help="seconds per job")
     ap.add_argument("--gc", default="none",
                     help="gradient compressions to run the dist rows with (default security): "
-                    "none, fp16, 2bit, 1bit, and 2bit/fp16 or 1bit/fp16 (push-pulls bring "
-                    "the weights back as halves: --gc-pull fp16); several add a "
-                    "compression table")
+                    "none, fp16, 2bit, 1bit; 2bit/fp16 or 1bit/fp16 (push-pulls bring "
+                    "the weights back as halves: --gc-pull fp16); 2bit/servers or 1bit/servers "
+                    "(dist_sync rows: the servers run the optimizer, --update_on_kvstore, where "
+                    "by default the workers do and the servers answer each step's summed codes "
+                    "exactly as levels); several add a compression table")
     ap.add_argument("--gc-threshold", type=float, default=2,
                     help="the 2bit threshold (train_mnist --gc-threshold)")
     ap.add_argument("--gc-min-bytes", type=int, default=65536,
@@ -113,7 +115,9 @@ class Job:
             kind, pull = split_gc(gc)
             train += ["--gc-type", kind, "--gc-threshold", str(a.gc_threshold),
                       "--gc-min-bytes", str(a.gc_min_bytes)]
-            if pull:
+            if pull == "servers":
+                train += ["--update_on_kvstore=true"]
+            elif pull:
                 train += ["--gc-pull", pull]
         if store == "local":
             return train
@@ -185,20 +189,33 @@ GC_TYPES = ("none", "fp16", "2bit", "1bit")
 
 def split_gc(gc):
     """'2bit/fp16' -> ('2bit', 'fp16'): the type and what push-pulls bring
-    back ('' for the type's default)."""
+    back ('' for the type's default; 'servers': the servers update, where by
+    default the workers would)."""
     kind, _, pull = gc.partition("/")
     return kind, pull
 
 
-def wire_bytes(net, gc, min_bytes):
+def level_bits(kind, workers):
+    """kv::LevelBits: the bits that hold any sum of `workers` pushes."""
+    k = {"2bit": 2 * workers, "1bit": workers}.get(kind, 99)
+    return next((b for b in (1, 2, 4, 8) if k <= b), 0)
+
+
+def wire_bytes(net, gc, min_bytes, workers=2, store="dist_sync"):
     """Bytes one worker pushes and pulls per step (every array once; a cut
-    array's pieces each carry their own 4-byte header, left out here)."""
+    array's pieces each carry their own 4-byte header, or level table, left
+    out here). 2bit and 1bit over dist_sync: by default the workers update
+    and the answers are levels."""
     kind, pull_as = split_gc(gc)
     push = pull = 0
     for n in PARAMS[net]:
         g = "none" if 4 * n < min_bytes else kind
         half = g != "none" and (pull_as == "fp16" or (g == "fp16" and pull_as != "float32"))
-        pull += 2 * n if half else 4 * n
+        bits = level_bits(g, workers) if pull_as == "" and store == "dist_sync" else 0
+        if bits:
+            pull += 4 * 2 ** bits + -(-n * bits // 8)
+        else:
+            pull += 2 * n if half else 4 * n
         push += {"none": 4 * n, "fp16": 2 * n, "2bit": 4 + 4 * -(-n // 16),
                  "1bit": 4 + 4 * -(-n // 32)}[g]
     return push, pull
@@ -223,9 +240,10 @@ def main(argv):
     args.gcs = [g for g in args.gc.split(",") if g]
     for g in args.gcs:
         kind, pull = split_gc(g)
-        if kind not in GC_TYPES or pull not in ("", "fp16", "float32") or g == "none/fp16":
+        if (kind not in GC_TYPES or pull not in ("", "fp16", "float32", "servers") or
+                g == "none/fp16" or (pull == "servers" and kind not in ("2bit", "1bit"))):
             sys.exit("dist_train_bench: --gc: unknown compression %r (none, fp16, 2bit, 1bit, "
-                     "2bit/fp16, 1bit/fp16)" % g)
+                     "2bit/fp16, 1bit/fp16, 2bit/servers, 1bit/servers)" % g)
     if "none" not in args.gcs:
         args.gcs.insert(0, "none")
     if "local" not in rows:
@@ -264,11 +282,16 @@ def report(args, nets, rows, modes, cluster):
     # Rounds over every row, so that a slow spell of the machine falls on
     # all rows alike rather than on one row's runs.
     # Compressed rows (mode "default+2bit" etc.) for the dist rows.
-    # dist_allreduce pulls no weights: it has no half-pull rows ("-").
+    # dist_allreduce pulls no weights: it has no half-pull rows ("-"); only
+    # over dist_sync do the workers update by default (/servers: not).
+    def runs(store, g):
+        pull = split_gc(g)[1]
+        return not ((pull and store == "dist_allreduce") or
+                    (pull == "servers" and store != "dist_sync"))
     cells = [(net, name, mode) for net in nets for name in rows
              for mode in (["local"] if spec[name][0] == "local" else
-                          modes + ["default+" + g for g in args.gcs if g != "none" and
-                                   not (split_gc(g)[1] and spec[name][0] == "dist_allreduce")])]
+                          modes + ["default+" + g for g in args.gcs
+                                   if g != "none" and runs(spec[name][0], g)])]
     rates = {c: [] for c in cells}
     for r in range(args.runs):
         for net, name, mode in cells:
@@ -332,7 +355,7 @@ def report_compression(args, net, rows, spec, results, cluster):
     moves per step."""
     head = "%-18s" % (net + " compression")
     for g in args.gcs:
-        head += " | %8s  vs none" % g
+        head += " | %16s" % (g + (" vs none" if len(g) <= 8 else ""))
     print(head)
     for name in rows:
         if spec[name][0] == "local":
@@ -344,9 +367,13 @@ def report_compression(args, net, rows, spec, results, cluster):
             line += " | %s %s" % (fmt_rate(r), fmt_ratio(r / base if r and base else None))
         print(line)
     for g in args.gcs:
-        push, pull = wire_bytes(net, g, args.gc_min_bytes if g != "none" else 0)
-        print("  %-9s: a worker pushes %8.1f KB and pulls %8.1f KB per step" %
-              (g, push / 1e3, pull / 1e3))
+        min_bytes = args.gc_min_bytes if g != "none" else 0
+        push, pull = wire_bytes(net, g, min_bytes)
+        other = wire_bytes(net, g, min_bytes, store="dist_async")[1]
+        print("  %-12s: a worker pushes %8.1f KB and pulls %8.1f KB per step%s" %
+              (g, push / 1e3, pull / 1e3,
+               " (dist_sync, levels for 2 workers; dist_async pulls %.1f KB)" % (other / 1e3)
+               if other != pull else ""))
     print("  (arrays under %d bytes travel uncompressed; 2bit threshold %g)" %
           (args.gc_min_bytes, args.gc_threshold))
     print()

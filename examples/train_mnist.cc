@@ -36,7 +36,9 @@ DEFINE_string(metrics_file, "", "write metrics as JSON lines here");
 DEFINE_string(loss_file, "", "write every training batch's cross-entropy here, one per line");
 DEFINE_int32(disp_batches, 100, "speedometer period in batches (0: off)");
 DEFINE_uint64(seed, 0, "seed of the initializer and the shuffle");
-DEFINE_bool(update_on_kvstore, true, "the store applies the optimizer (else the workers)");
+DEFINE_bool(update_on_kvstore, true,
+            "the store applies the optimizer (else the workers); not given: the workers where "
+            "the servers answer 2bit/1bit summed codes exactly as levels (dist_sync)");
 DEFINE_string(gc_type, "none",
               "gradient compression of dist stores: none, 2bit, 1bit or fp16 "
               "(docs/kvstore.md)");
@@ -168,6 +170,17 @@ Status Train(KVStore* kv) {
       (kv->type() == "dist_async" ? kv->num_workers() : 1);
   KV_ASSIGN_OR_RETURN(fo.optimizer, OptimizerFromFlags(updates_per_epoch));
   fo.update_on_kvstore = FLAGS_update_on_kvstore;
+  if (gflags::GetCommandLineFlagInfoOrDie("update_on_kvstore").is_default &&
+      kv->SumsComeBackAsLevels()) {
+    // Both directions then travel compressed, and nothing is rounded.
+    fo.update_on_kvstore = false;
+    if (kv->rank() == 0) {
+      std::printf("%s gradient compression: the workers run the optimizer, the servers answer "
+                  "each step's summed codes as levels (--update_on_kvstore to update on the "
+                  "servers)\n",
+                  FLAGS_gc_type.c_str());
+    }
+  }
   fo.metrics = {"accuracy", "cross-entropy"};
   fo.disp_batches = FLAGS_disp_batches;
   fo.metrics_file = FLAGS_metrics_file;

@@ -52,6 +52,35 @@ bool AnswersHalves(const proto::GradientCompression& spec, int64_t size);
 // Rounds `n` floats in place to what a half answer carries (each to the
 // nearest half, as FloatsToHalves then HalvesToFloats).
 void RoundToHalves(float* v, int64_t n);
+// Level answers: where dist_sync's servers hold the step's summed gradients
+// (no optimizer on the servers: the workers run it), a push-pull of a 2bit
+// or 1bit key is answered with that sum exactly, in a few bits per value. A
+// worker's decoded push takes at most 4 distinct values (2bit: 0, +t, -t,
+// NaN) or 2 (1bit: +s and -s, or NaN throughout), and a server sums a
+// step's pushes in one order for every element, so the sum of N workers'
+// pushes takes at most 4^N (2bit) or 2^N (1bit) distinct values. The answer
+// is a table of 2^bits floats (entries past the last used are 0), then one
+// `bits`-bit table index per element: element i at bits
+// bits * (i % (8 / bits)) of byte i * bits / 8 (bits is 1, 2, 4 or 8).
+//
+// The bits that always hold the sum of `num_workers` pushes of `type`; 0
+// when more than 8 would be needed, or the type has no levels.
+int LevelBits(CompressionType type, int num_workers);
+// 1, 2, 4 or 8.
+bool ValidLevelBits(int64_t bits);
+// Bytes of a level answer of `n` values (bits valid).
+size_t LevelBytes(int bits, int64_t n);
+// Encodes `n` floats; more than 2^bits distinct values (bitwise) is an
+// error saying so, and `bits` must be 1, 2, 4 or 8.
+Status EncodeLevels(const float* v, int64_t n, int bits, char* out);
+// Decodes `n` floats; a byte count that does not match is a DataLoss error.
+Status DecodeLevels(const char* in, size_t bytes, int64_t n, int bits, float* out);
+// Bytes of a push-pull's answer of `n` values: levels (level_bits > 0),
+// IEEE halves, or float32.
+size_t AnswerBytes(int64_t n, bool half, int level_bits);
+// Decodes such an answer (AnswerBytes(n, half, level_bits) bytes at `in`).
+Status DecodeAnswer(const char* in, int64_t n, bool half, int level_bits, float* out);
+
 // "float32", "fp16", or "" for PULL_DEFAULT.
 std::string PullName(proto::GradientCompression::Pull pull);
 

@@ -2,6 +2,7 @@
 #include "kvstore/dist_kvstore.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <glog/logging.h>
 
@@ -244,15 +245,18 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
   opts.head = push ? proto::KV_PUSH : proto::KV_PULL;
   const CompressionType compression = push ? compressor_.TypeFor(ki->shape.NumElements())
                                             : proto::GradientCompression::NONE;
-  // Half pulls (fp16, or pull fp16): a push-pull's answer comes as halves,
-  // decoded into `landing`.
+  // Half pulls (fp16, or pull fp16) and level answers: a push-pull's answer
+  // comes coded, decoded into `landing`.
   const bool half = push && pull && compressor_.HalfAnswer(ki->shape.NumElements());
+  const int levels = push && pull ? LevelAnswer(ki->shape.NumElements()) : 0;
+  const bool coded = half || levels > 0;
   {
     proto::RequestInfo info;
     info.set_mode(mode);
     info.set_step(step);
     info.set_compression(compression);
     info.set_half_answer(half);
+    info.set_level_bits(static_cast<uint32_t>(levels));
     opts.body = info.SerializeAsString();
     if (compression != proto::GradientCompression::NONE) opts.dtype = CompressionName(compression);
   }
@@ -262,12 +266,13 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
     const Tensor& first = pull->tensors[0];
     landing = first.device().is_cpu() ? first : Tensor::Empty(first.shape());
   }
-  // Halves arrive in their own buffers: (buffer, element offset, count).
-  struct HalfAnswer {
-    std::shared_ptr<std::vector<uint16_t>> buffer;
-    int64_t offset, count;
+  // Coded answers arrive in their own buffers, one per request: each part
+  // (element offset, count) coded on its own, one after another.
+  struct CodedAnswer {
+    std::shared_ptr<std::vector<char>> buffer;
+    std::vector<std::pair<int64_t, int64_t>> parts;
   };
-  auto halves = std::make_shared<std::vector<HalfAnswer>>();
+  auto answers = std::make_shared<std::vector<CodedAnswer>>();
   // One request for the key's slices, one per server; a key cut into
   // pieces sends one request per piece.
   for (const std::vector<size_t>& request : Requests(*ki)) {
@@ -277,12 +282,19 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
     ps::PullDest dest;
     if (pull) {
       std::vector<int64_t> lens;
-      for (size_t j : request) lens.push_back(half ? ki->parts[j].count * 2 : ki->part_bytes[j]);
-      if (half) {
-        auto buffer = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(count));
-        halves->push_back({buffer, first.offset, count});
-        dest.data = reinterpret_cast<char*>(buffer->data());
-        dest.size = static_cast<size_t>(count) * 2;
+      CodedAnswer answer;
+      for (size_t j : request) {
+        const Part& part = ki->parts[j];
+        lens.push_back(static_cast<int64_t>(AnswerBytes(part.count, half, levels)));
+        answer.parts.emplace_back(part.offset, part.count);
+      }
+      if (coded) {
+        size_t bytes = 0;
+        for (int64_t len : lens) bytes += static_cast<size_t>(len);
+        answer.buffer = std::make_shared<std::vector<char>>(bytes);
+        dest.data = answer.buffer->data();
+        dest.size = bytes;
+        answers->push_back(std::move(answer));
       } else {
         dest.data = static_cast<char*>(landing.raw_data()) + first.offset * 4;
         dest.size = static_cast<size_t>(count) * 4;
@@ -308,11 +320,17 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
   if (pull) {
     const std::vector<Tensor> outs = pull->tensors;
     auto prev = std::move(pending->finish);
-    pending->finish = [prev, landing, outs, halves]() -> Status {
+    const std::string name = g.name;
+    pending->finish = [prev, landing, outs, answers, half, levels, name]() -> Status {
       if (prev) KV_RETURN_IF_ERROR(prev());
-      for (const HalfAnswer& h : *halves) {
-        HalvesToFloats(h.buffer->data(), h.count,
-                       static_cast<float*>(landing.raw_data()) + h.offset);
+      for (const CodedAnswer& a : *answers) {
+        const char* in = a.buffer->data();
+        for (const auto& [offset, count] : a.parts) {
+          KV_RETURN_IF_ERROR(DecodeAnswer(in, count, half, levels,
+                                          static_cast<float*>(landing.raw_data()) + offset)
+                                 .Annotate("key " + name));
+          in += AnswerBytes(count, half, levels);
+        }
       }
       for (const Tensor& out : outs) {
         if (!out.SharesMemoryWith(landing)) KV_RETURN_IF_ERROR(Tensor(out).CopyFrom(landing));
@@ -467,6 +485,7 @@ Status DistKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
   KV_RETURN_IF_ERROR(FlushBucket());
   // Every worker checks the spec, so a bad one fails everywhere alike.
   KV_RETURN_IF_ERROR(Optimizer::Create(spec).status());
+  server_optimizer_ = true;
   if (rank() == 0) {
     ps::RequestOptions opts;
     opts.head = proto::KV_SET_OPTIMIZER;
@@ -477,6 +496,16 @@ Status DistKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
                            .Annotate("sending the optimizer to the servers"));
   }
   return Barrier();
+}
+
+bool DistKVStore::SumsComeBackAsLevels() const {
+  return sync_ && compressor_.LevelAnswer(std::numeric_limits<int64_t>::max() / 8,
+                                          num_workers()) > 0;
+}
+
+int DistKVStore::LevelAnswer(int64_t size) const {
+  if (!sync_ || server_optimizer_) return 0;
+  return compressor_.LevelAnswer(size, num_workers());
 }
 
 Status DistKVStore::SetUpdater(Updater /*updater*/) {

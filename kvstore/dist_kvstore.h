@@ -8,6 +8,7 @@
 #ifndef KVTRAIN_KVSTORE_DIST_KVSTORE_H_
 #define KVTRAIN_KVSTORE_DIST_KVSTORE_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -57,9 +58,11 @@ class DistKVStore : public KVStore {
   Status SaveOptimizerStates(const std::string& path) override;
   Status LoadOptimizerStates(const std::string& path) override;
   // Before Init, on every worker. The servers decode each push and, for
-  // fp16, answer push-pulls with halves.
+  // fp16, answer push-pulls with halves; dist_sync without SetOptimizer
+  // answers 2bit and 1bit push-pulls with the step's sum as levels.
   Status SetGradientCompression(const proto::GradientCompression& spec) override;
   proto::GradientCompression gradient_compression() const override;
+  bool SumsComeBackAsLevels() const override;
   Status SaveResiduals(const std::string& path) override;
   Status LoadResiduals(const std::string& path) override;
   Status RunServer() override;
@@ -88,6 +91,7 @@ class DistKVStore : public KVStore {
       int64_t count = 0;         // its elements
       CompressionType compression = proto::GradientCompression::NONE;
       bool half = false;         // answered as IEEE halves (fp16)
+      int levels = 0;            // answered as levels of these bits
       std::vector<Tensor> outs;  // where the key's new value goes
     };
     std::vector<Entry> entries;  // until sent: guarded by bucket_mu_
@@ -149,6 +153,10 @@ class DistKVStore : public KVStore {
   Status WaitBucket(Bucket* b, ps::Duration timeout);
   KVHandle Track(Pending pending);
   std::string Mode() const;
+  // The level bits a push-pull of a key of `size` elements asks for: dist
+  // sync without an optimizer on the servers (they hold the step's sums),
+  // and Compressor::LevelAnswer.
+  int LevelAnswer(int64_t size) const;
 
   ps::Postoffice* po_;
   std::unique_ptr<ps::Postoffice> owned_po_;
@@ -159,6 +167,8 @@ class DistKVStore : public KVStore {
   bool finalized_ = false;
   KeyTable keys_;
   Compressor compressor_;
+  // SetOptimizer was called: the servers hold weights.
+  std::atomic<bool> server_optimizer_{false};
 
   std::mutex mu_;
   std::map<uint64_t, KeyInfo> info_ GUARDED_BY(mu_);

@@ -41,6 +41,7 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
   }
   const CompressionType compression = compressor_.TypeFor(ki->shape.NumElements());
   const bool half = compressor_.HalfAnswer(ki->shape.NumElements());
+  const int levels = LevelAnswer(ki->shape.NumElements());
   // Each piece is an entry of its own; a key's pieces fill buckets in
   // element order, so its first pieces leave while the rest are added.
   for (size_t j = 0; j < ki->parts.size(); ++j) {
@@ -53,12 +54,18 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
     entry.count = part.count;
     entry.compression = compression;
     entry.half = half;
+    entry.levels = levels;
     entry.value = PartValue(push.id, *ki, j, sum, compression != proto::GradientCompression::NONE);
     for (const Tensor& out : pull.tensors) {
       KV_ASSIGN_OR_RETURN(Tensor piece, PartOf(out, part));
       entry.outs.push_back(std::move(piece));
     }
-    const int64_t bytes = ki->part_bytes[j];
+    // A bucket fills by what its entries move on the wire, the heavier way:
+    // a compressed piece's push, or its answer (float32, halves or levels).
+    // So a key's small compressed pieces travel together, while pieces
+    // answered in float32 still go one by one, overlapping their answers.
+    const int64_t bytes = std::max(static_cast<int64_t>(entry.value.size()),
+                                   static_cast<int64_t>(AnswerBytes(part.count, half, levels)));
     for (;;) {
       std::shared_ptr<Bucket> b;
       bool full = false;
@@ -130,6 +137,7 @@ Status DistKVStore::FlushBucket() {
     k->set_step(e.step);
     k->set_compression(e.compression);
     k->set_half_answer(e.half);
+    k->set_level_bits(static_cast<uint32_t>(e.levels));
     if (e.compression != proto::GradientCompression::NONE) compression = e.compression;
   }
   // One entry (a large key's piece) goes out as it is; several are copied
@@ -162,7 +170,8 @@ Status DistKVStore::FlushBucket() {
   // copies each key's part into its outputs.
   ps::PullDest dest;
   const Bucket::Entry& only = b->entries[0];
-  if (n == 1 && only.outs.size() == 1 && only.outs[0].device().is_cpu() && !only.half) {
+  if (n == 1 && only.outs.size() == 1 && only.outs[0].device().is_cpu() && !only.half &&
+      only.levels == 0) {
     dest.data = static_cast<char*>(only.outs[0].raw_data());
     dest.size = only.outs[0].nbytes();
     b->landed = true;
@@ -210,18 +219,29 @@ Status DistKVStore::WaitBucket(Bucket* b, ps::Duration timeout) {
       const Bucket::Entry& e = b->entries[b->order[next]];
       const size_t bytes = part.lens.empty() ? part.vals.size() / part.num_keys()
                                              : static_cast<size_t>(part.lens.as<int64_t>()[k]);
-      const size_t want = static_cast<size_t>(e.count) * (e.half ? 2 : 4);
+      const size_t want = AnswerBytes(e.count, e.half, e.levels);
       if (part.key(k) != e.server_key || bytes != want || off + bytes > part.vals.size()) {
         b->status = Status::DataLoss("key " + e.name + ": the server's answer does not match");
         return b->status;
       }
       ps::Blob value = part.vals.Slice(off, bytes);
       off += bytes;
-      if (e.half) {
-        std::vector<float> floats(static_cast<size_t>(e.count));
-        std::vector<uint16_t> halves(static_cast<size_t>(e.count));
-        std::memcpy(halves.data(), value.data(), bytes);
-        HalvesToFloats(halves.data(), e.count, floats.data());
+      if (e.half || e.levels > 0) {
+        // Halves are copied out first, for their alignment.
+        std::vector<char> aligned;
+        const char* in = value.data();
+        if (e.half) {
+          aligned.assign(value.data(), value.data() + bytes);
+          in = aligned.data();
+        }
+        // Decoded straight into a single host output.
+        const bool direct = e.outs.size() == 1 && e.outs[0].device().is_cpu() &&
+                            e.outs[0].size() == e.count;
+        std::vector<float> floats(direct ? 0 : static_cast<size_t>(e.count));
+        float* out = direct ? static_cast<float*>(e.outs[0].raw_data()) : floats.data();
+        b->status = DecodeAnswer(in, e.count, e.half, e.levels, out).Annotate("key " + e.name);
+        if (!b->status.ok()) return b->status;
+        if (direct) continue;
         value = ps::Blob::FromVector(std::move(floats));
       }
       for (const Tensor& out : e.outs) {

@@ -4,6 +4,9 @@
 // files and spec errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "base/file.h"
 #include "kvstore/dist_fixture_testlib.h"
 
@@ -160,6 +163,99 @@ TEST(DistKVStoreTest, TwoBitWithHalfPullsAnswersHalves) {
       EXPECT_TRUE(s.ok()) << "bucket bytes " << bucket << " half " << half << ": " << s;
     }
   }
+}
+
+TEST(DistKVStoreTest, SummedCodesComeBackAsExactLevels) {
+  // Without an optimizer the servers hold each step's summed 2bit codes and
+  // answer them as levels (2, 4 and 8 bits for 1, 2 and 3 workers): worker
+  // r pushes -0.5, 0 or +0.5 by the r-th ternary digit of i, so the sums
+  // take every value from -0.5N to 0.5N, and rank 0's NaN at 5 arrives as
+  // NaN. With an optimizer the servers hold weights (1000 distinct values
+  // here, too many for levels) and answer float32. With and without buckets,
+  // the key cut into pieces.
+  constexpr int64_t kN = 2001;
+  for (const int workers : {1, 2, 3}) {
+    for (const std::string bucket : {"131072", "0"}) {
+      for (const bool optimizer : {false, true}) {
+        DistFixture f(2, workers,
+                      {{"KVTRAIN_PS_BUCKET_BYTES", bucket}, {"KVTRAIN_BIGARRAY_BOUND", "1000"}});
+        const Status s = f.Run("dist_sync", [&](KVStore* kv, int rank) -> Status {
+          proto::GradientCompression spec;
+          spec.set_type(proto::GradientCompression::TWO_BIT);
+          spec.set_threshold(0.5f);
+          KV_RETURN_IF_ERROR(kv->SetGradientCompression(spec));
+          std::vector<float> init(kN);
+          for (int64_t i = 0; i < kN; ++i) init[i] = static_cast<float>(i % 1000) * 0.001f;
+          KV_RETURN_IF_ERROR(kv->Init({"w"}, {Tensor::FromVector(init, {kN})}));
+          if (optimizer) {
+            proto::OptimizerSpec sgd;
+            sgd.set_type(proto::OptimizerSpec::SGD);
+            sgd.set_learning_rate(1.0f);
+            KV_RETURN_IF_ERROR(kv->SetOptimizer(sgd));
+          }
+          auto code = [](int r, int64_t i) {
+            int64_t d = i;
+            for (int k = 0; k < r; ++k) d /= 3;
+            return static_cast<float>(d % 3 - 1) * 0.5f;
+          };
+          std::vector<float> g(kN);
+          for (int64_t i = 0; i < kN; ++i) g[i] = code(rank, i);
+          if (rank == 0) g[5] = std::numeric_limits<float>::quiet_NaN();
+          std::vector<float> w = init;
+          for (int step = 1; step <= 2; ++step) {
+            Tensor out = Tensor::Zeros({kN});
+            KV_RETURN_IF_ERROR(kv->PushPull({"w"}, {Tensor::FromVector(g, {kN})}, {out}));
+            const std::vector<float> got = out.ToVector();
+            for (int64_t i = 0; i < kN; ++i) {
+              float sum = 0.0f;
+              for (int r = 0; r < workers; ++r) sum += code(r, i);
+              if (i == 5) sum = std::numeric_limits<float>::quiet_NaN();
+              const float want = optimizer ? (w[i] -= sum) : sum;
+              if (!(got[i] == want || (std::isnan(got[i]) && std::isnan(want)))) {
+                return Status::Internal("step " + std::to_string(step) + " [" +
+                                        std::to_string(i) + "] got " + std::to_string(got[i]) +
+                                        ", want " + std::to_string(want));
+              }
+            }
+          }
+          return Status::OK();
+        });
+        EXPECT_TRUE(s.ok()) << workers << " workers, bucket bytes " << bucket << ", optimizer "
+                            << optimizer << ": " << s;
+      }
+    }
+  }
+}
+
+TEST(DistKVStoreTest, LevelsOfASumThatIsNotCodesAreAnErrorNamingTheKey) {
+  // Rank 0 compresses, rank 1 does not: the step's sum takes 40 values and
+  // cannot come back to rank 0 as levels; its error names the key, and
+  // rank 1 (float32 answers) goes on.
+  Status rank0 = Status::Internal("rank 0 did not run");
+  DistFixture f(1, 2);
+  const Status s = f.Run("dist_sync", [&](KVStore* kv, int rank) -> Status {
+    if (rank == 0) {
+      proto::GradientCompression spec;
+      spec.set_type(proto::GradientCompression::TWO_BIT);
+      spec.set_threshold(0.5f);
+      KV_RETURN_IF_ERROR(kv->SetGradientCompression(spec));
+    }
+    KV_RETURN_IF_ERROR(kv->Init({"w"}, {Filled(40, 0.0f)}));
+    std::vector<float> g(40);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i) * 0.01f;
+    Tensor out = Tensor::Zeros({40});
+    const Status pp = kv->PushPull({"w"}, {Tensor::FromVector(g, {40})}, {out});
+    if (rank == 0) {
+      rank0 = pp;
+      return Status::OK();
+    }
+    KV_RETURN_IF_ERROR(pp);
+    return kv->Pull({"w"}, {out});
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_FALSE(rank0.ok());
+  EXPECT_NE(rank0.message().find("key w"), std::string::npos) << rank0;
+  EXPECT_NE(rank0.message().find("more than 16 distinct values"), std::string::npos) << rank0;
 }
 
 TEST(DistKVStoreTest, OneBitSendsSignsTimesTheMeanMagnitude) {

@@ -161,6 +161,13 @@ class KVStore {
   virtual Status SetGradientCompression(const proto::GradientCompression& spec);
   // The spec set (type NONE when none was).
   virtual proto::GradientCompression gradient_compression() const { return {}; }
+  // Whether push-pulls of the compressed keys come back as each step's
+  // summed codes in a few bits per value (levels, exact) when the workers
+  // run the optimizer (no SetOptimizer): dist_sync and dist_device_sync with
+  // 2bit or 1bit, the default pull, and few enough workers. Then both
+  // directions travel compressed; with SetOptimizer the weights come back
+  // in float32.
+  virtual bool SumsComeBackAsLevels() const { return false; }
   // 2bit and 1bit keep what was not sent of each key's gradients on the
   // worker (error feedback). Save writes this worker's residuals to `path`
   // (atomically); Load restores them, checking the spec, rank and worker

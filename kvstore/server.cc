@@ -44,11 +44,6 @@ StatusOr<ps::Blob> PushedFloats(const proto::RequestInfo& info, const ps::Blob& 
   return ps::Blob(out, out.get(), static_cast<size_t>(n) * sizeof(float));
 }
 
-// Bytes of a key's answer: float32, or IEEE halves.
-size_t AnswerBytes(const Tensor& value, bool half) {
-  return static_cast<size_t>(value.size()) * (half ? 2 : 4);
-}
-
 }  // namespace
 
 void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
@@ -58,6 +53,18 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
   if (!info.ParseFromString(meta.body)) {
     server->RespondError(meta, Status::InvalidArgument(
         "malformed KVStore request from " + meta.sender_name));
+    return;
+  }
+  // Answer sizes follow from the level bits: anything but 1, 2, 4 or 8 is
+  // refused before a size is computed from it.
+  uint32_t bad_bits = info.level_bits();
+  for (const proto::KeyEntry& e : info.keys()) {
+    if (e.level_bits() != 0 && !ValidLevelBits(e.level_bits())) bad_bits = e.level_bits();
+  }
+  if (bad_bits != 0 && !ValidLevelBits(bad_bits)) {
+    server->RespondError(meta, Status::InvalidArgument(
+        "KVStore request from " + meta.sender_name + " asks for levels of " +
+        std::to_string(bad_bits) + " bits (valid: 1, 2, 4, 8)"));
     return;
   }
   const auto command = static_cast<proto::KVCommand>(meta.head);
@@ -156,7 +163,7 @@ void ServerHandler::Push(const ps::RequestMeta& meta, const ps::KVPairs& pushed,
     if (!s.ok()) {
       server->RespondError(meta, s);
     } else if (meta.pull) {
-      RespondValue(st, key, meta, info.half_answer(), server);
+      RespondValue(st, key, meta, info, server);
     } else {
       server->Respond(meta);
     }
@@ -297,18 +304,52 @@ Status ServerHandler::Apply(KeyState* st, uint64_t key, const Tensor& grad,
                     : st->value.CopyFrom(grad);
 }
 
-void ServerHandler::RespondValue(KeyState* st, uint64_t key,
-                                 const ps::RequestMeta& meta, bool half,
-                                 ps::KVServer* server) {
+StatusOr<ps::Blob> ServerHandler::EncodedValue(KeyState* st, const proto::RequestInfo& info) {
   const Tensor& v = st->value;
-  if (half) {
+  if (info.level_bits() > 0) {
+    // Levels carry a step's summed pushes: only what a sync server without
+    // an optimizer holds.
+    if (info.mode() != proto::KV_SYNC || optimizer() != nullptr) {
+      return KeyError(Status::Code::kFailedPrecondition, st->name,
+                      "an answer as levels was asked for, but this server holds " +
+                          std::string(info.mode() != proto::KV_SYNC
+                                          ? "every push accumulated (dist_async)"
+                                          : "weights (it runs the optimizer)") +
+                          ", not the step's summed gradients");
+    }
+    if (st->levels_step == st->step && st->levels_bits == info.level_bits()) return st->levels;
+    auto out = std::make_shared<std::vector<char>>(
+        LevelBytes(static_cast<int>(info.level_bits()), v.size()));
+    const Status s =
+        EncodeLevels(v.data<float>(), v.size(), static_cast<int>(info.level_bits()), out->data());
+    if (!s.ok()) {
+      return KeyError(Status::Code::kInvalidArgument, st->name,
+                      "the step's summed pushes hold " + s.message() +
+                          ": do the workers compress it alike?");
+    }
+    st->levels = ps::Blob(out, out->data(), out->size());
+    st->levels_step = st->step;
+    st->levels_bits = info.level_bits();
+    return st->levels;
+  }
+  if (info.half_answer()) {
     std::vector<uint16_t> halves(static_cast<size_t>(v.size()));
     FloatsToHalves(v.data<float>(), v.size(), halves.data());
-    server->Respond(meta, ps::KVPairs::From({key}, ps::Blob::FromVector(std::move(halves))));
+    return ps::Blob::FromVector(std::move(halves));
+  }
+  // The value itself (zero-copy: Apply copies before writing a value that a
+  // response still sends).
+  return ps::Blob(v.storage(), v.raw_data(), v.nbytes());
+}
+
+void ServerHandler::RespondValue(KeyState* st, uint64_t key, const ps::RequestMeta& meta,
+                                 const proto::RequestInfo& info, ps::KVServer* server) {
+  StatusOr<ps::Blob> vals = EncodedValue(st, info);
+  if (!vals.ok()) {
+    server->RespondError(meta, vals.status());
     return;
   }
-  ps::Blob vals(v.storage(), v.raw_data(), v.nbytes());
-  server->Respond(meta, ps::KVPairs::From({key}, vals));
+  server->Respond(meta, ps::KVPairs::From({key}, *std::move(vals)));
 }
 
 // The answer to one multi-key push-pull, filled as its keys' steps complete
@@ -326,19 +367,16 @@ struct ServerHandler::Gather {
 
 void ServerHandler::Answer(const Deferred& d, KeyState* st, uint64_t key,
                            ps::KVServer* server) {
-  const bool half = d.info.half_answer();
-  if (d.gather == nullptr) return RespondValue(st, key, d.meta, half, server);
+  if (d.gather == nullptr) return RespondValue(st, key, d.meta, d.info, server);
+  // Encoded before the gather's lock: levels take a pass over the value.
+  StatusOr<ps::Blob> vals = EncodedValue(st, d.info);
   Gather& g = *d.gather;
   std::lock_guard<std::mutex> lock(g.mu);
   const size_t off = g.offsets[d.index], bytes = g.offsets[d.index + 1] - off;
-  if (bytes == AnswerBytes(st->value, half)) {
-    if (half) {
-      std::vector<uint16_t> halves(static_cast<size_t>(st->value.size()));
-      FloatsToHalves(st->value.data<float>(), st->value.size(), halves.data());
-      std::memcpy(g.values->data() + off, halves.data(), bytes);
-    } else {
-      std::memcpy(g.values->data() + off, st->value.raw_data(), bytes);
-    }
+  if (!vals.ok()) {
+    if (g.error.ok()) g.error = vals.status();
+  } else if (bytes == vals->size()) {
+    std::memcpy(g.values->data() + off, vals->data(), bytes);
   } else if (g.error.ok()) {
     g.error = KeyError(Status::Code::kInvalidArgument, st->name,
                        "answer of " + std::to_string(bytes / 4) +
@@ -414,6 +452,7 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
     infos[i].set_step(e->second->step());
     infos[i].set_compression(e->second->compression());
     infos[i].set_half_answer(e->second->half_answer());
+    infos[i].set_level_bits(e->second->level_bits());
     states[i] = FindOrRespond(key, meta, server);
     if (states[i] == nullptr) return;
     const size_t bytes = data.lens.empty()
@@ -429,11 +468,12 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
     size_t answer;
     {
       std::lock_guard<std::mutex> lock(states[i]->mu);
-      answer = AnswerBytes(states[i]->value, infos[i].half_answer());
+      answer = AnswerBytes(states[i]->value.size(), infos[i].half_answer(),
+                           static_cast<int>(infos[i].level_bits()));
     }
     // A key pushed with the wrong size is answered with its error (below).
     const bool plain = infos[i].compression() == proto::GradientCompression::NONE &&
-                       !infos[i].half_answer();
+                       !infos[i].half_answer() && infos[i].level_bits() == 0;
     if (plain) answer = bytes;
     recoded = recoded || !plain;
     answer_lens.push_back(static_cast<int64_t>(answer));
@@ -486,7 +526,7 @@ void ServerHandler::Pull(const ps::RequestMeta& meta, const ps::KVPairs& data,
   if (st == nullptr) return;
   std::lock_guard<std::mutex> lock(st->mu);
   if (info.mode() == proto::KV_ASYNC || info.step() <= st->step) {
-    RespondValue(st, key, meta, info.half_answer(), server);
+    RespondValue(st, key, meta, info, server);
   } else if (info.step() > st->step + kSyncWindow) {
     server->RespondError(
         meta, KeyError(Status::Code::kInvalidArgument, st->name,

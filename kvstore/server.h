@@ -61,6 +61,11 @@ class ServerHandler {
     int num_pushed = 0;
     std::multimap<int64_t, Deferred> later;  // sync: pushes for later steps
     std::vector<Deferred> pulls;             // sync: answered after a step
+    // sync: the value as levels, encoded for the first worker that asked
+    // and sent to the others as it is (at step `levels_step`).
+    ps::Blob levels;
+    int64_t levels_step = -1;
+    uint32_t levels_bits = 0;
   };
 
   void Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
@@ -98,9 +103,13 @@ class ServerHandler {
       REQUIRES(st->mu);
   Status Apply(KeyState* st, uint64_t key, const Tensor& grad, bool accumulate)
       REQUIRES(st->mu);
-  // `half`: the value as IEEE halves (fp16 compression).
-  void RespondValue(KeyState* st, uint64_t key, const ps::RequestMeta& meta, bool half,
-                    ps::KVServer* server) REQUIRES(st->mu);
+  // The key's value as the request asks for it (RequestInfo.half_answer,
+  // level_bits): float32, IEEE halves, or levels (an error naming the key
+  // where the value is not a step's sum or takes too many values).
+  StatusOr<ps::Blob> EncodedValue(KeyState* st, const proto::RequestInfo& info)
+      REQUIRES(st->mu);
+  void RespondValue(KeyState* st, uint64_t key, const ps::RequestMeta& meta,
+                    const proto::RequestInfo& info, ps::KVServer* server) REQUIRES(st->mu);
 
   KeyState* Find(uint64_t key) EXCLUDES(mu_);
   // Find, answering `meta` with a not-found error if missing (naming the

@@ -82,12 +82,14 @@ run() {
   "$dir/bin/train_bench" --python "$(command -v python3)" || failed=$((failed + 1))
   echo
   # Training on gpu(0): alone (local and device stores), and as 2 workers
-  # and 1 server (dist_device_sync, also with 2bit gradient compression and
-  # half pulls) started by launch.py.
+  # and 1 server (dist_device_sync; also with 2bit gradient compression,
+  # where the workers update on the GPU from the servers' level answers, and
+  # with half pulls, where the servers update) started by launch.py.
   local runs=(
     "--network mlp --kv-store local"
     "--network lenet --kv-store device"
     "launch --network mlp --kv-store dist_device_sync"
+    "launch --network mlp --kv-store dist_device_sync --gc-type 2bit --gc-threshold 2 --gc-min-bytes 65536"
     "launch --network mlp --kv-store dist_device_sync --gc-type 2bit --gc-threshold 2 --gc-min-bytes 65536 --gc-pull fp16"
   )
   for r in "${runs[@]}"; do

@@ -41,6 +41,13 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o,
     const int workers = kv->sums_workers() ? kv->num_workers() : 1;
     spec.set_rescale_grad(1.0f / static_cast<float>(batch_size_ * workers));
   }
+  if (!o.update_on_kvstore && kv->type().find("async") != std::string::npos) {
+    // Its servers apply every push as it arrives; without an optimizer they
+    // accumulate, and there is no step's sum for a worker to apply.
+    return Status::InvalidArgument(
+        "update_on_kvstore=false needs a store that sums each step's gradients; '" +
+        kv->type() + "' applies every push as it arrives: leave update_on_kvstore on");
+  }
   if (o.update_on_kvstore) {
     KV_RETURN_IF_ERROR(kv->SetOptimizer(spec));
     if (!o.resume_states.empty()) {

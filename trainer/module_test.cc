@@ -220,5 +220,28 @@ TEST(ModuleTest, GradientScaleFollowsWhatAnUpdateSums) {
   }
 }
 
+// dist_async's servers apply each push as it arrives: with the workers
+// running the optimizer there would be no step's sum to apply (MXNet refuses
+// it too).
+TEST(ModuleTest, WorkersCannotUpdateOverAnAsyncStore) {
+  auto m = std::move(Module::Create(models::Mlp({4}, 2), ModuleOptions())).value();
+  auto it = TwoClasses(20);
+  ASSERT_TRUE(m->Bind(it->data_shape(), {20}).ok());
+  ASSERT_TRUE(m->InitParams(InitializerOptions()).ok());
+  RecordingStore kv("dist_async", 2);
+  FitOptions fo;
+  fo.num_epochs = 1;
+  fo.epoch_size = 2;
+  fo.optimizer = Sgd();
+  fo.disp_batches = 0;
+  fo.update_on_kvstore = false;
+  const Status s = m->Fit(it.get(), nullptr, &kv, fo);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("update_on_kvstore=false"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("'dist_async'"), std::string::npos) << s;
+  RecordingStore sync("dist_sync", 2);
+  EXPECT_TRUE(m->Fit(it.get(), nullptr, &sync, fo).ok());
+}
+
 }  // namespace
 }  // namespace kvtrain

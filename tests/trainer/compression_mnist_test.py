@@ -2,8 +2,9 @@
 Fashion-MNIST, 2 workers + 2 servers: test accuracy against the same job
 uncompressed (2bit within 1.5% with exact or half pulls, fp16 within
 0.3%), a resumed job with residuals (and half pulls) bit-identical to an
-uninterrupted one (dist_sync and dist_allreduce), and one-line errors for
-bad specs."""
+uninterrupted one (dist_sync and dist_allreduce), the workers updating on
+the servers' level answers training the same model as the servers updating,
+and one-line errors for bad specs."""
 
 import os
 import re
@@ -75,10 +76,36 @@ class CompressionTest(unittest.TestCase):
     def test_resume_dist_sync_2bit_is_bit_identical(self):
         self.check_resume(2, "2bit")
 
+    def test_resume_dist_sync_2bit_servers_updating_is_bit_identical(self):
+        # (By default the workers update, with their optimizer states in the
+        # checkpoint; here the servers' states are.)
+        self.check_resume(2, "2bit", "--update_on_kvstore")
+
     def test_resume_dist_sync_2bit_half_pulls_is_bit_identical(self):
         # The workers hold the weights rounded to halves; the checkpoint
         # holds the servers' exact ones.
         self.check_resume(2, "2bit", "--gc-pull=fp16")
+
+    def test_workers_updating_on_level_answers_train_the_same_model(self):
+        # By default (2bit and 1bit over dist_sync) the workers run the
+        # optimizer and the servers answer each step's summed codes as
+        # levels, exactly: the workers' optimizer then writes the weights the
+        # servers' optimizer writes (--update_on_kvstore), bit for bit.
+        for gc in ("2bit", "1bit"):
+            flags = ["--num-examples=3000", "--batch-size=50", "--num-epochs=2",
+                     "--gc-type=" + gc] + GC
+            params = []
+            for where in ("servers", "workers"):
+                prefix = "%s/%s-%s" % (self.tmp, gc, where)
+                code, out = job(2, "--model-prefix=" + prefix, *flags,
+                                *(["--update_on_kvstore"] if where == "servers" else []))
+                self.assertEqual(code, 0, out)
+                self.assertEqual("the workers run the optimizer" in out, where == "workers", out)
+                params.append(prefix + "-0002.params")
+            r = subprocess.run([CKPT, "diff", params[0], params[1], "--rtol=0", "--atol=0"],
+                               capture_output=True, text=True)
+            print(gc, r.stdout)
+            self.assertEqual(r.returncode, 0, gc + ": " + r.stdout + r.stderr)
 
     def test_resume_dist_allreduce_1bit_is_bit_identical(self):
         self.check_resume(0, "1bit")
