@@ -38,7 +38,8 @@ DEFINE_int32(disp_batches, 100, "speedometer period in batches (0: off)");
 DEFINE_uint64(seed, 0, "seed of the initializer and the shuffle");
 DEFINE_bool(update_on_kvstore, true,
             "the store applies the optimizer (else the workers); not given: the workers where "
-            "the servers answer 2bit/1bit summed codes exactly as levels (dist_sync)");
+            "the servers answer 2bit/1bit summed codes exactly as levels (dist_sync, 2 or more "
+            "workers)");
 DEFINE_string(gc_type, "none",
               "gradient compression of dist stores: none, 2bit, 1bit or fp16 "
               "(docs/kvstore.md)");
@@ -170,9 +171,11 @@ Status Train(KVStore* kv) {
       (kv->type() == "dist_async" ? kv->num_workers() : 1);
   KV_ASSIGN_OR_RETURN(fo.optimizer, OptimizerFromFlags(updates_per_epoch));
   fo.update_on_kvstore = FLAGS_update_on_kvstore;
+  // Both directions then travel compressed, and nothing is rounded. With one
+  // worker there is no sum to share: on a fast link the servers' update
+  // costs less than encoding levels and updating on the worker.
   if (gflags::GetCommandLineFlagInfoOrDie("update_on_kvstore").is_default &&
-      kv->SumsComeBackAsLevels()) {
-    // Both directions then travel compressed, and nothing is rounded.
+      kv->SumsComeBackAsLevels() && kv->num_workers() > 1) {
     fo.update_on_kvstore = false;
     if (kv->rank() == 0) {
       std::printf("%s gradient compression: the workers run the optimizer, the servers answer "
