@@ -282,11 +282,9 @@ bool Compressor::HalfAnswer(int64_t size) const {
   return AnswersHalves(spec_, size);
 }
 
-int Compressor::LevelAnswer(int64_t size, int num_workers) const {
+int Compressor::LevelAnswer(int num_workers) const {
   std::lock_guard<std::mutex> l(mu_);
-  if (size * 4 < spec_.min_bytes() || spec_.pull() != proto::GradientCompression::PULL_DEFAULT) {
-    return 0;
-  }
+  if (spec_.pull() != proto::GradientCompression::PULL_DEFAULT) return 0;
   return LevelBits(spec_.type(), num_workers);
 }
 

@@ -138,11 +138,10 @@ class Compressor {
   // Whether a push-pull of a key of `size` elements is answered as halves
   // (a compressed key under a spec with HalfPulls).
   bool HalfAnswer(int64_t size) const EXCLUDES(mu_);
-  // The level bits (LevelBits) a push-pull of a key of `size` elements may
-  // be answered with where the servers hold the step's sum of
-  // `num_workers` pushes: 0 below min_bytes, or unless the spec's pull is
-  // PULL_DEFAULT.
-  int LevelAnswer(int64_t size, int num_workers) const EXCLUDES(mu_);
+  // The level bits (LevelBits) push-pulls of the compressed keys (TypeFor
+  // not NONE) may be answered with where the servers hold the step's sum of
+  // `num_workers` pushes: 0 unless the spec's pull is PULL_DEFAULT.
+  int LevelAnswer(int num_workers) const EXCLUDES(mu_);
   // Encodes elements [offset, offset + count) of key `id`'s gradient `grad`
   // (host float32; `size` elements in all) into a new blob as TypeFor(size),
   // updating the key's residual.

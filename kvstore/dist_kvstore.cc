@@ -2,7 +2,6 @@
 #include "kvstore/dist_kvstore.h"
 
 #include <algorithm>
-#include <limits>
 
 #include <glog/logging.h>
 
@@ -499,13 +498,13 @@ Status DistKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
 }
 
 bool DistKVStore::SumsComeBackAsLevels() const {
-  return sync_ && compressor_.LevelAnswer(std::numeric_limits<int64_t>::max() / 8,
-                                          num_workers()) > 0;
+  return sync_ && compressor_.LevelAnswer(num_workers()) > 0;
 }
 
 int DistKVStore::LevelAnswer(int64_t size) const {
-  if (!sync_ || server_optimizer_) return 0;
-  return compressor_.LevelAnswer(size, num_workers());
+  const bool compressed = compressor_.TypeFor(size) != proto::GradientCompression::NONE;
+  if (!sync_ || server_optimizer_ || !compressed) return 0;
+  return compressor_.LevelAnswer(num_workers());
 }
 
 Status DistKVStore::SetUpdater(Updater /*updater*/) {
