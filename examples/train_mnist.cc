@@ -170,19 +170,10 @@ Status Train(KVStore* kv) {
       (FLAGS_epoch_size > 0 ? FLAGS_epoch_size : epoch_size) *
       (kv->type() == "dist_async" ? kv->num_workers() : 1);
   KV_ASSIGN_OR_RETURN(fo.optimizer, OptimizerFromFlags(updates_per_epoch));
-  fo.update_on_kvstore = FLAGS_update_on_kvstore;
-  // Both directions then travel compressed, and nothing is rounded. With one
-  // worker there is no sum to share: on a fast link the servers' update
-  // costs less than encoding levels and updating on the worker.
-  if (gflags::GetCommandLineFlagInfoOrDie("update_on_kvstore").is_default &&
-      kv->SumsComeBackAsLevels() && kv->num_workers() > 1) {
-    fo.update_on_kvstore = false;
-    if (kv->rank() == 0) {
-      std::printf("%s gradient compression: the workers run the optimizer, the servers answer "
-                  "each step's summed codes as levels (--update_on_kvstore to update on the "
-                  "servers)\n",
-                  FLAGS_gc_type.c_str());
-    }
+  // Not given: FitOptions' default (the workers where the servers answer
+  // summed 2bit/1bit codes as levels, the store elsewhere).
+  if (!gflags::GetCommandLineFlagInfoOrDie("update_on_kvstore").is_default) {
+    fo.update_on_kvstore = FLAGS_update_on_kvstore;
   }
   fo.metrics = {"accuracy", "cross-entropy"};
   fo.disp_batches = FLAGS_disp_batches;

@@ -88,8 +88,11 @@ void Fit(PyModule& m, const py::object& train, const py::object& eval, const py:
   o.metrics = opts["eval_metric"].cast<std::vector<std::string>>();
   o.disp_batches = opts["disp_batches"].cast<int>();
   o.model_prefix = opts["model_prefix"].cast<std::string>();
+  o.checkpoint_period = opts["checkpoint_period"].cast<int>();
   o.metrics_file = opts["metrics_file"].cast<std::string>();
-  o.update_on_kvstore = opts["update_on_kvstore"].cast<bool>();
+  if (!opts["update_on_kvstore"].is_none()) {
+    o.update_on_kvstore = opts["update_on_kvstore"].cast<bool>();
+  }
   if (m.preload && !m.resume_states.empty() && o.begin_epoch > 0) {
     o.resume_states = m.resume_states;
     o.resume_params = &*m.preload;

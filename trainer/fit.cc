@@ -33,22 +33,22 @@ Status Module::SyncParams(KVStore* kv) {
   return kv->Pull(all_keys, all);
 }
 
-Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o,
-                              std::unique_ptr<Optimizer>* local_optimizer) {
+Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_kvstore) {
+  local_optimizer_.reset();
   proto::OptimizerSpec spec = o.optimizer;
   if (!spec.has_rescale_grad()) {
     // The mean over the examples one update sums (MXNet's rule).
     const int workers = kv->sums_workers() ? kv->num_workers() : 1;
     spec.set_rescale_grad(1.0f / static_cast<float>(batch_size_ * workers));
   }
-  if (!o.update_on_kvstore && kv->type().find("async") != std::string::npos) {
+  if (!update_on_kvstore && kv->type().find("async") != std::string::npos) {
     // Its servers apply every push as it arrives; without an optimizer they
     // accumulate, and there is no step's sum for a worker to apply.
     return Status::InvalidArgument(
         "update_on_kvstore=false needs a store that sums each step's gradients; '" +
         kv->type() + "' applies every push as it arrives: leave update_on_kvstore on");
   }
-  if (o.update_on_kvstore) {
+  if (update_on_kvstore) {
     KV_RETURN_IF_ERROR(kv->SetOptimizer(spec));
     if (!o.resume_states.empty()) {
       if (kv->rank() == 0) {
@@ -61,14 +61,15 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o,
     }
     return Status::OK();
   }
-  KV_ASSIGN_OR_RETURN(*local_optimizer, Optimizer::Create(spec));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> local, Optimizer::Create(spec));
   if (!o.resume_states.empty()) {
     if (o.resume_params != nullptr) {
       KV_RETURN_IF_ERROR(CheckStatesBelong(o.resume_states, *o.resume_params));
     }
     KV_ASSIGN_OR_RETURN(std::string states, ReadLocalStates(o.resume_states));
-    KV_RETURN_IF_ERROR((*local_optimizer)->LoadStates(states));
+    KV_RETURN_IF_ERROR(local->LoadStates(states));
   }
+  local_optimizer_ = std::move(local);
   return Status::OK();
 }
 
@@ -163,13 +164,29 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
     return Status::InvalidArgument("begin epoch " + std::to_string(o.begin_epoch) +
                                    " is not in [0, " + std::to_string(o.num_epochs) + "]");
   }
+  if (o.checkpoint_period < 1) {
+    return Status::InvalidArgument("checkpoint period " + std::to_string(o.checkpoint_period) +
+                                   " is not >= 1");
+  }
   if (execs_.empty()) {
     return Status::FailedPrecondition("Fit before Bind and InitParams");
   }
   KV_ASSIGN_OR_RETURN(MetricSet metrics, MetricSet::Create(o.metrics));
   KV_RETURN_IF_ERROR(SyncParams(kv));
-  std::unique_ptr<Optimizer> local_optimizer;
-  KV_RETURN_IF_ERROR(SetUpOptimizer(kv, o, &local_optimizer));
+  // Both directions then travel compressed, and nothing is rounded. With one
+  // worker there is no sum to share: on a fast link the servers' update
+  // costs less than encoding levels and updating on the worker.
+  const bool levels = kv->SumsComeBackAsLevels() && kv->num_workers() > 1;
+  const bool update_on_kvstore = o.update_on_kvstore.value_or(!levels);
+  if (!o.update_on_kvstore.has_value() && levels && kv->rank() == 0) {
+    std::printf("%s gradient compression: the workers run the optimizer, the servers answer "
+                "each step's summed codes as levels (set update_on_kvstore to update on the "
+                "servers)\n",
+                kv::CompressionName(kv->gradient_compression().type()).c_str());
+    std::fflush(stdout);
+  }
+  KV_RETURN_IF_ERROR(SetUpOptimizer(kv, o, update_on_kvstore));
+  Optimizer* const local_optimizer = local_optimizer_.get();
   const proto::GradientCompression::Type compression = kv->gradient_compression().type();
   const bool residuals = compression == proto::GradientCompression::TWO_BIT ||
                          compression == proto::GradientCompression::ONE_BIT;
@@ -182,7 +199,7 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
     KV_RETURN_IF_ERROR(kv->LoadResiduals(o.resume_residuals));
   }
   const bool dist = kv->is_distributed();
-  if (o.begin_epoch > 0 && o.update_on_kvstore && dist &&
+  if (o.begin_epoch > 0 && update_on_kvstore && dist &&
       kv::HalfPulls(kv->gradient_compression())) {
     // Resuming with half pulls: the checkpoint holds the servers' exact
     // weights, and an uninterrupted job's workers would hold them as the
@@ -226,7 +243,7 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
         KV_ASSIGN_OR_RETURN(more, train->Next(&batch));
         if (!more) return Status::InvalidArgument("the training data yields no batch");
       }
-      KV_RETURN_IF_ERROR(Step(batch, kv, local_optimizer.get())
+      KV_RETURN_IF_ERROR(Step(batch, kv, local_optimizer)
                              .Annotate("epoch " + std::to_string(epoch) + " batch " +
                                        std::to_string(n)));
       KV_RETURN_IF_ERROR(UpdateMetrics(&metrics, batch));
@@ -244,15 +261,16 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
       KV_ASSIGN_OR_RETURN(validation, Score(eval, o.metrics));
     }
     if (report) progress.EndEpoch(metrics.Get(), validation);
-    if (!o.model_prefix.empty() && residuals) {
+    const bool checkpoint = !o.model_prefix.empty() && (epoch + 1) % o.checkpoint_period == 0;
+    if (checkpoint && residuals) {
       // Every worker's residuals are on disk before rank 0 writes the
       // params file, which completes a checkpoint.
       KV_RETURN_IF_ERROR(kv->SaveResiduals(ResidualsPath(o.model_prefix, epoch + 1, kv->rank()))
                              .Annotate("checkpoint of epoch " + std::to_string(epoch + 1)));
       KV_RETURN_IF_ERROR(kv->Barrier());
     }
-    if (!o.model_prefix.empty() && kv->rank() == 0) {
-      KV_RETURN_IF_ERROR(SaveCheckpoint(o.model_prefix, epoch + 1, kv, local_optimizer.get())
+    if (checkpoint && kv->rank() == 0) {
+      KV_RETURN_IF_ERROR(SaveCheckpoint(o.model_prefix, epoch + 1, kv)
                              .Annotate("checkpoint of epoch " + std::to_string(epoch + 1)));
     }
     if (o.epoch_end) KV_RETURN_IF_ERROR(o.epoch_end(epoch));

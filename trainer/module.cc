@@ -269,8 +269,8 @@ StatusOr<ModelArrays> Module::Arrays() const {
   return out;
 }
 
-Status Module::SaveCheckpoint(const std::string& prefix, int epoch, KVStore* kv,
-                              const Optimizer* local_optimizer) {
+Status Module::SaveCheckpoint(const std::string& prefix, int epoch, KVStore* kv) {
+  const Optimizer* local_optimizer = local_optimizer_.get();
   if (!std::ifstream(SymbolPath(prefix))) {
     KV_ASSIGN_OR_RETURN(std::string text, symbol_.ToText());
     KV_RETURN_IF_ERROR(WriteFileAtomic(SymbolPath(prefix), text));

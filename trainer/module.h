@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,7 +63,11 @@ struct FitOptions {
   proto::OptimizerSpec optimizer;
   // true: the KVStore applies the optimizer (on the servers for dist
   // types); false: it sums gradients and each device updates locally.
-  bool update_on_kvstore = true;
+  // Unset: the workers where the servers answer each step's summed 2bit or
+  // 1bit codes exactly as levels (KVStore::SumsComeBackAsLevels) and the job
+  // has 2 or more workers, so that both directions travel compressed; the
+  // store everywhere else. Rank 0 prints a line when the workers are chosen.
+  std::optional<bool> update_on_kvstore;
   std::vector<std::string> metrics = {"accuracy"};
   // Speedometer period in batches; 0: none.
   int disp_batches = 100;
@@ -71,11 +76,12 @@ struct FitOptions {
   // The cross-entropy of every training batch, one number per line ("" =
   // none; written only where the graph's output is computed).
   std::string loss_file;
-  // Checkpoints after every epoch ("" = none): P-symbol.txt, P-NNNN.params,
-  // P-NNNN.states. Written by rank 0. With 2bit or 1bit gradient
+  // Checkpoints after every checkpoint_period-th epoch ("" = none):
+  // P-symbol.txt, P-NNNN.params, P-NNNN.states. Written by rank 0. With 2bit or 1bit gradient
   // compression every worker also writes its residuals,
   // P-NNNN.rankR.residuals, before rank 0 writes the rest.
   std::string model_prefix;
+  int checkpoint_period = 1;
   // Resume: optimizer states to restore before begin_epoch ("" = none).
   std::string resume_states;
   // Resume with 2bit or 1bit compression: this worker's residuals file
@@ -127,9 +133,10 @@ class Module {
   bool has_output() const { return output_index_ >= 0; }
   const Symbol& symbol() const { return symbol_; }
   // Checkpoint files for `epoch` under `prefix`: the optimizer states come
-  // from `local_optimizer` if given, else from `kv`.
-  Status SaveCheckpoint(const std::string& prefix, int epoch, KVStore* kv,
-                        const Optimizer* local_optimizer = nullptr);
+  // from the workers' optimizer if the last Fit updated on the workers,
+  // else from `kv`. (The residuals of 2bit/1bit compression are each
+  // worker's: Fit's checkpoints save them, this does not.)
+  Status SaveCheckpoint(const std::string& prefix, int epoch, KVStore* kv);
 
  private:
   struct Slice {
@@ -155,8 +162,9 @@ class Module {
   // Rounds the parameters that push-pulls answer as halves (under `gc`)
   // to halves, on every device.
   Status RoundAnsweredParams(const proto::GradientCompression& gc);
-  Status SetUpOptimizer(KVStore* kv, const FitOptions& o,
-                        std::unique_ptr<Optimizer>* local_optimizer);
+  // The store's optimizer, or with update_on_kvstore off the workers' own
+  // (local_optimizer_), from o.optimizer and the resumed states.
+  Status SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_kvstore);
   int ParamIndex(const std::string& name) const;
 
   Symbol symbol_;
@@ -169,6 +177,8 @@ class Module {
   int data_arg_ = -1, label_arg_ = -1;  // -1: on another rank
   int output_index_ = 0;                // -1: on another rank
   int64_t batch_size_ = 0;
+  // The last Fit's optimizer when the workers update (null: the store's).
+  std::unique_ptr<Optimizer> local_optimizer_;
 };
 
 }  // namespace kvtrain

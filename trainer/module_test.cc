@@ -5,6 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <string>
 #include <tuple>
 
 namespace kvtrain {
@@ -161,9 +166,13 @@ TEST(ModuleTest, LoadedArraysMustCoverTheModel) {
 // optimizer Fit gives it.
 class RecordingStore : public KVStore {
  public:
-  RecordingStore(const std::string& type, int workers)
-      : KVStore(type), workers_(workers), inner_(std::move(KVStore::Create("local")).value()) {}
+  RecordingStore(const std::string& type, int workers, bool levels = false)
+      : KVStore(type),
+        workers_(workers),
+        levels_(levels),
+        inner_(std::move(KVStore::Create("local")).value()) {}
   int num_workers() const override { return workers_; }
+  bool SumsComeBackAsLevels() const override { return levels_; }
   Status Init(const std::vector<Key>& k, const std::vector<Tensor>& v) override {
     return inner_->Init(k, v);
   }
@@ -182,15 +191,19 @@ class RecordingStore : public KVStore {
   Status Wait(KVHandle h) override { return inner_->Wait(h); }
   Status SetOptimizer(const proto::OptimizerSpec& spec) override {
     spec_ = spec;
+    has_optimizer_ = true;
     return inner_->SetOptimizer(spec);
   }
   Status SetUpdater(Updater u) override { return inner_->SetUpdater(std::move(u)); }
   Status SaveOptimizerStates(const std::string& p) override { return inner_->SaveOptimizerStates(p); }
   Status LoadOptimizerStates(const std::string& p) override { return inner_->LoadOptimizerStates(p); }
   const proto::OptimizerSpec& spec() const { return spec_; }
+  bool has_optimizer() const { return has_optimizer_; }
 
  private:
   const int workers_;
+  const bool levels_;
+  bool has_optimizer_ = false;
   std::unique_ptr<KVStore> inner_;
   proto::OptimizerSpec spec_;
 };
@@ -241,6 +254,72 @@ TEST(ModuleTest, WorkersCannotUpdateOverAnAsyncStore) {
   EXPECT_NE(s.message().find("'dist_async'"), std::string::npos) << s;
   RecordingStore sync("dist_sync", 2);
   EXPECT_TRUE(m->Fit(it.get(), nullptr, &sync, fo).ok());
+}
+
+// update_on_kvstore unset: the workers run the optimizer where the
+// servers answer summed codes as levels and there are 2 or more workers;
+// the store everywhere else, and wherever the caller says so.
+TEST(ModuleTest, TheWorkersUpdateWhereSumsComeBackAsLevels) {
+  struct Case {
+    bool levels;
+    int workers;
+    std::optional<bool> update_on_kvstore;
+    bool store_updates;
+  };
+  for (const Case& c : std::vector<Case>{{true, 2, std::nullopt, false},
+                                         {true, 3, std::nullopt, false},
+                                         {true, 1, std::nullopt, true},
+                                         {false, 2, std::nullopt, true},
+                                         {true, 2, true, true},
+                                         {false, 2, false, false}}) {
+    auto m = std::move(Module::Create(models::Mlp({4}, 2), ModuleOptions())).value();
+    auto it = TwoClasses(20);
+    ASSERT_TRUE(m->Bind(it->data_shape(), {20}).ok());
+    ASSERT_TRUE(m->InitParams(InitializerOptions()).ok());
+    RecordingStore kv("dist_sync", c.workers, c.levels);
+    FitOptions fo;
+    fo.num_epochs = 1;
+    fo.epoch_size = 2;
+    fo.optimizer = Sgd();
+    fo.disp_batches = 0;
+    fo.update_on_kvstore = c.update_on_kvstore;
+    ASSERT_TRUE(m->Fit(it.get(), nullptr, &kv, fo).ok());
+    EXPECT_EQ(kv.has_optimizer(), c.store_updates)
+        << "levels " << c.levels << ", " << c.workers << " workers, update_on_kvstore "
+        << (c.update_on_kvstore ? std::to_string(*c.update_on_kvstore) : "unset");
+  }
+}
+
+// Checkpoints every checkpoint_period-th epoch; the states come from the
+// optimizer that ran (here the workers').
+TEST(ModuleTest, CheckpointsEveryPeriodthEpoch) {
+  const std::string prefix = std::string(std::getenv("TEST_TMPDIR")) + "/period";
+  auto m = std::move(Module::Create(models::Mlp({4}, 2), ModuleOptions())).value();
+  auto it = TwoClasses(20);
+  ASSERT_TRUE(m->Bind(it->data_shape(), {20}).ok());
+  ASSERT_TRUE(m->InitParams(InitializerOptions()).ok());
+  auto kv = std::move(KVStore::Create("local")).value();
+  FitOptions fo;
+  fo.num_epochs = 5;
+  fo.epoch_size = 2;
+  fo.optimizer = Sgd();
+  fo.disp_batches = 0;
+  fo.update_on_kvstore = false;
+  fo.model_prefix = prefix;
+  fo.checkpoint_period = 2;
+  ASSERT_TRUE(m->Fit(it.get(), nullptr, kv.get(), fo).ok());
+  for (int epoch = 1; epoch <= 5; ++epoch) {
+    char suffix[16];
+    std::snprintf(suffix, sizeof suffix, "-%04d", epoch);
+    for (const char* ext : {".params", ".states"}) {
+      EXPECT_EQ(std::ifstream(prefix + suffix + ext).good(), epoch % 2 == 0)
+          << "epoch " << epoch << ext;
+    }
+  }
+  fo.checkpoint_period = 0;
+  const Status s = m->Fit(it.get(), nullptr, kv.get(), fo);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("checkpoint period 0"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -59,6 +59,11 @@ def parse_args(argv=None):
                    help="CPU contexts to split each batch across")
     p.add_argument("--work-load-list", default="", help="relative batch share per device")
     p.add_argument("--metrics-file", default="", help="write metrics as JSON lines here")
+    p.add_argument("--update-on-kvstore", "--update_on_kvstore", nargs="?", const="true",
+                   default=None, choices=["true", "false"],
+                   help="the store applies the optimizer (else the workers); not given: the "
+                        "workers where the servers answer 2bit/1bit summed codes exactly as "
+                        "levels (dist_sync, 2 or more workers)")
     return example_flags.parse(p, argv)
 
 
@@ -98,7 +103,9 @@ def main(argv=None):
             initializer=kt.init.Xavier(seed=args.seed), num_epoch=args.num_epochs,
             begin_epoch=args.load_epoch, epoch_size=args.epoch_size or None,
             disp_batches=args.disp_batches, metrics_file=args.metrics_file,
-            epoch_end_callback=checkpoint)
+            epoch_end_callback=checkpoint,
+            update_on_kvstore=None if args.update_on_kvstore is None
+            else args.update_on_kvstore == "true")
     acc = dict(mod.score(test, "acc"))["accuracy"]
     print("Test accuracy=%.4f" % acc)
     return 0

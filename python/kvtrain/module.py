@@ -141,11 +141,16 @@ class Module(object):
             eval_batch_end_callback=None, initializer=None, arg_params=None,
             aux_params=None, allow_missing=False, force_rebind=False, force_init=False,
             begin_epoch=0, num_epoch=None, validation_metric=None, monitor=None,
-            epoch_size=None, disp_batches=0, metrics_file=""):
+            epoch_size=None, disp_batches=0, metrics_file="", update_on_kvstore=None):
         """Trains for epochs [begin_epoch, num_epoch). `epoch_size` batches
         per epoch (default: the data's; the workers of a synchronous store
         all run as many as the largest part has). disp_batches > 0 also
-        prints the C++ trainer's speedometer line every that many batches."""
+        prints the C++ trainer's speedometer line every that many batches.
+        update_on_kvstore: True, the store applies the optimizer (on the
+        servers for dist stores); False, each worker does with the summed
+        gradients; None, the workers where the servers answer 2bit/1bit
+        summed codes exactly as levels (dist_sync, 2 or more workers), the
+        store elsewhere."""
         if num_epoch is None:
             raise ValueError("fit: num_epoch is required")
         if not hasattr(train_data, "_handle"):
@@ -157,15 +162,19 @@ class Module(object):
         checkpoints = [c for c in _as_list(epoch_end_callback) if isinstance(c, _cb._Checkpoint)]
         others = [c for c in _as_list(epoch_end_callback) if not isinstance(c, _cb._Checkpoint)]
         batch_cbs = _as_list(batch_end_callback)
-        model_prefix = ""
-        if len(checkpoints) == 1 and checkpoints[0].period == 1:
-            model_prefix = checkpoints.pop().prefix  # the C++ trainer saves, states included
+        model_prefix, period = "", 1
+        if len(checkpoints) == 1:
+            # The C++ trainer saves: the optimizer's states wherever it runs,
+            # and each worker's compression residuals.
+            c = checkpoints.pop()
+            model_prefix, period = c.prefix, c.period
         opts = {
             "begin_epoch": int(begin_epoch), "num_epoch": int(num_epoch),
             "epoch_size": int(epoch_size or 0), "optimizer": self._optimizer.spec,
             "eval_metric": _metric_names(eval_metric), "disp_batches": int(disp_batches),
-            "model_prefix": model_prefix, "metrics_file": metrics_file,
-            "update_on_kvstore": True,
+            "model_prefix": model_prefix, "checkpoint_period": int(period),
+            "metrics_file": metrics_file,
+            "update_on_kvstore": None if update_on_kvstore is None else bool(update_on_kvstore),
         }
 
         def on_batch(epoch, nbatch, values):

@@ -204,12 +204,19 @@ def test_two_bit_compression_sums_are_closed_form(script, kind):
         assert line.endswith("sums=0,0,-0.5,0"), line
 
 
-def test_the_python_example_compresses_as_the_cpp_one():
+@pytest.mark.parametrize("where", ["workers", "servers"])
+def test_the_python_example_compresses_as_the_cpp_one(where):
+    # By default both run the optimizer on the workers from the servers'
+    # level answers; --update_on_kvstore puts it on the servers.
     flags = ["--kv-store", "dist_sync", "--num-epochs", "1", "--num-examples", "2000",
              "--disp-batches", "0", "--gc-type", "2bit", "--gc-threshold", "40"]
+    if where == "servers":
+        flags.append("--update_on_kvstore")
     code, py_out = launch(["-n", "2", "-s", "2"] + JOB_ENV + [PY, TRAIN_MNIST_PY] + flags)
     assert code == 0, py_out
     code, cc_out = launch(["-n", "2", "-s", "2"] + JOB_ENV + [TRAIN_MNIST_CC] + flags)
     assert code == 0, cc_out
+    for out in (py_out, cc_out):
+        assert ("the workers run the optimizer" in out) == (where == "workers"), out
     py_acc = sorted(lines_with(py_out, "Test accuracy="))
     assert len(py_acc) == 2 and py_acc == sorted(lines_with(cc_out, "Test accuracy=")), py_out

@@ -100,6 +100,30 @@ def test_cpp_resumes_a_python_checkpoint_exactly(cc_run, tmp_path):
     assert sym.list_arguments() == mlp().list_arguments()
 
 
+def test_the_workers_optimizer_and_a_checkpoint_period(cc_run, tmp_path):
+    # update_on_kvstore=False: the module's own optimizer applies the
+    # store's summed gradients, writing what the store's optimizer writes;
+    # do_checkpoint's period goes to the C++ trainer, which saves the states
+    # of the optimizer that ran.
+    prefix = str(tmp_path / "py")
+    mod = kt.mod.Module(mlp())
+    mod.fit(train_iter(), optimizer_params=optimizer_params(),
+            initializer=kt.init.Xavier(seed=SEED), num_epoch=2, update_on_kvstore=False,
+            epoch_end_callback=kt.callback.do_checkpoint(prefix, period=2))
+    assert not os.path.exists(prefix + "-0001.params")
+    assert os.path.exists(prefix + "-0002.states")
+    assert_same_params(kt.model.load_params(prefix + "-0002.params")[0],
+                       cc_run + "-0002.params")
+    # Resumed from those states, epoch 3 is what an uninterrupted run's is.
+    again = kt.mod.Module.load(prefix, 2, load_optimizer_states=True)
+    again.fit(train_iter(), optimizer_params=optimizer_params(), begin_epoch=2, num_epoch=3,
+              update_on_kvstore=False, epoch_end_callback=kt.callback.do_checkpoint(prefix))
+    whole = kt.mod.Module(mlp())
+    whole.fit(train_iter(), optimizer_params=optimizer_params(),
+              initializer=kt.init.Xavier(seed=SEED), num_epoch=3, update_on_kvstore=False)
+    assert_same_params(whole.get_params()[0], prefix + "-0003.params")
+
+
 def test_callbacks_score_predict(tmp_path):
     seen, epochs = [], []
     mod = kt.mod.Module(mlp(), context=[kt.cpu(0), kt.cpu(1)])
