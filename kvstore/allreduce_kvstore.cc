@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/trace.h"
+
 namespace kvtrain {
 namespace kv {
 
@@ -219,8 +221,10 @@ Status AllreduceKVStore::ReduceBucket(int bucket, std::vector<float> buffer,
                                    proto::GradientCompression::NONE;
   }
   if (!compressed) {
+    trace::Scope span("kvstore", "allreduce bucket", "", static_cast<int64_t>(total));
     KV_RETURN_IF_ERROR(comm_->AllReduceSum(data, total));
   } else {
+    trace::Scope span("kvstore", "allgather compressed bucket", "", static_cast<int64_t>(total));
     KV_RETURN_IF_ERROR(GatherCompressed(ids, parts, data));
   }
   std::lock_guard<std::mutex> l(mu_);
@@ -240,14 +244,6 @@ Status AllreduceKVStore::ReduceBucket(int bucket, std::vector<float> buffer,
   return Status::OK();
 }
 
-namespace {
-
-void AddInto(float* __restrict sum, const float* __restrict v, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) sum[k] += v[k];
-}
-
-}  // namespace
-
 Status AllreduceKVStore::GatherCompressed(const std::vector<uint64_t>& ids,
                                           const std::vector<std::pair<size_t, size_t>>& parts,
                                           float* data) {
@@ -256,36 +252,37 @@ Status AllreduceKVStore::GatherCompressed(const std::vector<uint64_t>& ids,
   // order into `data`, so every rank gets the same bits. The buffers are
   // kept between buckets (one background thread runs this).
   std::string& mine = gather_mine_;
-  mine.clear();
   std::vector<size_t> at = {0};  // each key's place in a rank's block
+  for (const auto& p : parts) {
+    const int64_t n = static_cast<int64_t>(p.second);
+    at.push_back(at.back() + EncodedBytes(compressor_.TypeFor(n), n));
+  }
+  mine.resize(at.back());
   size_t total = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t n = static_cast<int64_t>(parts[i].second);
-    auto encoded = compressor_.Encode(ids[i], n, data + total, 0, n);
-    mine.append(encoded->data(), encoded->size());
-    at.push_back(mine.size());
+    compressor_.EncodeTo(ids[i], n, data + total, 0, n, mine.data() + at[i]);
     total += parts[i].second;
   }
   const size_t block = mine.size();
   gather_all_.resize(block * static_cast<size_t>(comm_->size()));
-  KV_RETURN_IF_ERROR(comm_->AllGather(mine.data(), block, gather_all_.data()));
-  // Rank 0's values decode straight into `data`; the others' into a
-  // scratch array, then added.
+  {
+    trace::Scope span("kvstore", "allgather", "", static_cast<int64_t>(block));
+    KV_RETURN_IF_ERROR(comm_->AllGather(mine.data(), block, gather_all_.data()));
+  }
+  // Rank 0's values decode straight into `data`; the others' are added.
   for (int r = 0; r < comm_->size(); ++r) {
     const char* rank_block = gather_all_.data() + static_cast<size_t>(r) * block;
     size_t offset = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
       const int64_t n = static_cast<int64_t>(parts[i].second);
-      float* into = data + offset;
-      if (r > 0) {
-        if (gather_one_.size() < parts[i].second) gather_one_.resize(parts[i].second);
-        into = gather_one_.data();
-      }
-      KV_RETURN_IF_ERROR(Decode(compressor_.TypeFor(n), rank_block + at[i], at[i + 1] - at[i], n,
-                                into)
+      const CompressionType type = compressor_.TypeFor(n);
+      const char* in = rank_block + at[i];
+      const size_t bytes = at[i + 1] - at[i];
+      KV_RETURN_IF_ERROR((r == 0 ? Decode(type, in, bytes, n, data + offset)
+                                 : DecodeAdd(type, in, bytes, n, data + offset))
                              .Annotate("key " + keys_.Name(ids[i]) + " from rank " +
                                        std::to_string(r)));
-      if (r > 0) AddInto(data + offset, into, n);
       offset += parts[i].second;
     }
   }

@@ -145,7 +145,6 @@ class AllreduceKVStore : public InProcessKVStore {
   // GatherCompressed's buffers (the background thread's only).
   std::string gather_mine_;
   std::vector<char> gather_all_;
-  std::vector<float> gather_one_;
   std::thread worker_;
 };
 

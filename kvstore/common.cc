@@ -291,6 +291,13 @@ int Compressor::LevelAnswer(int num_workers) const {
 std::shared_ptr<std::vector<char>> Compressor::Encode(uint64_t id, int64_t size,
                                                       const float* grad, int64_t offset,
                                                       int64_t count) {
+  auto out = std::make_shared<std::vector<char>>(EncodedBytes(TypeFor(size), count));
+  EncodeTo(id, size, grad, offset, count, out->data());
+  return out;
+}
+
+void Compressor::EncodeTo(uint64_t id, int64_t size, const float* grad, int64_t offset,
+                          int64_t count, char* out) {
   CompressionType type;
   float threshold;
   Residual* r = nullptr;
@@ -307,14 +314,12 @@ std::shared_ptr<std::vector<char>> Compressor::Encode(uint64_t id, int64_t size,
       r = slot.get();
     }
   }
-  auto out = std::make_shared<std::vector<char>>(EncodedBytes(type, count));
   if (r == nullptr) {
-    kv::Encode(type, threshold, grad + offset, nullptr, count, out->data());
+    kv::Encode(type, threshold, grad + offset, nullptr, count, out);
   } else {
     std::lock_guard<std::mutex> l(r->mu);
-    kv::Encode(type, threshold, grad + offset, r->values.data() + offset, count, out->data());
+    kv::Encode(type, threshold, grad + offset, r->values.data() + offset, count, out);
   }
-  return out;
 }
 
 Status Compressor::Save(const std::string& path, int rank, int num_workers,

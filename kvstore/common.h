@@ -147,6 +147,9 @@ class Compressor {
   // updating the key's residual.
   std::shared_ptr<std::vector<char>> Encode(uint64_t id, int64_t size, const float* grad,
                                             int64_t offset, int64_t count) EXCLUDES(mu_);
+  // The same into `out`, EncodedBytes(TypeFor(size), count) bytes.
+  void EncodeTo(uint64_t id, int64_t size, const float* grad, int64_t offset, int64_t count,
+                char* out) EXCLUDES(mu_);
   // The residuals file (proto ResidualsFile). `size_of` gives a key's
   // element count by name, or an error when the store has no such key.
   Status Save(const std::string& path, int rank, int num_workers,

@@ -65,6 +65,19 @@ __attribute__((target("f16c"))) void FloatsToHalvesF16c(const float* in, int64_t
   }
 }
 
+__attribute__((target("f16c"))) void AddHalvesF16c(const char* in, int64_t n, float* sum) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
+    _mm256_storeu_ps(sum + i, _mm256_add_ps(_mm256_loadu_ps(sum + i), _mm256_cvtph_ps(h)));
+  }
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    sum[i] += HalfToFloat(h);
+  }
+}
+
 __attribute__((target("f16c"))) void HalvesToFloatsF16c(const char* in, int64_t n, float* out) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -211,6 +224,7 @@ bool OneBitSumAvx2(const float*, float*, int64_t, double*) { return true; }
 void OneBitDecodeAvx2(float, const char*, int64_t, float*) {}
 void FloatsToHalvesF16c(const float*, int64_t, char*) {}
 void HalvesToFloatsF16c(const char*, int64_t, float*) {}
+void AddHalvesF16c(const char*, int64_t, float*) {}
 #endif
 
 // One value of a 2bit word: its code, and the residual that stays. Written
@@ -513,6 +527,43 @@ Status Decode(CompressionType type, const char* in, size_t bytes, int64_t n, flo
     default:
       std::memcpy(out, in, bytes);
       return Status::OK();
+  }
+}
+
+Status DecodeAdd(CompressionType type, const char* in, size_t bytes, int64_t n, float* sum) {
+  switch (type) {
+    case proto::GradientCompression::FP16:
+    case proto::GradientCompression::NONE: {
+      const size_t want = EncodedBytes(type, n);
+      if (bytes != want) {
+        return Status::DataLoss(CompressionName(type) + "-encoded array of " + std::to_string(n) +
+                                " values takes " + std::to_string(want) + " bytes but " +
+                                std::to_string(bytes) + " arrived");
+      }
+      if (type == proto::GradientCompression::NONE) {
+        for (int64_t i = 0; i < n; ++i) {
+          float v;
+          std::memcpy(&v, in + 4 * i, 4);
+          sum[i] += v;
+        }
+      } else if (HasF16c()) {
+        AddHalvesF16c(in, n, sum);
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          uint16_t h;
+          std::memcpy(&h, in + 2 * i, 2);
+          sum[i] += HalfToFloat(h);
+        }
+      }
+      return Status::OK();
+    }
+    default: {
+      thread_local std::vector<float> scratch;
+      if (scratch.size() < static_cast<size_t>(n)) scratch.resize(static_cast<size_t>(n));
+      KV_RETURN_IF_ERROR(Decode(type, in, bytes, n, scratch.data()));
+      for (int64_t i = 0; i < n; ++i) sum[i] += scratch[i];
+      return Status::OK();
+    }
   }
 }
 

@@ -96,6 +96,10 @@ void Encode(CompressionType type, float threshold, const float* grad, float* res
 // Decodes an array of `n` floats. The byte count, and a 2bit header that is
 // not a finite threshold > 0, are checked (a DataLoss error says which).
 Status Decode(CompressionType type, const char* in, size_t bytes, int64_t n, float* out);
+// Adds the decoded array to `sum` (n floats), each value in float32: the
+// same bits as Decode into a scratch array and adding it, in one pass for
+// fp16 and float32. The same checks as Decode.
+Status DecodeAdd(CompressionType type, const char* in, size_t bytes, int64_t n, float* sum);
 
 // Tests: the portable loops even where the CPU has AVX2 and F16C (the
 // kernels use them when it does; both give the same bits).

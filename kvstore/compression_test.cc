@@ -810,6 +810,37 @@ TEST(DecodeTest, TwoBitHeaderMustBeAFinitePositiveThreshold) {
   }
 }
 
+// DecodeAdd adds what Decode gives, bit for bit (the all-reduce sums each
+// rank's decoded array into the first one's with it), at any address, with
+// the fast kernels and the portable loops.
+TEST(DecodeTest, DecodeAddIsDecodeThenAdd) {
+  std::mt19937 rng(11);
+  for (const bool portable : {false, true}) {
+    UsePortableKernels(portable);
+    for (CompressionType type : {kTwoBit, kOneBit, kFp16, kNone}) {
+      for (int64_t n : {1, 7, 8, 17, 33, 1000}) {
+        SCOPED_TRACE(CompressionName(type) + " n=" + std::to_string(n) +
+                     (portable ? " portable" : ""));
+        std::vector<float> grad = RandomVector(&rng, n, 3.0f), residual(n, 0.0f);
+        grad[0] = kNaN;
+        std::vector<char> buf(EncodedBytes(type, n) + 1);
+        Encode(type, 1.0f, grad.data(), residual.data(), n, buf.data() + 1);
+        std::vector<float> decoded(n);
+        ASSERT_TRUE(Decode(type, buf.data() + 1, buf.size() - 1, n, decoded.data()).ok());
+        std::vector<float> sum = RandomVector(&rng, n, 100.0f);
+        sum[n - 1] = -0.0f;
+        std::vector<float> want(n);
+        for (int64_t i = 0; i < n; ++i) want[i] = sum[i] + decoded[i];
+        ASSERT_TRUE(DecodeAdd(type, buf.data() + 1, buf.size() - 1, n, sum.data()).ok());
+        EXPECT_TRUE(SameFloats(sum, want));
+        const Status st = DecodeAdd(type, buf.data() + 1, buf.size() - 2, n, sum.data());
+        EXPECT_EQ(st.code(), Status::Code::kDataLoss) << st;
+      }
+    }
+  }
+  UsePortableKernels(false);
+}
+
 // ---------------------------------------------------------------- spec
 
 TEST(SpecTest, ParseValidTypes) {
