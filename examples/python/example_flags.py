@@ -49,8 +49,9 @@ def parser(description):
 
 
 def set_compression(args, kv):
-    """--gc-type/--gc-threshold on the store (dist stores only)."""
-    if args.gc_type != "none":
+    """--gc-type/--gc-threshold/--gc-min-bytes/--gc-pull on the store (dist
+    stores only; a --gc-pull without a --gc-type is the store's error)."""
+    if args.gc_type != "none" or args.gc_pull:
         kv.set_gradient_compression({"type": args.gc_type, "threshold": args.gc_threshold,
                                      "min_bytes": args.gc_min_bytes, "pull": args.gc_pull})
 
