@@ -7,7 +7,9 @@ default security and again with --insecure, and prints samples/s per row
 (the median over runs of the epochs after the first) with the ratios that
 matter: each row against `local` in the same run, default security against
 --insecure, dist_sync 2w2s against dist_allreduce 2w, dist_async against
-dist_sync. With --link=1gbit|10gbit every process runs in its own network
+dist_sync. The runs go in rounds over every row, and each ratio is the
+median over rounds of the ratio within a round (a slow spell of the machine
+then weighs on both sides of it). With --link=1gbit|10gbit every process runs in its own network
 namespace joined through a rate-limited bridge (bench/emulated_cluster.py)
 and each row is also shown against its ideal: compute time plus the bytes
 on the busiest link over the link's rate.
@@ -221,6 +223,15 @@ def wire_bytes(net, gc, min_bytes, workers=2, store="dist_sync"):
     return push, pull
 
 
+def paired(rates, a, b):
+    """The median over rounds of cell a's rate over cell b's in the same
+    round (None if either cell did not run)."""
+    ra, rb = rates.get(a), rates.get(b)
+    if not ra or not rb:
+        return None
+    return statistics.median(x / y for x, y in zip(ra, rb))
+
+
 def fmt_rate(r):
     return "%8.0f" % r if r is not None else "       -"
 
@@ -306,6 +317,7 @@ def report(args, nets, rows, modes, cluster):
         print("  %-5s %-18s %-13s %8.0f samples/s  (runs: %s)" %
               (c + (results[c], ", ".join("%.0f" % x for x in rates[c]))))
     print()
+    ratio = lambda a, b: paired(rates, a, b)  # noqa: E731
     for net in nets:
         local = results.get((net, "local", "local"))
         head = "%-18s" % net
@@ -320,12 +332,13 @@ def report(args, nets, rows, modes, cluster):
             store, w, s = spec[name]
             line = "%-18s" % name
             for m in modes:
-                r = results.get((net, name, "local" if store == "local" else m))
-                line += " | %s %s" % (fmt_rate(r), fmt_ratio(r / local if r and local else None))
+                cell = (net, name, "local" if store == "local" else m)
+                line += " | %s %s" % (fmt_rate(results.get(cell)),
+                                      fmt_ratio(ratio(cell, (net, "local", "local"))))
             if len(modes) == 2:
-                d = results.get((net, name, "default" if store != "local" else "local"))
-                i = results.get((net, name, "insecure" if store != "local" else "local"))
-                line += " | %16s" % fmt_ratio(d / i if d and i else None).strip()
+                line += " | %16s" % fmt_ratio(
+                    ratio((net, name, "default"), (net, name, "insecure"))
+                    if store != "local" else 1.0).strip()
             if cluster:
                 ideal = ideal_rate(local, net, w, s, LINKS[args.link]) if local else None
                 d = results.get((net, name, "default"))
@@ -333,23 +346,22 @@ def report(args, nets, rows, modes, cluster):
                                         fmt_ratio(d / ideal if d and ideal else None).strip())
             print(line)
         for m in modes:
-            sync = results.get((net, "dist_sync 2w2s", m))
-            ar = results.get((net, "dist_allreduce 2w", m))
-            asy = results.get((net, "dist_async 2w2s", m))
+            sync_ar = ratio((net, "dist_sync 2w2s", m), (net, "dist_allreduce 2w", m))
+            async_sync = ratio((net, "dist_async 2w2s", m), (net, "dist_sync 2w2s", m))
             parts = []
-            if sync and ar:
-                parts.append("dist_sync 2w2s / dist_allreduce 2w = %.2fx" % (sync / ar))
-            if sync and asy:
-                parts.append("dist_async 2w2s / dist_sync 2w2s = %.2fx" % (asy / sync))
+            if sync_ar:
+                parts.append("dist_sync 2w2s / dist_allreduce 2w = %.2fx" % sync_ar)
+            if async_sync:
+                parts.append("dist_async 2w2s / dist_sync 2w2s = %.2fx" % async_sync)
             if parts:
                 print("  %s: %s" % (m, "; ".join(parts)))
         print()
         if len(args.gcs) > 1:
-            report_compression(args, net, rows, spec, results, cluster)
+            report_compression(args, net, rows, spec, results, ratio, cluster)
     return 0
 
 
-def report_compression(args, net, rows, spec, results, cluster):
+def report_compression(args, net, rows, spec, results, ratio, cluster):
     """samples/s of the dist rows per gradient compression (default
     security), against the same row uncompressed, and the bytes a worker
     moves per step."""
@@ -361,10 +373,10 @@ def report_compression(args, net, rows, spec, results, cluster):
         if spec[name][0] == "local":
             continue
         line = "%-18s" % name
-        base = results.get((net, name, "default"))
+        base = (net, name, "default")
         for g in args.gcs:
-            r = results.get((net, name, "default" if g == "none" else "default+" + g))
-            line += " | %s %s" % (fmt_rate(r), fmt_ratio(r / base if r and base else None))
+            cell = (net, name, "default" if g == "none" else "default+" + g)
+            line += " | %s %s" % (fmt_rate(results.get(cell)), fmt_ratio(ratio(cell, base)))
         print(line)
     for g in args.gcs:
         min_bytes = args.gc_min_bytes if g != "none" else 0

@@ -65,6 +65,14 @@ __attribute__((target("f16c"))) void FloatsToHalvesF16c(const float* in, int64_t
   }
 }
 
+__attribute__((target("avx"))) void AddIntoAvx(float* sum, const float* v, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(sum + i, _mm256_add_ps(_mm256_loadu_ps(sum + i), _mm256_loadu_ps(v + i)));
+  }
+  for (; i < n; ++i) sum[i] += v[i];
+}
+
 __attribute__((target("f16c"))) void AddHalvesF16c(const char* in, int64_t n, float* sum) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -225,6 +233,7 @@ void OneBitDecodeAvx2(float, const char*, int64_t, float*) {}
 void FloatsToHalvesF16c(const float*, int64_t, char*) {}
 void HalvesToFloatsF16c(const char*, int64_t, float*) {}
 void AddHalvesF16c(const char*, int64_t, float*) {}
+void AddIntoAvx(float*, const float*, int64_t) {}
 #endif
 
 // One value of a 2bit word: its code, and the residual that stays. Written
@@ -326,6 +335,12 @@ void DecodeHalves(const char* in, int64_t n, float* out) {
     std::memcpy(&h, in + 2 * i, 2);
     out[i] = HalfToFloat(h);
   }
+}
+
+// sum += v, element by element.
+void AddInto(float* sum, const float* v, int64_t n) {
+  if (HasAvx2()) return AddIntoAvx(sum, v, n);
+  for (int64_t i = 0; i < n; ++i) sum[i] += v[i];
 }
 
 }  // namespace
@@ -560,8 +575,9 @@ Status DecodeAdd(CompressionType type, const char* in, size_t bytes, int64_t n, 
     default: {
       thread_local std::vector<float> scratch;
       if (scratch.size() < static_cast<size_t>(n)) scratch.resize(static_cast<size_t>(n));
-      KV_RETURN_IF_ERROR(Decode(type, in, bytes, n, scratch.data()));
-      for (int64_t i = 0; i < n; ++i) sum[i] += scratch[i];
+      float* decoded = scratch.data();
+      KV_RETURN_IF_ERROR(Decode(type, in, bytes, n, decoded));
+      AddInto(sum, decoded, n);
       return Status::OK();
     }
   }
