@@ -75,7 +75,10 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_k
 
 Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer) {
   trace::Scope span("trainer", "step");
-  KV_RETURN_IF_ERROR(Feed(batch));
+  {
+    trace::Scope feed("trainer", "feed");
+    KV_RETURN_IF_ERROR(Feed(batch));
+  }
   for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartForward(true).status());
   for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartBackward().status());
   // One engine op per parameter: it runs once every device has that
@@ -235,7 +238,11 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
         return Status::Aborted("training stopped at epoch " + std::to_string(epoch) +
                                " batch " + std::to_string(n));
       }
-      KV_ASSIGN_OR_RETURN(bool more, train->Next(&batch));
+      bool more;
+      {
+        trace::Scope span("trainer", "next batch");
+        KV_ASSIGN_OR_RETURN(more, train->Next(&batch));
+      }
       if (!more) {
         // This worker's part is shorter than the epoch: start it over, so
         // every worker runs the same number of steps.
@@ -246,7 +253,10 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
       KV_RETURN_IF_ERROR(Step(batch, kv, local_optimizer)
                              .Annotate("epoch " + std::to_string(epoch) + " batch " +
                                        std::to_string(n)));
-      KV_RETURN_IF_ERROR(UpdateMetrics(&metrics, batch));
+      {
+        trace::Scope span("trainer", "metrics");
+        KV_RETURN_IF_ERROR(UpdateMetrics(&metrics, batch));
+      }
       if (loss_file != nullptr) {
         batch_loss.Reset();
         KV_RETURN_IF_ERROR(UpdateMetrics(&batch_loss, batch));
