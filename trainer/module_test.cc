@@ -38,6 +38,24 @@ proto::OptimizerSpec Sgd() {
   return s;
 }
 
+// A small MLP bound for `it`'s batches of 20 and initialised.
+std::unique_ptr<Module> BoundMlp(const DataIter& it) {
+  auto m = std::move(Module::Create(models::Mlp({4}, 2), ModuleOptions())).value();
+  CHECK(m->Bind(it.data_shape(), {20}).ok());
+  CHECK(m->InitParams(InitializerOptions()).ok());
+  return m;
+}
+
+// `epochs` of 2 batches with SGD, quietly.
+FitOptions ShortFit(int epochs) {
+  FitOptions fo;
+  fo.num_epochs = epochs;
+  fo.epoch_size = 2;
+  fo.optimizer = Sgd();
+  fo.disp_batches = 0;
+  return fo;
+}
+
 StatusOr<ModelArrays> Train(std::vector<Device> devices, std::vector<double> load,
                             double* accuracy) {
   ModuleOptions mo;
@@ -218,16 +236,10 @@ TEST(ModuleTest, GradientScaleFollowsWhatAnUpdateSums) {
                                                         {"dist_allreduce", 3, 1.f / 60},
                                                         {"dist_async", 4, 1.f / 20},
                                                         {"local", 1, 1.f / 20}}) {
-    auto m = std::move(Module::Create(models::Mlp({4}, 2), ModuleOptions())).value();
     auto it = TwoClasses(20);
-    ASSERT_TRUE(m->Bind(it->data_shape(), {20}).ok());
-    ASSERT_TRUE(m->InitParams(InitializerOptions()).ok());
+    auto m = BoundMlp(*it);
     RecordingStore kv(type, workers);
-    FitOptions fo;
-    fo.num_epochs = 1;
-    fo.epoch_size = 2;
-    fo.optimizer = Sgd();
-    fo.disp_batches = 0;
+    FitOptions fo = ShortFit(1);
     ASSERT_TRUE(m->Fit(it.get(), nullptr, &kv, fo).ok()) << type;
     EXPECT_FLOAT_EQ(kv.spec().rescale_grad(), want) << type << " with " << workers << " workers";
   }
@@ -237,16 +249,10 @@ TEST(ModuleTest, GradientScaleFollowsWhatAnUpdateSums) {
 // running the optimizer there would be no step's sum to apply (MXNet refuses
 // it too).
 TEST(ModuleTest, WorkersCannotUpdateOverAnAsyncStore) {
-  auto m = std::move(Module::Create(models::Mlp({4}, 2), ModuleOptions())).value();
   auto it = TwoClasses(20);
-  ASSERT_TRUE(m->Bind(it->data_shape(), {20}).ok());
-  ASSERT_TRUE(m->InitParams(InitializerOptions()).ok());
+  auto m = BoundMlp(*it);
   RecordingStore kv("dist_async", 2);
-  FitOptions fo;
-  fo.num_epochs = 1;
-  fo.epoch_size = 2;
-  fo.optimizer = Sgd();
-  fo.disp_batches = 0;
+  FitOptions fo = ShortFit(1);
   fo.update_on_kvstore = false;
   const Status s = m->Fit(it.get(), nullptr, &kv, fo);
   EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
@@ -272,16 +278,10 @@ TEST(ModuleTest, TheWorkersUpdateWhereSumsComeBackAsLevels) {
                                          {false, 2, std::nullopt, true},
                                          {true, 2, true, true},
                                          {false, 2, false, false}}) {
-    auto m = std::move(Module::Create(models::Mlp({4}, 2), ModuleOptions())).value();
     auto it = TwoClasses(20);
-    ASSERT_TRUE(m->Bind(it->data_shape(), {20}).ok());
-    ASSERT_TRUE(m->InitParams(InitializerOptions()).ok());
+    auto m = BoundMlp(*it);
     RecordingStore kv("dist_sync", c.workers, c.levels);
-    FitOptions fo;
-    fo.num_epochs = 1;
-    fo.epoch_size = 2;
-    fo.optimizer = Sgd();
-    fo.disp_batches = 0;
+    FitOptions fo = ShortFit(1);
     fo.update_on_kvstore = c.update_on_kvstore;
     ASSERT_TRUE(m->Fit(it.get(), nullptr, &kv, fo).ok());
     EXPECT_EQ(kv.has_optimizer(), c.store_updates)
@@ -294,16 +294,10 @@ TEST(ModuleTest, TheWorkersUpdateWhereSumsComeBackAsLevels) {
 // optimizer that ran (here the workers').
 TEST(ModuleTest, CheckpointsEveryPeriodthEpoch) {
   const std::string prefix = std::string(std::getenv("TEST_TMPDIR")) + "/period";
-  auto m = std::move(Module::Create(models::Mlp({4}, 2), ModuleOptions())).value();
   auto it = TwoClasses(20);
-  ASSERT_TRUE(m->Bind(it->data_shape(), {20}).ok());
-  ASSERT_TRUE(m->InitParams(InitializerOptions()).ok());
+  auto m = BoundMlp(*it);
   auto kv = std::move(KVStore::Create("local")).value();
-  FitOptions fo;
-  fo.num_epochs = 5;
-  fo.epoch_size = 2;
-  fo.optimizer = Sgd();
-  fo.disp_batches = 0;
+  FitOptions fo = ShortFit(5);
   fo.update_on_kvstore = false;
   fo.model_prefix = prefix;
   fo.checkpoint_period = 2;
