@@ -73,7 +73,8 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_k
   return Status::OK();
 }
 
-Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer) {
+Status Module::Step(const Batch& batch, KVStore* kv) {
+  Optimizer* const local_optimizer = local_optimizer_.get();
   trace::Scope span("trainer", "step");
   {
     trace::Scope feed("trainer", "feed");
@@ -118,7 +119,7 @@ Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer)
     const Status s = c.Wait(kStepTimeout);
     if (!s.ok() && first.ok()) first = s;
   }
-  if (first.ok()) first = FinishStep(kv, local_optimizer, *handles);
+  if (first.ok()) first = FinishStep(kv, *handles);
   for (auto& e : execs_) {
     const Status s = e->Wait();
     if (!s.ok() && first.ok()) first = s;
@@ -128,8 +129,8 @@ Status Module::Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer)
 
 // Every parameter's PushPullAsync was issued: wait for the results (the
 // store writes weights, or summed gradients the local optimizer applies).
-Status Module::FinishStep(KVStore* kv, Optimizer* local_optimizer,
-                               const std::vector<KVHandle>& handles) {
+Status Module::FinishStep(KVStore* kv, const std::vector<KVHandle>& handles) {
+  Optimizer* const local_optimizer = local_optimizer_.get();
   const int ndev = static_cast<int>(execs_.size());
   for (size_t p = 0; p < param_names_.size(); ++p) {
     KV_RETURN_IF_ERROR(kv->Wait(handles[p]));
@@ -176,9 +177,10 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
   }
   KV_ASSIGN_OR_RETURN(MetricSet metrics, MetricSet::Create(o.metrics));
   KV_RETURN_IF_ERROR(SyncParams(kv));
-  // Both directions then travel compressed, and nothing is rounded. With one
-  // worker there is no sum to share: on a fast link the servers' update
-  // costs less than encoding levels and updating on the worker.
+  // Unset: the workers update where the servers answer summed codes as
+  // levels, so both directions travel compressed and nothing is rounded.
+  // With one worker there is no sum to share: on a fast link the servers'
+  // update costs less than encoding levels and updating on the worker.
   const bool levels = kv->SumsComeBackAsLevels() && kv->num_workers() > 1;
   const bool update_on_kvstore = o.update_on_kvstore.value_or(!levels);
   if (!o.update_on_kvstore.has_value() && levels && kv->rank() == 0) {
@@ -189,7 +191,6 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
     std::fflush(stdout);
   }
   KV_RETURN_IF_ERROR(SetUpOptimizer(kv, o, update_on_kvstore));
-  Optimizer* const local_optimizer = local_optimizer_.get();
   const proto::GradientCompression::Type compression = kv->gradient_compression().type();
   const bool residuals = compression == proto::GradientCompression::TWO_BIT ||
                          compression == proto::GradientCompression::ONE_BIT;
@@ -250,7 +251,7 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
         KV_ASSIGN_OR_RETURN(more, train->Next(&batch));
         if (!more) return Status::InvalidArgument("the training data yields no batch");
       }
-      KV_RETURN_IF_ERROR(Step(batch, kv, local_optimizer)
+      KV_RETURN_IF_ERROR(Step(batch, kv)
                              .Annotate("epoch " + std::to_string(epoch) + " batch " +
                                        std::to_string(n)));
       {

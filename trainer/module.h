@@ -153,10 +153,9 @@ class Module {
   Status ForEachForward(DataIter* data, const std::function<Status(const Batch&)>& fn);
   Status UpdateMetrics(MetricSet* metrics, const Batch& batch);
   // One training step: forward, backward and the parameters' KVStore ops.
-  Status Step(const Batch& batch, KVStore* kv, Optimizer* local_optimizer);
+  Status Step(const Batch& batch, KVStore* kv);
   // Waits for the step's store results; a local optimizer then updates.
-  Status FinishStep(KVStore* kv, Optimizer* local_optimizer,
-                    const std::vector<KVHandle>& handles);
+  Status FinishStep(KVStore* kv, const std::vector<KVHandle>& handles);
   // Initial values on the store, the same on every device and worker.
   Status SyncParams(KVStore* kv);
   // Rounds the parameters that push-pulls answer as halves (under `gc`)
