@@ -253,9 +253,11 @@ Status AllreduceKVStore::GatherCompressed(const std::vector<uint64_t>& ids,
   // kept between buckets (one background thread runs this).
   std::string& mine = gather_mine_;
   std::vector<size_t> at = {0};  // each key's place in a rank's block
+  std::vector<CompressionType> types;
   for (const auto& p : parts) {
     const int64_t n = static_cast<int64_t>(p.second);
-    at.push_back(at.back() + EncodedBytes(compressor_.TypeFor(n), n));
+    types.push_back(compressor_.TypeFor(n));
+    at.push_back(at.back() + EncodedBytes(types.back(), n));
   }
   mine.resize(at.back());
   size_t total = 0;
@@ -276,11 +278,10 @@ Status AllreduceKVStore::GatherCompressed(const std::vector<uint64_t>& ids,
     size_t offset = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
       const int64_t n = static_cast<int64_t>(parts[i].second);
-      const CompressionType type = compressor_.TypeFor(n);
       const char* in = rank_block + at[i];
       const size_t bytes = at[i + 1] - at[i];
-      KV_RETURN_IF_ERROR((r == 0 ? Decode(type, in, bytes, n, data + offset)
-                                 : DecodeAdd(type, in, bytes, n, data + offset))
+      KV_RETURN_IF_ERROR((r == 0 ? Decode(types[i], in, bytes, n, data + offset)
+                                 : DecodeAdd(types[i], in, bytes, n, data + offset))
                              .Annotate("key " + keys_.Name(ids[i]) + " from rank " +
                                        std::to_string(r)));
       offset += parts[i].second;

@@ -385,13 +385,21 @@ void Encode(CompressionType type, float threshold, const float* grad, float* res
   }
 }
 
-Status Decode(CompressionType type, const char* in, size_t bytes, int64_t n, float* out) {
+namespace {
+
+// Decode's and DecodeAdd's size check.
+Status CheckEncodedBytes(CompressionType type, size_t bytes, int64_t n) {
   const size_t want = EncodedBytes(type, n);
-  if (bytes != want) {
-    return Status::DataLoss(CompressionName(type) + "-encoded array of " + std::to_string(n) +
-                            " values takes " + std::to_string(want) + " bytes but " +
-                            std::to_string(bytes) + " arrived");
-  }
+  if (bytes == want) return Status::OK();
+  return Status::DataLoss(CompressionName(type) + "-encoded array of " + std::to_string(n) +
+                          " values takes " + std::to_string(want) + " bytes but " +
+                          std::to_string(bytes) + " arrived");
+}
+
+}  // namespace
+
+Status Decode(CompressionType type, const char* in, size_t bytes, int64_t n, float* out) {
+  KV_RETURN_IF_ERROR(CheckEncodedBytes(type, bytes, n));
   switch (type) {
     case proto::GradientCompression::TWO_BIT: {
       float t;
@@ -442,12 +450,7 @@ Status DecodeAdd(CompressionType type, const char* in, size_t bytes, int64_t n, 
   switch (type) {
     case proto::GradientCompression::FP16:
     case proto::GradientCompression::NONE: {
-      const size_t want = EncodedBytes(type, n);
-      if (bytes != want) {
-        return Status::DataLoss(CompressionName(type) + "-encoded array of " + std::to_string(n) +
-                                " values takes " + std::to_string(want) + " bytes but " +
-                                std::to_string(bytes) + " arrived");
-      }
+      KV_RETURN_IF_ERROR(CheckEncodedBytes(type, bytes, n));
       if (type == proto::GradientCompression::NONE) {
         for (int64_t i = 0; i < n; ++i) {
           float v;
