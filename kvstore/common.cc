@@ -130,6 +130,7 @@ StatusOr<StoreSettings> StoreSettings::FromEnv(const EnvLookup& env) {
   s.server_threads = static_cast<int>(threads);
   KV_ASSIGN_OR_RETURN(s.bucket_bytes,
                       GetIntVar(env, env::kPsBucketBytes, s.bucket_bytes, 0, int64_t{1} << 40));
+  s.bucket_bytes_given = env(env::kPsBucketBytes).has_value();
   KV_ASSIGN_OR_RETURN(double timeout,
                       GetSecondsVar(env, env::kKVStoreTimeout, 600, 0.01, 86400 * 30));
   s.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));

@@ -106,8 +106,15 @@ struct StoreSettings {
   // Dist stores: push-pulls of keys travel together, one request per
   // server, up to this many bytes; larger keys are cut into pieces of about
   // this size (kvstore/placement.h), each a request of its own (0: one
-  // request per key, uncut).
-  int64_t bucket_bytes = 128 << 10;
+  // request per key, uncut). Unless KVTRAIN_PS_BUCKET_BYTES gives it
+  // (bucket_bytes_given), DistKVStore::Create picks it from the job's
+  // hosts: between hosts, smaller pieces let the answer of one travel while
+  // the next is still going out; on one host a transfer is a copy, and each
+  // extra message costs CPU that every process of the job shares.
+  static constexpr int64_t kBucketBytesAcrossHosts = 64 << 10;
+  static constexpr int64_t kBucketBytesOneHost = 128 << 10;
+  int64_t bucket_bytes = kBucketBytesAcrossHosts;
+  bool bucket_bytes_given = false;
   // Longest wait for one push/pull/command.
   std::chrono::milliseconds timeout = std::chrono::seconds(600);
   // Tune glibc malloc for large messages (base/malloc_tuning.h).

@@ -77,6 +77,9 @@ StatusOr<std::unique_ptr<KVStore>> DistKVStore::Create(
                                       "' needs servers but the job has none "
                                       "(DMLC_NUM_SERVER=0)");
   }
+  if (!settings.bucket_bytes_given && po->OneHost()) {
+    settings.bucket_bytes = StoreSettings::kBucketBytesOneHost;
+  }
   std::unique_ptr<DistKVStore> store(
       new DistKVStore(type, po, std::move(owned), settings));
   if (po->role() == Role::kWorker) {
@@ -444,14 +447,12 @@ KVHandle DistKVStore::Track(Pending pending) {
 Status DistKVStore::Wait(KVHandle handle) {
   Pending p;
   KV_RETURN_IF_ERROR(pending_.Take(handle, &p));
-  bool open = false;
-  if (!p.buckets.empty()) {
-    std::lock_guard<std::mutex> lock(bucket_mu_);
-    for (const auto& b : p.buckets) open = open || b == open_;
-  }
-  // A bucket this handle needs is still open: send it now (a failed send
-  // is the bucket's status, which WaitBucket returns).
-  if (open) (void)FlushBucket();
+  // The open bucket goes now, whether this handle needs it or not: the
+  // caller is about to block, and what waits in it would otherwise leave
+  // only when its own handle is waited for, a round trip after this one (a
+  // trainer's last small key after its first layer's pieces). A failed send
+  // is the bucket's status, which its waiter gets from WaitBucket.
+  (void)FlushBucket();
   // One deadline for the whole operation, however many requests it made:
   // each waits for what is left (a timed-out request is cancelled).
   const auto deadline = std::chrono::steady_clock::now() + settings_.timeout;

@@ -256,6 +256,57 @@ TEST(DistKVStoreTest, SmallKeysOfAStepTravelAsOneRequest) {
   EXPECT_EQ(big_alone, 0);
 }
 
+// Waiting for one key sends what waits in the open bucket, though that
+// handle does not need it: otherwise a step's last small key would leave
+// only when waited for, a round trip after the keys waited for before it.
+TEST(DistKVStoreTest, AWaitSendsTheOpenBucket) {
+  // 1024 floats fill a bucket of 4096 bytes and leave at once; the 10 floats
+  // after them wait in the next one.
+  DistFixture f(1, 1, {{"KVTRAIN_PS_BUCKET_BYTES", "4096"}});
+  std::mutex mu;
+  std::vector<size_t> sent;  // bytes of each data request, in order
+  f.job().net()->SetTap([&](const ps::RawMessage& raw) {
+    size_t keys = 0, bytes = 0;
+    if (!ps::IsDataRequest(raw, &keys, &bytes)) return;
+    std::lock_guard<std::mutex> l(mu);
+    sent.push_back(bytes);
+  });
+  Status s = f.Run("dist_sync", [&](KVStore* kv, int) -> Status {
+    KV_RETURN_IF_ERROR(kv->Init({"big", "small"}, {Filled(1024, 1.0f), Filled(10, 1.0f)}));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      sent.clear();
+    }
+    Tensor big = Tensor::Zeros({1024}), small = Tensor::Zeros({10});
+    KV_ASSIGN_OR_RETURN(KVHandle hb, kv->PushPullAsync({"big"}, {Filled(1024, 2.0f)}, {big}, 0));
+    KV_ASSIGN_OR_RETURN(KVHandle hs,
+                        kv->PushPullAsync({"small"}, {Filled(10, 3.0f)}, {small}, -1));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (sent.size() != 1) {
+        return Status::Internal("before any wait: " + std::to_string(sent.size()) +
+                                " requests sent, expected the full bucket's 1");
+      }
+    }
+    KV_RETURN_IF_ERROR(kv->Wait(hb));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (sent.size() != 2) {
+        return Status::Internal("after waiting for 'big': " + std::to_string(sent.size()) +
+                                " requests sent, expected 2 ('small' too)");
+      }
+    }
+    KV_RETURN_IF_ERROR(kv->Wait(hs));
+    if (big.ToVector().back() != 2.0f || small.ToVector().back() != 3.0f) {
+      return Status::Internal("wrong values: big " + std::to_string(big.ToVector().back()) +
+                              ", small " + std::to_string(small.ToVector().back()));
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  f.job().net()->SetTap(nullptr);
+}
+
 // Buckets keep each key's own step: a key pushed again before the first
 // push's answer goes out in a second request, and sync and async servers
 // apply both in order.

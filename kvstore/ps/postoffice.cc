@@ -31,6 +31,19 @@ int GroupOf(Role role) {
   return 0;
 }
 
+bool OnOneHost(const std::vector<NodeEntry>& nodes) {
+  std::string host;  // the identity before '@' in "<host identity>@<name>"
+  for (const NodeEntry& n : nodes) {
+    if (n.role != Role::kServer && n.role != Role::kWorker) continue;
+    const size_t at = n.same_host.find('@');
+    if (at == std::string::npos || at == 0) return false;
+    const std::string id = n.same_host.substr(0, at);
+    if (host.empty()) host = id;
+    if (id != host) return false;
+  }
+  return !host.empty();
+}
+
 std::string NodeName(Role role, int rank, const std::string& host, int port) {
   std::ostringstream os;
   os << RoleName(role);
@@ -163,6 +176,10 @@ std::string Postoffice::host() const { return impl_->host(); }
 int Postoffice::port() const { return impl_->port(); }
 std::vector<KeyRange> Postoffice::ServerKeyRanges() const {
   return impl_->ServerKeyRanges();
+}
+bool Postoffice::OneHost() const {
+  const NodeTable* table = impl_->table();
+  return table != nullptr && OnOneHost(table->nodes());
 }
 
 // ---- PostofficeImpl: life cycle ----

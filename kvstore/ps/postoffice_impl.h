@@ -56,6 +56,10 @@ struct NodeEntry {
 // "server 1 (10.0.0.2:41233)", "scheduler (10.0.0.1:9091)".
 std::string NodeName(Role role, int rank, const std::string& host, int port);
 
+// Whether the servers and workers among `nodes` all advertised a same-host
+// address ("<host identity>@<name>") of one host identity.
+bool OnOneHost(const std::vector<NodeEntry>& nodes);
+
 // The job's nodes, fixed once the scheduler has ranked them. Immutable
 // except for the liveness clocks (net/liveness.h), indexed like nodes().
 class NodeTable {

@@ -60,6 +60,40 @@ TEST(PostofficeTest, StartAssignsRanksByAddressAndFinalizes) {
   EXPECT_TRUE(job.Failures().empty());
 }
 
+// The job is on one host when every server and worker advertised a
+// same-host address of one host identity; the scheduler does not count.
+TEST(PostofficeTest, OnOneHostComparesTheServersAndWorkersHostIdentities) {
+  auto node = [](Role role, const std::string& same_host) {
+    NodeEntry n;
+    n.role = role;
+    n.same_host = same_host;
+    return n;
+  };
+  const std::vector<NodeEntry> one = {node(Role::kScheduler, ""),
+                                      node(Role::kServer, "boot1.ns7@kvtrain-ps-1-a"),
+                                      node(Role::kWorker, "boot1.ns7@kvtrain-ps-2-b")};
+  EXPECT_TRUE(OnOneHost(one));
+  std::vector<NodeEntry> two = one;
+  two.push_back(node(Role::kWorker, "boot1.ns8@kvtrain-ps-3-c"));  // another namespace
+  EXPECT_FALSE(OnOneHost(two));
+  std::vector<NodeEntry> tcp_only = one;
+  tcp_only[2].same_host = "";  // KVTRAIN_SAME_HOST_IPC=0
+  EXPECT_FALSE(OnOneHost(tcp_only));
+  EXPECT_FALSE(OnOneHost({node(Role::kScheduler, "boot1.ns7@x")}));
+  EXPECT_FALSE(OnOneHost({node(Role::kServer, "@x"), node(Role::kWorker, "@y")}));
+}
+
+// The in-process vans advertise no same-host address: not one host.
+TEST(PostofficeTest, InprocJobsAreNotOnOneHost) {
+  InprocJobOptions o;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  EXPECT_FALSE(job.worker(0)->OneHost()) << "before Start";
+  ASSERT_TRUE(job.StartAll().ok());
+  EXPECT_FALSE(job.worker(0)->OneHost());
+  EXPECT_TRUE(job.FinalizeAll().ok());
+}
+
 // Launchers ask for ranks (DMLC_RANK): honoured when they are exactly 0..n-1
 // within a role, otherwise ranks follow the addresses.
 TEST(PostofficeTest, RequestedRanksWinWhenTheyArePermutations) {

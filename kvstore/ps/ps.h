@@ -207,6 +207,12 @@ class Postoffice {
   // Server rank r owns keys in ServerKeyRanges()[r]; the ranges split
   // [0, 2^64 - 1) evenly.
   std::vector<KeyRange> ServerKeyRanges() const;
+  // Whether every server and worker of the job runs on one host, as the
+  // same-host socket sees it (net/same_host.h): each advertised a same-host
+  // address with the same host identity. The same answer on every node
+  // (it reads the job's node table); false before Start, and where nodes
+  // advertise no same-host address (KVTRAIN_SAME_HOST_IPC=0, tests' vans).
+  bool OneHost() const;
 
   PostofficeImpl* impl() { return impl_.get(); }
 
