@@ -60,12 +60,17 @@ StatusOr<std::string> BindSameHost(void* socket, const std::string& prefix) {
   return host + "@" + name;
 }
 
-std::string SameHostEndpoint(const std::string& address) {
+std::string SameHostIdentity(const std::string& address) {
   const size_t at = address.find('@');
   if (at == std::string::npos) return "";
   const std::string host = address.substr(0, at), name = address.substr(at + 1);
-  if (!IsToken(host) || !IsToken(name) || host != HostIdentity()) return "";
-  return "ipc://@" + name;
+  return IsToken(host) && IsToken(name) ? host : "";
+}
+
+std::string SameHostEndpoint(const std::string& address) {
+  const std::string host = SameHostIdentity(address);
+  if (host.empty() || host != HostIdentity()) return "";
+  return "ipc://@" + address.substr(address.find('@') + 1);
 }
 
 }  // namespace net

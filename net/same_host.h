@@ -27,6 +27,10 @@ std::string HostIdentity();
 // Returns the address to advertise, "<host identity>@<name>".
 StatusOr<std::string> BindSameHost(void* socket, const std::string& prefix);
 
+// The host identity of an advertised `address` ("<host identity>@<name>",
+// BindSameHost's result): "" for "" or a malformed address.
+std::string SameHostIdentity(const std::string& address);
+
 // For a peer that advertised `address` (BindSameHost's result, or ""): the
 // endpoint to connect to, "ipc://@name", when the peer is on this host;
 // else "" (use TCP).

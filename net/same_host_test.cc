@@ -53,6 +53,17 @@ TEST(SameHostTest, OnlyThisHostsAddressesGiveAnEndpoint) {
   EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@a b"), "");
 }
 
+// Any host's address names its host; malformed ones name none.
+TEST(SameHostTest, AnAddressNamesItsHost) {
+  EXPECT_EQ(SameHostIdentity("0000-other-boot.4026531840@kvtrain-ps-1-ab"),
+            "0000-other-boot.4026531840");
+  EXPECT_EQ(SameHostIdentity(HostIdentity() + "@kvtrain-ps-1-ab"), HostIdentity());
+  EXPECT_EQ(SameHostIdentity(""), "");
+  EXPECT_EQ(SameHostIdentity("@kvtrain-ps-1-ab"), "");
+  EXPECT_EQ(SameHostIdentity("boot.1@"), "");
+  EXPECT_EQ(SameHostIdentity("boot 1@x"), "");
+}
+
 }  // namespace
 }  // namespace net
 }  // namespace kvtrain

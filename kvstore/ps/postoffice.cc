@@ -8,6 +8,7 @@
 
 #include "base/trace.h"
 #include "net/address.h"
+#include "net/same_host.h"
 #include "kvstore/ps/postoffice_impl.h"
 
 #include "base/file.h"
@@ -32,14 +33,12 @@ int GroupOf(Role role) {
 }
 
 bool OnOneHost(const std::vector<NodeEntry>& nodes) {
-  std::string host;  // the identity before '@' in "<host identity>@<name>"
+  std::string host;
   for (const NodeEntry& n : nodes) {
     if (n.role != Role::kServer && n.role != Role::kWorker) continue;
-    const size_t at = n.same_host.find('@');
-    if (at == std::string::npos || at == 0) return false;
-    const std::string id = n.same_host.substr(0, at);
-    if (host.empty()) host = id;
-    if (id != host) return false;
+    const std::string id = net::SameHostIdentity(n.same_host);
+    if (id.empty() || (!host.empty() && id != host)) return false;
+    host = id;
   }
   return !host.empty();
 }
