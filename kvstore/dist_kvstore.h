@@ -53,6 +53,7 @@ class DistKVStore : public KVStore {
                                    const std::vector<Tensor>& outs,
                                    int priority) override;
   Status Wait(KVHandle handle) override;
+  void Flush() override;
   Status SetOptimizer(const proto::OptimizerSpec& spec) override;
   Status SetUpdater(Updater updater) override;
   Status SaveOptimizerStates(const std::string& path) override;

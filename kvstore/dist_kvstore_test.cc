@@ -1,6 +1,8 @@
 // The dist stores end to end inside one process: a scheduler, servers and
 // workers (threads) over the in-process transport. The multi-process tests
 // in tests/kvstore run the same over ZeroMQ.
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -302,6 +304,58 @@ TEST(DistKVStoreTest, AWaitSendsTheOpenBucket) {
                               ", small " + std::to_string(small.ToVector().back()));
     }
     return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  f.job().net()->SetTap(nullptr);
+}
+
+// Flush sends the open bucket without waiting for anything (a trainer's
+// step calls it right after its last push-pull); the values are the same.
+TEST(DistKVStoreTest, FlushSendsTheOpenBucketWithoutAWait) {
+  DistFixture f(1, 1, {{"KVTRAIN_PS_BUCKET_BYTES", "4096"}});
+  std::mutex mu;
+  std::condition_variable cv;
+  int sent = 0;
+  f.job().net()->SetTap([&](const ps::RawMessage& raw) {
+    size_t keys = 0, bytes = 0;
+    if (!ps::IsDataRequest(raw, &keys, &bytes)) return;
+    std::lock_guard<std::mutex> l(mu);
+    ++sent;
+    cv.notify_all();
+  });
+  Status s = f.Run("dist_sync", [&](KVStore* kv, int) -> Status {
+    KV_RETURN_IF_ERROR(kv->Init({"a", "b"}, {Filled(10, 1.0f), Filled(20, 1.0f)}));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      sent = 0;
+    }
+    Tensor a = Tensor::Zeros({10}), b = Tensor::Zeros({20});
+    KV_ASSIGN_OR_RETURN(KVHandle ha, kv->PushPullAsync({"a"}, {Filled(10, 2.0f)}, {a}, 0));
+    KV_ASSIGN_OR_RETURN(KVHandle hb, kv->PushPullAsync({"b"}, {Filled(20, 3.0f)}, {b}, -1));
+    {
+      std::unique_lock<std::mutex> l(mu);
+      if (cv.wait_for(l, std::chrono::milliseconds(200), [&] { return sent > 0; })) {
+        return Status::Internal("the bucket left before Flush");
+      }
+    }
+    kv->Flush();
+    {
+      std::unique_lock<std::mutex> l(mu);
+      if (!cv.wait_for(l, std::chrono::seconds(20), [&] { return sent > 0; })) {
+        return Status::Internal("Flush sent nothing");
+      }
+      if (sent != 1) return Status::Internal(std::to_string(sent) + " requests, expected 1");
+    }
+    kv->Flush();  // nothing open: a no-op
+    KV_RETURN_IF_ERROR(kv->Wait(ha));
+    KV_RETURN_IF_ERROR(kv->Wait(hb));
+    if (a.ToVector().back() != 2.0f || b.ToVector().back() != 3.0f) {
+      return Status::Internal("wrong values: a " + std::to_string(a.ToVector().back()) +
+                              ", b " + std::to_string(b.ToVector().back()));
+    }
+    std::lock_guard<std::mutex> l(mu);
+    return sent == 1 ? Status::OK()
+                     : Status::Internal(std::to_string(sent) + " requests after the waits");
   });
   EXPECT_TRUE(s.ok()) << s;
   f.job().net()->SetTap(nullptr);

@@ -134,6 +134,11 @@ class KVStore {
                                            int priority = 0) = 0;
   // Waits for an asynchronous call; its error, if any, names the key.
   virtual Status Wait(KVHandle handle) = 0;
+  // Sends at once what the store holds back to send with later calls (dist
+  // types: the open bucket): the caller has made every call it is about to
+  // wait for, e.g. a trainer's last push-pull of a step. Errors surface at
+  // Wait. Optional: Wait sends it anyway.
+  virtual void Flush() {}
 
   // Synchronous forms.
   Status Push(const std::vector<Key>& keys, const std::vector<Tensor>& values,

@@ -25,6 +25,12 @@ bool IsToken(const std::string& s) {
 
 }  // namespace
 
+std::string PidNamespace() {
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) != 0) return "";
+  return std::to_string(static_cast<unsigned long long>(st.st_ino));
+}
+
 std::string HostIdentity() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string boot;
@@ -42,8 +48,8 @@ StatusOr<std::string> BindSameHost(void* socket, const std::string& prefix) {
   }
   std::random_device rd;
   char name[96];
-  std::snprintf(name, sizeof(name), "kvtrain-%s-%d-%08x%08x", prefix.c_str(),
-                static_cast<int>(getpid()), rd(), rd());
+  std::snprintf(name, sizeof(name), "kvtrain-%s-%d-%08x%08x.%s", prefix.c_str(),
+                static_cast<int>(getpid()), rd(), rd(), PidNamespace().c_str());
   if (!IsToken(name)) return Status::InvalidArgument("bad socket name prefix " + prefix);
   const int zero = 0;
   const int uid = static_cast<int>(geteuid());
@@ -71,6 +77,14 @@ std::string SameHostEndpoint(const std::string& address) {
   const std::string host = SameHostIdentity(address);
   if (host.empty() || host != HostIdentity()) return "";
   return "ipc://@" + address.substr(address.find('@') + 1);
+}
+
+bool SameHostSharesPids(const std::string& address) {
+  if (SameHostEndpoint(address).empty()) return false;
+  const size_t dot = address.rfind('.');
+  const std::string mine = PidNamespace();
+  return dot != std::string::npos && dot > address.find('@') && !mine.empty() &&
+         address.substr(dot + 1) == mine;
 }
 
 }  // namespace net

@@ -24,7 +24,8 @@ std::string HostIdentity();
 // ipc endpoint named after `prefix`, open to this user id only and without
 // CURVE. Call it after the socket's other binds: it switches the socket's
 // mechanism to NULL for binds that follow (earlier listeners keep theirs).
-// Returns the address to advertise, "<host identity>@<name>".
+// Returns the address to advertise, "<host identity>@<name>", the name
+// ending with ".<PID namespace>".
 StatusOr<std::string> BindSameHost(void* socket, const std::string& prefix);
 
 // The host identity of an advertised `address` ("<host identity>@<name>",
@@ -35,6 +36,15 @@ std::string SameHostIdentity(const std::string& address);
 // endpoint to connect to, "ipc://@name", when the peer is on this host;
 // else "" (use TCP).
 std::string SameHostEndpoint(const std::string& address);
+
+// The inode of this process's PID namespace, as text ("" if unknown).
+// BindSameHost ends the socket's name with ".<it>", so that a peer can tell
+// whether this process's /proc/PID entries are its own to open (net/shm.h).
+std::string PidNamespace();
+
+// Whether the peer that advertised `address` is on this host (as
+// SameHostEndpoint) and in this process's PID namespace.
+bool SameHostSharesPids(const std::string& address);
 
 }  // namespace net
 }  // namespace kvtrain

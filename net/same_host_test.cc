@@ -64,6 +64,27 @@ TEST(SameHostTest, AnAddressNamesItsHost) {
   EXPECT_EQ(SameHostIdentity("boot 1@x"), "");
 }
 
+// Shared memory is for peers whose /proc entries are ours to open: same
+// host and same PID namespace, which BindSameHost's name carries.
+TEST(SameHostTest, TheAddressSaysWhetherThePeerSharesOurPids) {
+  ASSERT_FALSE(PidNamespace().empty());
+  const std::string mine = HostIdentity() + "@kvtrain-ps-1-ab." + PidNamespace();
+  EXPECT_TRUE(SameHostSharesPids(mine));
+  EXPECT_FALSE(SameHostSharesPids(HostIdentity() + "@kvtrain-ps-1-ab.1"));
+  EXPECT_FALSE(SameHostSharesPids(HostIdentity() + "@kvtrain-ps-1-ab"));
+  EXPECT_FALSE(SameHostSharesPids("0000-other-boot.4026531840@kvtrain-ps-1-ab." + PidNamespace()));
+  EXPECT_FALSE(SameHostSharesPids(""));
+
+  void* ctx = zmq_ctx_new();
+  void* s = zmq_socket(ctx, ZMQ_ROUTER);
+  StatusOr<std::string> address = BindSameHost(s, "ps");
+  ASSERT_TRUE(address.ok()) << address.status();
+  EXPECT_TRUE(SameHostSharesPids(*address)) << *address;
+  EXPECT_FALSE(SameHostEndpoint(*address).empty());
+  zmq_close(s);
+  zmq_ctx_term(ctx);
+}
+
 }  // namespace
 }  // namespace net
 }  // namespace kvtrain

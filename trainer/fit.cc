@@ -1,6 +1,7 @@
 // Module::Fit: the training loop and its per-parameter KVStore traffic.
 #include <glog/logging.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -89,8 +90,12 @@ Status Module::Step(const Batch& batch, KVStore* kv) {
   // step's keys together (buckets), and one path serves every store type.
   // The op runs in the thread that produced the gradient, saving a
   // hand-off to another thread per parameter.
+  // The op that issues the step's last call sends the store's open bucket
+  // (KVStore::Flush) from its own thread, the moment backward is done: the
+  // waiting thread, woken later, would send it a thread wake-up late.
   std::vector<Completion> comms;
   auto handles = std::make_shared<std::vector<KVHandle>>(param_names_.size(), 0);
+  auto unissued = std::make_shared<std::atomic<size_t>>(param_names_.size());
   for (size_t p = 0; p < param_names_.size(); ++p) {
     const int arg = param_args_[p];
     std::vector<Engine::Var*> reads, writes;
@@ -107,8 +112,10 @@ Status Module::Step(const Batch& batch, KVStore* kv) {
     }
     const std::vector<Key> keys(execs_.size(), Key(param_names_[p]));
     const int priority = -static_cast<int>(p);
-    Engine::Fn fn = [kv, keys, grads, outs, priority, handles, p]() -> Status {
-      KV_ASSIGN_OR_RETURN((*handles)[p], kv->PushPullAsync(keys, grads, outs, priority));
+    Engine::Fn fn = [kv, keys, grads, outs, priority, handles, unissued, p]() -> Status {
+      StatusOr<KVHandle> h = kv->PushPullAsync(keys, grads, outs, priority);
+      if (unissued->fetch_sub(1) == 1) kv->Flush();
+      KV_ASSIGN_OR_RETURN((*handles)[p], std::move(h));
       return Status::OK();
     };
     comms.push_back(engine_->Push(std::move(fn), reads, writes, Device::CPU(),

@@ -37,6 +37,20 @@ StatusOr<bool> PostofficeImpl::RecvMessage(std::string* token, Message* msg) {
   RawMessage raw;
   KV_ASSIGN_OR_RETURN(bool got, van_->Recv(&raw));
   if (!got) return false;
+  if (!raw.error.ok()) {
+    const NodeTable* t = table();
+    const bool from_peer = t != nullptr && t->ByToken(raw.token) != nullptr;
+    if (raw.error.code() != Status::Code::kUnavailable || !from_peer) {
+      Drop(raw.token, raw.error.message());
+      return false;
+    }
+    // A peer's message this process cannot read is lost: the job cannot go
+    // on without it, so it fails now, naming the peer, instead of hanging.
+    // (From a connection that is no peer of the job, it is only dropped.)
+    Abort(name() + " cannot read a message from " + PeerName(raw.token) + ": " +
+          raw.error.message() + " (KVTRAIN_SHM_BYTES=0 turns shared memory off)");
+    return false;
+  }
   Status s = DecodeMessage(std::move(raw.frames), msg);
   if (!s.ok()) {
     Drop(raw.token, s.message());
@@ -46,13 +60,15 @@ StatusOr<bool> PostofficeImpl::RecvMessage(std::string* token, Message* msg) {
   return true;
 }
 
-void PostofficeImpl::Drop(const std::string& token, const std::string& why) {
+std::string PostofficeImpl::PeerName(const std::string& token) {
   const NodeTable* t = table();
   const NodeEntry* e = t == nullptr ? nullptr : t->ByToken(token);
+  return e != nullptr ? e->name : "connection " + PrintableToken(token);
+}
+
+void PostofficeImpl::Drop(const std::string& token, const std::string& why) {
   KV_LOG_LIMITED(WARNING, bad_input_log_)
-      << name() << ": dropped a message from "
-      << (e != nullptr ? e->name : "connection " + PrintableToken(token))
-      << ": " << why;
+      << name() << ": dropped a message from " << PeerName(token) << ": " << why;
 }
 
 void PostofficeImpl::Handle(const std::string& token, Message&& msg) {

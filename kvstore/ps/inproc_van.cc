@@ -38,12 +38,18 @@ void InprocNetwork::Unregister(int port) {
   vans_.erase(port);
 }
 
+void InprocNetwork::SetEdit(EditFn edit) {
+  std::lock_guard<std::mutex> l(mu_);
+  edit_ = std::move(edit);
+}
+
 void InprocNetwork::Deliver(int from_port, int to_port, RawMessage msg) {
   std::lock_guard<std::mutex> l(mu_);
   if (isolated_.count(from_port) || isolated_.count(to_port)) return;
   auto it = vans_.find(to_port);
   if (it == vans_.end()) return;  // like TCP to nobody: lost
   ++delivered_;
+  if (edit_) edit_(from_port, to_port, &msg);
   if (tap_) tap_(msg);
   it->second->Enqueue(std::move(msg));
 }

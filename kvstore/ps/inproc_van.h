@@ -32,6 +32,11 @@ class InprocNetwork {
   // Tests: `tap` sees every message delivered from now on (under the
   // network's lock: it must not use the network).
   void SetTap(std::function<void(const RawMessage&)> tap) EXCLUDES(mu_);
+  // Tests: `edit` may change every message delivered from now on, before
+  // the tap sees it (e.g. mark it unreadable, as a Van's RawMessage::error);
+  // also under the network's lock.
+  using EditFn = std::function<void(int from_port, int to_port, RawMessage* msg)>;
+  void SetEdit(EditFn edit) EXCLUDES(mu_);
 
  private:
   friend class InprocVan;
@@ -45,6 +50,7 @@ class InprocNetwork {
   int next_port_ GUARDED_BY(mu_) = 30000;
   int64_t delivered_ GUARDED_BY(mu_) = 0;
   std::function<void(const RawMessage&)> tap_ GUARDED_BY(mu_);
+  EditFn edit_ GUARDED_BY(mu_);
 };
 
 // Thread-safety as Van. Priorities are ignored: delivery is immediate.

@@ -9,6 +9,7 @@
 #include "base/trace.h"
 #include "net/address.h"
 #include "net/same_host.h"
+#include "net/shm.h"
 #include "kvstore/ps/postoffice_impl.h"
 
 #include "base/file.h"
@@ -122,6 +123,12 @@ StatusOr<std::unique_ptr<Postoffice>> Postoffice::Create(
     vo.same_host = *options.same_host;
   } else {
     KV_ASSIGN_OR_RETURN(vo.same_host, GetBoolVar(ProcessEnv(), env::kSameHostIpc, true));
+  }
+  if (options.shm_bytes) {
+    vo.shm_bytes = *options.shm_bytes;
+  } else {
+    KV_ASSIGN_OR_RETURN(vo.shm_bytes, GetIntVar(ProcessEnv(), env::kShmBytes, vo.shm_bytes, 0,
+                                                static_cast<int64_t>(net::kMaxShmArenaBytes)));
   }
   if (options.job_key) {
     vo.key = *options.job_key;

@@ -162,6 +162,8 @@ class PostofficeImpl {
   // Receives one message and decodes it: false when none arrived or it was
   // dropped (undecodable: logged).
   StatusOr<bool> RecvMessage(std::string* token, Message* msg);
+  // A peer's name from the node table, else its connection token.
+  std::string PeerName(const std::string& token);
   void TimerLoop();
   void Handle(const std::string& token, Message&& msg);
   void HandleBeforeTable(const std::string& token, Message&& msg);

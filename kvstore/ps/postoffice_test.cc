@@ -1,6 +1,7 @@
 // Postoffice control plane over the in-process van: start-up and ranks,
 // barriers, finalize, failure detection, start-up deadline, rejected nodes,
 // and messages from strangers.
+#include <atomic>
 #include <fstream>
 
 #include <gmock/gmock.h>
@@ -294,6 +295,42 @@ TEST(PostofficeTest, StrangersAndGarbageAreDroppedAndTheJobGoesOn) {
   ASSERT_TRUE(job.FinalizeAll().ok());
   EXPECT_TRUE(job.Failures().empty())
       << ::testing::PrintToString(job.Failures());
+}
+
+// A message a Van could not read (RawMessage::error): malformed input is
+// dropped and the job goes on; a peer's message this node cannot read at
+// all (its shared memory) fails the job at once, naming the peer, rather
+// than leaving the peer to wait for an answer that cannot come.
+TEST(PostofficeTest, AMessageFromAPeerThatCannotBeReadFailsTheJob) {
+  InprocJobOptions o;
+  o.num_workers = 1;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  const int worker = job.worker(0)->port(), scheduler = job.scheduler()->port();
+  const std::string worker_name = job.worker(0)->name();
+  std::atomic<int> marked{0};
+  job.net()->SetEdit([&](int from, int to, RawMessage* msg) {
+    if (from == worker && to == scheduler && marked.fetch_add(1) == 0) {
+      msg->error = Status::InvalidArgument("shared-memory table names frame 9");
+    }
+  });
+  while (marked.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(job.Failures().empty()) << ::testing::PrintToString(job.Failures());
+
+  job.net()->SetEdit([&](int from, int to, RawMessage* msg) {
+    if (from == worker && to == scheduler) {
+      msg->error = Status::Unavailable(
+          "cannot open the sender's shared memory /proc/1/fd/3: Permission denied");
+    }
+  });
+  ASSERT_TRUE(job.WaitForFailures(3, kLong));
+  job.net()->SetEdit(nullptr);
+  for (const std::string& line : job.Failures()) {
+    EXPECT_THAT(line, HasSubstr("cannot read a message from " + worker_name +
+                                ": cannot open the sender's shared memory /proc/1/fd/3: "
+                                "Permission denied (KVTRAIN_SHM_BYTES=0 turns shared memory off)"));
+  }
 }
 
 TEST(PostofficeTest, AbortReachesEveryNode) {

@@ -145,6 +145,10 @@ struct PostofficeOptions {
   // Unset: KVTRAIN_SAME_HOST_IPC of the process's environment (default on).
   // Only Create (ZeroMQ) uses it.
   std::optional<bool> same_host;
+  // Bytes of shared memory per same-host connection for large frames
+  // (net/shm.h; 0: none). Unset: KVTRAIN_SHM_BYTES of the process's
+  // environment (default 64 MiB). Only Create (ZeroMQ) uses it.
+  std::optional<int64_t> shm_bytes;
   // A worker's Wait for a small request (at most 64 KB each way) polls this
   // many microseconds for the answer before it sleeps (0: sleep at once;
   // kvstore/ps/answer_poll.h). Unset: KVTRAIN_WAIT_SPIN_US of the process's

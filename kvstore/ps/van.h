@@ -17,9 +17,13 @@ namespace ps {
 
 // A received message: its frames and the routing token of the connection it
 // came from (the sending Van's token).
+// `error` is set when the frames could not be read: InvalidArgument for
+// malformed input, Unavailable when this process cannot read what a peer
+// sent (its shared memory).
 struct RawMessage {
   std::string token;
   std::vector<Blob> frames;
+  Status error;
 };
 
 // Implementations: Send/Connect/Disconnect/Flush are thread-safe; Recv is

@@ -24,6 +24,11 @@ struct ZmqVan::Conn {
   bool closed GUARDED_BY(mu) = false;
   std::string endpoint;
   ZmqVan* van = nullptr;
+  // Over the same-host socket, to a peer in our PID namespace: its frames
+  // may go through shared memory.
+  bool shm_ok = false;
+  std::unique_ptr<net::ShmArena> shm GUARDED_BY(mu);
+  bool shm_failed GUARDED_BY(mu) = false;
 };
 
 namespace {
@@ -238,6 +243,7 @@ Status ZmqVan::Connect(int conn, const std::string& host, int port,
     zmq_close(s);
     return Status::Unavailable("cannot connect to " + c->endpoint + ": " + err);
   }
+  c->shm_ok = !local.empty() && options_.shm_bytes > 0 && net::SameHostSharesPids(same_host);
   {
     std::lock_guard<std::mutex> l(c->mu);
     c->socket = s;
@@ -309,10 +315,68 @@ Status ZmqVan::Send(int conn, int priority, std::vector<Blob> frames) {
     std::lock_guard<std::mutex> l(c->mu);
     if (c->closed)
       return Status::Unavailable("connection to " + c->endpoint + " is closed");
+    if (c->shm_ok) PlaceInShm(c, &m);
     if (c->outbox.Offer(&m)) status = SendFrames(c->socket, c, &m, &unsent);
   }
   CloseUnsent(&unsent);
   return status;
+}
+
+void ZmqVan::PlaceInShm(Conn* c, OutMessage* m) {
+  net::ShmRef arena;
+  std::vector<net::ShmPlaced> placed;
+  for (size_t i = 0; i < m->frames.size(); ++i) {
+    Blob& b = m->frames[i];
+    if (b.size() < kShmMinFrameBytes) continue;
+    if (c->shm == nullptr) {
+      if (c->shm_failed) return;
+      StatusOr<std::unique_ptr<net::ShmArena>> a = net::ShmArena::Create(
+          static_cast<uint64_t>(options_.shm_bytes));
+      if (!a.ok()) {
+        c->shm_failed = true;
+        LOG(WARNING) << "no shared memory for " << c->endpoint << " ("
+                     << a.status().message() << "); its frames go through the socket";
+        return;
+      }
+      c->shm = std::move(*a);
+    }
+    net::ShmRef ref;
+    if (!c->shm->Put(b.data(), b.size(), &ref)) continue;  // full: the socket
+    arena = ref;
+    placed.push_back({static_cast<uint32_t>(i), ref.offset, ref.size});
+    b = Blob();
+  }
+  if (placed.empty()) return;
+  std::vector<Blob> frames;
+  frames.reserve(m->frames.size() + 2);
+  frames.emplace_back();
+  frames.push_back(Blob::FromString(net::EncodeShmTable(arena, placed)));
+  for (Blob& b : m->frames) frames.push_back(std::move(b));
+  m->frames = std::move(frames);
+  m->bytes = 0;
+  for (const Blob& b : m->frames) m->bytes += static_cast<int64_t>(b.size());
+  shm_frames_sent_ += static_cast<int64_t>(placed.size());
+}
+
+Status ZmqVan::TakeShmFrames(std::vector<Blob>* frames) {
+  net::ShmRef arena;
+  std::vector<net::ShmPlaced> placed;
+  KV_RETURN_IF_ERROR(net::DecodeShmTable((*frames)[1].data(), (*frames)[1].size(), &arena,
+                                         &placed));
+  frames->erase(frames->begin(), frames->begin() + 2);
+  for (const net::ShmPlaced& p : placed) {
+    if (p.frame >= frames->size() || !(*frames)[p.frame].empty()) {
+      return Status::InvalidArgument("shared-memory table names frame " +
+                                     std::to_string(p.frame) + ", which is not an empty frame of " +
+                                     std::to_string(frames->size()));
+    }
+    net::ShmRef ref = arena;
+    ref.offset = p.offset;
+    ref.size = p.size;
+    KV_ASSIGN_OR_RETURN(net::ShmMaps::View v, shm_maps_.Open(ref));
+    (*frames)[p.frame] = Blob(std::move(v.owner), v.data, v.size);
+  }
+  return Status::OK();
 }
 
 void ZmqVan::OnReleased(Conn* c, int64_t bytes) {
@@ -367,6 +431,7 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
   bool more = zmq_msg_more(&id);
   zmq_msg_close(&id);
   msg->frames.clear();
+  msg->error = Status::OK();
   while (more) {
     auto holder = std::make_shared<net::ZmqFrame>();
     if (zmq_msg_recv(&holder->msg, router_, 0) < 0) {
@@ -376,6 +441,11 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
     const void* data = zmq_msg_data(&holder->msg);
     const size_t size = zmq_msg_size(&holder->msg);
     msg->frames.emplace_back(std::move(holder), data, size);
+  }
+  // No message of the transport starts with an empty frame but one whose
+  // large frames lie in the sender's shared memory.
+  if (msg->frames.size() >= 2 && msg->frames[0].empty()) {
+    msg->error = TakeShmFrames(&msg->frames);
   }
   if (trace::Enabled()) {
     int64_t bytes = 0;

@@ -5,6 +5,7 @@
 #ifndef KVTRAIN_KVSTORE_PS_ZMQ_VAN_H_
 #define KVTRAIN_KVSTORE_PS_ZMQ_VAN_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "kvstore/ps/van.h"
 #include "net/curve.h"
 #include "net/handshake_monitor.h"
+#include "net/shm.h"
 
 namespace kvtrain {
 namespace ps {
@@ -33,7 +35,14 @@ struct ZmqVanOptions {
   // Peers on this host connect over an abstract Unix-domain socket open to
   // this user id only, without CURVE (net/same_host.h); false: TCP.
   bool same_host = true;
+  // Frames of kShmMinFrameBytes and more to a peer on the same-host socket
+  // go through an arena of this many bytes of shared memory per connection
+  // (net/shm.h), the socket carrying only where they lie; 0: none.
+  int64_t shm_bytes = int64_t{64} << 20;
 };
+
+// The smallest frame worth moving through shared memory.
+inline constexpr size_t kShmMinFrameBytes = 16 << 10;
 
 // Thread-safety as Van. Messages a caller sends go out on the caller's
 // thread when the connection's window allows (no thread hop); a sender
@@ -59,6 +68,9 @@ class ZmqVan : public Van {
   void SetDropHandler(DropHandler handler) override EXCLUDES(handler_mu_);
   void SetLogName(const std::string& name) override;
 
+  // Frames sent through shared memory so far (net/shm.h).
+  int64_t shm_frames_sent() const { return shm_frames_sent_.load(); }
+
   struct Conn;  // one outgoing connection (zmq_van.cc)
 
  private:
@@ -66,6 +78,11 @@ class ZmqVan : public Van {
   void SenderLoop();
   Conn* FindConn(int conn) EXCLUDES(conns_mu_);
   static void CloseConn(Conn* c, int linger_ms);
+  // Moves m's large frames into c's shared memory (c->mu held).
+  void PlaceInShm(Conn* c, OutMessage* m);
+  // Replaces a received message's shared-memory table by the frames it
+  // names.
+  Status TakeShmFrames(std::vector<Blob>* frames);
   bool Idle() EXCLUDES(conns_mu_);
 
   const std::string token_;
@@ -91,6 +108,8 @@ class ZmqVan : public Van {
   bool stop_sender_ GUARDED_BY(ready_mu_) = false;
   std::thread sender_;
   bool closed_ = false;
+  net::ShmMaps shm_maps_;
+  std::atomic<int64_t> shm_frames_sent_{0};
 
   friend void ReleaseFrame(void* data, void* hint);
   void OnReleased(Conn* c, int64_t bytes);

@@ -1,0 +1,274 @@
+// Shared-memory frames for same-host links (see shm.h).
+#include "net/shm.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+namespace kvtrain {
+namespace net {
+namespace {
+
+// The arena starts with its header; every slot starts with a slot header.
+// Both are 64 bytes, so every frame starts 64-byte aligned.
+constexpr uint64_t kHeaderBytes = 64;
+constexpr uint64_t kArenaMagic = 0x31524e4148534b56ull;  // "VKSHANR1"
+constexpr uint64_t kSlotMagic = 0x31544f4c53534b56ull;   // "VKSSLOT1"
+constexpr uint32_t kSlotFree = 0;
+constexpr uint32_t kSlotInUse = 1;
+constexpr size_t kMaxSlots = 4096;
+constexpr char kTableMagic[4] = {'K', 'V', 'S', '1'};
+
+struct ArenaHeader {
+  uint64_t magic;
+  uint64_t id;
+  uint64_t bytes;
+};
+
+struct SlotHeader {
+  uint64_t magic;
+  uint32_t state;  // accessed with __atomic builtins: it is shared
+  uint32_t unused;
+  uint64_t size;
+};
+
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+std::string Errno(int err) { return std::strerror(err); }
+
+template <typename T>
+void PutRaw(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+template <typename T>
+T GetRaw(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+}  // namespace
+
+// ---- ShmArena ----
+
+StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(uint64_t bytes) {
+  bytes = RoundUp(std::max<uint64_t>(bytes, 2 * kHeaderBytes), 4096);
+  if (bytes > kMaxShmArenaBytes) {
+    return Status::InvalidArgument("shared-memory arena of " + std::to_string(bytes) +
+                                   " bytes is above the limit of " +
+                                   std::to_string(kMaxShmArenaBytes));
+  }
+  const int fd = memfd_create("kvtrain-shm", MFD_CLOEXEC);
+  if (fd < 0) return Status::Unavailable("memfd_create: " + Errno(errno));
+  // Only this user may open it (the kernel also lets no other user reach it
+  // through /proc/PID/fd).
+  if (fchmod(fd, 0600) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    close(fd);
+    return Status::Unavailable("ftruncate of a shared-memory arena: " + Errno(err));
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
+    return Status::Unavailable("mmap of a shared-memory arena: " + Errno(err));
+  }
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{rd()} << 32) | rd();
+  auto* h = static_cast<ArenaHeader*>(base);
+  h->magic = kArenaMagic;
+  h->id = id;
+  h->bytes = bytes;
+  return std::unique_ptr<ShmArena>(
+      new ShmArena(fd, static_cast<char*>(base), bytes, id));
+}
+
+ShmArena::ShmArena(int fd, char* base, uint64_t bytes, uint64_t id)
+    : fd_(fd), base_(base), bytes_(bytes), id_(id) {}
+
+ShmArena::~ShmArena() {
+  // A receiver's mapping keeps the memory alive after this.
+  munmap(base_, bytes_);
+  close(fd_);
+}
+
+void ShmArena::Reclaim() {
+  for (auto it = used_.begin(); it != used_.end();) {
+    auto* slot = reinterpret_cast<SlotHeader*>(base_ + it->first);
+    if (__atomic_load_n(&slot->state, __ATOMIC_ACQUIRE) == kSlotFree) {
+      it = used_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+size_t ShmArena::slots_in_use() {
+  Reclaim();
+  return used_.size();
+}
+
+bool ShmArena::Put(const void* data, size_t size, ShmRef* ref) {
+  const uint64_t need = kHeaderBytes + RoundUp(size, kHeaderBytes);
+  if (size == 0 || need > bytes_ - kHeaderBytes) return false;
+  Reclaim();
+  if (used_.size() >= kMaxSlots) return false;
+  // First fit: the lowest gap that holds the slot, so that a long-held slot
+  // does not keep the rest of the arena from being reused.
+  uint64_t at = kHeaderBytes;
+  bool found = false;
+  for (const auto& [offset, len] : used_) {
+    if (offset - at >= need) {
+      found = true;
+      break;
+    }
+    at = offset + len;
+  }
+  if (!found && bytes_ - at < need) return false;
+  auto* slot = reinterpret_cast<SlotHeader*>(base_ + at);
+  slot->magic = kSlotMagic;
+  slot->size = size;
+  std::memcpy(base_ + at + kHeaderBytes, data, size);
+  __atomic_store_n(&slot->state, kSlotInUse, __ATOMIC_RELEASE);
+  used_.emplace(at, need);
+  ref->pid = static_cast<int32_t>(getpid());
+  ref->fd = fd_;
+  ref->arena_id = id_;
+  ref->arena_bytes = bytes_;
+  ref->offset = at + kHeaderBytes;
+  ref->size = size;
+  return true;
+}
+
+// ---- ShmMaps ----
+
+struct ShmMaps::Mapping {
+  Mapping(char* b, uint64_t n) : base(b), bytes(n) {}
+  ~Mapping() { munmap(base, bytes); }
+  char* const base;
+  const uint64_t bytes;
+};
+
+ShmMaps::~ShmMaps() = default;
+
+size_t ShmMaps::mapped() {
+  std::lock_guard<std::mutex> l(mu_);
+  return maps_.size();
+}
+
+StatusOr<ShmMaps::View> ShmMaps::Open(const ShmRef& ref) {
+  if (ref.arena_bytes > kMaxShmArenaBytes || ref.arena_bytes % 4096 != 0 ||
+      ref.size == 0 || ref.offset % kHeaderBytes != 0 ||
+      ref.offset < 2 * kHeaderBytes || ref.offset > ref.arena_bytes ||
+      ref.size > ref.arena_bytes - ref.offset) {
+    return Status::InvalidArgument(
+        "shared-memory frame [" + std::to_string(ref.offset) + ", +" +
+        std::to_string(ref.size) + ") does not fit an arena of " +
+        std::to_string(ref.arena_bytes) + " bytes");
+  }
+  std::shared_ptr<Mapping> map;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = maps_.find({ref.pid, ref.fd, ref.arena_id});
+    if (it != maps_.end() && it->second->bytes == ref.arena_bytes) map = it->second;
+  }
+  if (map == nullptr) {
+    const std::string path =
+        "/proc/" + std::to_string(ref.pid) + "/fd/" + std::to_string(ref.fd);
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      return Status::Unavailable("cannot open the sender's shared memory " + path + ": " +
+                                 Errno(err));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+        static_cast<uint64_t>(st.st_size) != ref.arena_bytes) {
+      close(fd);
+      return Status::InvalidArgument(path + " is not a shared-memory arena of " +
+                                     std::to_string(ref.arena_bytes) + " bytes of this user");
+    }
+    void* base = mmap(nullptr, ref.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int err = errno;
+    close(fd);
+    if (base == MAP_FAILED) {
+      return Status::Unavailable("cannot map the sender's shared memory " + path + ": " +
+                                 Errno(err));
+    }
+    auto fresh = std::make_shared<Mapping>(static_cast<char*>(base), ref.arena_bytes);
+    const auto* h = reinterpret_cast<const ArenaHeader*>(fresh->base);
+    if (h->magic != kArenaMagic || h->id != ref.arena_id || h->bytes != ref.arena_bytes) {
+      return Status::InvalidArgument(path + " does not hold the arena the descriptor names");
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    map = maps_[{ref.pid, ref.fd, ref.arena_id}] = std::move(fresh);
+  }
+  auto* slot = reinterpret_cast<SlotHeader*>(map->base + ref.offset - kHeaderBytes);
+  if (slot->magic != kSlotMagic || slot->size != ref.size ||
+      __atomic_load_n(&slot->state, __ATOMIC_ACQUIRE) != kSlotInUse) {
+    return Status::InvalidArgument("shared-memory frame at " + std::to_string(ref.offset) +
+                                   " is not a slot in use of " + std::to_string(ref.size) +
+                                   " bytes");
+  }
+  View v;
+  v.data = map->base + ref.offset;
+  v.size = ref.size;
+  // The deleter frees the slot; the captured mapping outlives the view.
+  v.owner = std::shared_ptr<const void>(v.data, [map, slot](const void*) {
+    __atomic_store_n(&slot->state, kSlotFree, __ATOMIC_RELEASE);
+  });
+  return v;
+}
+
+// ---- the table ----
+
+std::string EncodeShmTable(const ShmRef& arena, const std::vector<ShmPlaced>& placed) {
+  std::string out(kTableMagic, sizeof(kTableMagic));
+  PutRaw<uint32_t>(&out, static_cast<uint32_t>(placed.size()));
+  PutRaw<int32_t>(&out, arena.pid);
+  PutRaw<int32_t>(&out, arena.fd);
+  PutRaw<uint64_t>(&out, arena.arena_id);
+  PutRaw<uint64_t>(&out, arena.arena_bytes);
+  for (const ShmPlaced& p : placed) {
+    PutRaw<uint32_t>(&out, p.frame);
+    PutRaw<uint32_t>(&out, 0);
+    PutRaw<uint64_t>(&out, p.offset);
+    PutRaw<uint64_t>(&out, p.size);
+  }
+  return out;
+}
+
+Status DecodeShmTable(const char* data, size_t size, ShmRef* arena,
+                      std::vector<ShmPlaced>* placed) {
+  constexpr size_t kHead = 4 + 4 + 4 + 4 + 8 + 8, kEntry = 4 + 4 + 8 + 8;
+  if (size < kHead || std::memcmp(data, kTableMagic, sizeof(kTableMagic)) != 0) {
+    return Status::InvalidArgument("a message starting with an empty frame has no "
+                                   "shared-memory table after it");
+  }
+  const uint32_t n = GetRaw<uint32_t>(data + 4);
+  if (n == 0 || size != kHead + n * kEntry) {
+    return Status::InvalidArgument("shared-memory table of " + std::to_string(size) +
+                                   " bytes does not hold " + std::to_string(n) +
+                                   " frames");
+  }
+  arena->pid = GetRaw<int32_t>(data + 8);
+  arena->fd = GetRaw<int32_t>(data + 12);
+  arena->arena_id = GetRaw<uint64_t>(data + 16);
+  arena->arena_bytes = GetRaw<uint64_t>(data + 24);
+  placed->clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    const char* e = data + kHead + i * kEntry;
+    placed->push_back({GetRaw<uint32_t>(e), GetRaw<uint64_t>(e + 8), GetRaw<uint64_t>(e + 16)});
+  }
+  return Status::OK();
+}
+
+}  // namespace net
+}  // namespace kvtrain

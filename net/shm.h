@@ -1,0 +1,129 @@
+// Shared-memory frames for same-host links. Between two processes of one
+// host, a large frame need not cross a socket at all: the sender copies it
+// into an arena of shared memory (a memfd, ShmArena) and sends only where it
+// lies (a ShmRef); the receiver maps the sender's arena through
+// /proc/PID/fd/FD (ShmMaps) and reads the frame in place, and the slot is
+// free again once the receiver drops its last reference. This saves the
+// kernel's copy through the socket and the wake-ups of both sides' I/O
+// threads for every socket buffer's worth of bytes.
+//
+// Who can read an arena: the kernel lets a process open another's
+// /proc/PID/fd/FD only if it may inspect that process (the same user id, as
+// the same-host socket already requires). The arena's random id, which only
+// descriptors sent over the same-host socket carry, must match what the
+// mapped arena holds, so a descriptor from anywhere else names nothing.
+#ifndef KVTRAIN_NET_SHM_H_
+#define KVTRAIN_NET_SHM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_annotations.h"
+
+namespace kvtrain {
+namespace net {
+
+// Where one frame lies: in the arena `arena_id` (arena_bytes long) that
+// process `pid` holds open as file descriptor `fd`, at [offset, offset +
+// size).
+struct ShmRef {
+  int32_t pid = 0;
+  int32_t fd = -1;
+  uint64_t arena_id = 0;
+  uint64_t arena_bytes = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+// Arena sizes a receiver accepts (a sender's descriptor names its size).
+inline constexpr uint64_t kMaxShmArenaBytes = uint64_t{1} << 32;
+
+// The sender's side: one arena per outgoing same-host connection. Slots are
+// placed first-fit and come back free when the receiver releases them; a
+// frame that does not fit is the caller's to send another way. Not
+// thread-safe: the caller serialises Put.
+class ShmArena {
+ public:
+  // A fresh arena of `bytes` (rounded up to 4 KiB) of shared memory, closed
+  // on exec. Pages are allocated as they are first written.
+  static StatusOr<std::unique_ptr<ShmArena>> Create(uint64_t bytes);
+  ~ShmArena();
+  ShmArena(const ShmArena&) = delete;
+  ShmArena& operator=(const ShmArena&) = delete;
+
+  // Copies [data, data + size) into a free slot and describes it in *ref;
+  // false (nothing copied) when no slot of that size is free.
+  bool Put(const void* data, size_t size, ShmRef* ref);
+  // Slots handed out and not yet released by their receiver.
+  size_t slots_in_use();
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  ShmArena(int fd, char* base, uint64_t bytes, uint64_t id);
+  void Reclaim();
+
+  const int fd_;
+  char* const base_;
+  const uint64_t bytes_;
+  const uint64_t id_;
+  // Slots handed out: offset of the slot's header -> the slot's bytes.
+  std::map<uint64_t, uint64_t> used_;
+};
+
+// The receiver's side: the arenas of its peers that it has mapped, kept
+// until it closes. Thread-safe.
+class ShmMaps {
+ public:
+  ShmMaps() = default;
+  ~ShmMaps();
+  ShmMaps(const ShmMaps&) = delete;
+  ShmMaps& operator=(const ShmMaps&) = delete;
+
+  // The frame `ref` describes, read in place: `owner` keeps the mapping
+  // alive, and its last copy going away frees the slot for the sender.
+  // InvalidArgument: the descriptor is malformed or names no arena of
+  // ours (a size out of range, a wrong id, a slot not in use).
+  // Unavailable: the sender's arena cannot be opened or mapped (the
+  // message names /proc/PID/fd/FD and why).
+  struct View {
+    std::shared_ptr<const void> owner;
+    const char* data = nullptr;
+    size_t size = 0;
+  };
+  StatusOr<View> Open(const ShmRef& ref) EXCLUDES(mu_);
+
+  size_t mapped() EXCLUDES(mu_);
+
+ private:
+  struct Mapping;
+  std::mutex mu_;
+  std::map<std::tuple<int32_t, int32_t, uint64_t>, std::shared_ptr<Mapping>> maps_
+      GUARDED_BY(mu_);
+};
+
+// A message's frames with its large ones moved into an arena, as it goes
+// over the socket: an empty frame (no message of the transport starts with
+// one), then a table saying which frames lie in the arena, then every
+// frame, those in the arena left empty. The table: "KVS1", the count,
+// the arena (pid, fd, id, bytes), then (frame index, offset, size) each.
+struct ShmPlaced {
+  uint32_t frame = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+std::string EncodeShmTable(const ShmRef& arena, const std::vector<ShmPlaced>& placed);
+// InvalidArgument names what is wrong (length, magic, count).
+Status DecodeShmTable(const char* data, size_t size, ShmRef* arena,
+                      std::vector<ShmPlaced>* placed);
+
+}  // namespace net
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_NET_SHM_H_
