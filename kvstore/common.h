@@ -109,10 +109,11 @@ struct StoreSettings {
   // request per key, uncut). Unless KVTRAIN_PS_BUCKET_BYTES gives it
   // (bucket_bytes_given), DistKVStore::Create picks it from the job's
   // hosts: between hosts, smaller pieces let the answer of one travel while
-  // the next is still going out; on one host a transfer is a copy, and each
-  // extra message costs CPU that every process of the job shares.
+  // the next is still going out; on one host a transfer is a copy into
+  // shared memory, and each extra message costs thread wake-ups on CPUs
+  // that every process of the job shares.
   static constexpr int64_t kBucketBytesAcrossHosts = 64 << 10;
-  static constexpr int64_t kBucketBytesOneHost = 128 << 10;
+  static constexpr int64_t kBucketBytesOneHost = 256 << 10;
   int64_t bucket_bytes = kBucketBytesAcrossHosts;
   bool bucket_bytes_given = false;
   // Longest wait for one push/pull/command.
