@@ -17,7 +17,6 @@ and each row against DDP. Runs alternate between rows. Example:
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,17 +26,10 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import dist_train_bench as dtb  # noqa: E402
 from python_bench import CommandJob  # noqa: E402
+from testbed import free_port  # noqa: E402  (tracker/, on the path by dist_train_bench)
 
 PY = "/usr/bin/python3"
 EPOCH = re.compile(r"Epoch\[(\d+)\].* Time cost=([0-9.]+)")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def torch_rate(a, net, world):

@@ -3,6 +3,7 @@ on a free port, and network namespaces joined by a bridge so that "remote"
 hosts have their own addresses. Root is needed for namespaces."""
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -12,12 +13,32 @@ import time
 SSHD = "/usr/sbin/sshd"
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(addr="127.0.0.1"):
-    s = socket.socket()
-    s.bind((addr, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A port that is free now, for a server a test starts a moment later.
+    It is drawn below the kernel's ephemeral range: a port the kernel hands
+    out (bind to 0, or the source port of any connect, as mpirun's daemons
+    and ZeroMQ make) could be taken by another process in between."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(100):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind((addr, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
 
 
 def _run(argv, check=True):

@@ -6,7 +6,6 @@ named by the others within seconds."""
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -14,16 +13,12 @@ import unittest
 
 from tracker import jobkey
 from tracker.launch_testlib import launch
+from tracker.testbed import free_port
 from tools import pyunit
 
 NODE = os.path.abspath("tests/collective/collective_test_node")
 JOB_ENV = ["--env", "PS_HEARTBEAT_TIMEOUT=60", "--env", "KVTRAIN_STARTUP_TIMEOUT=120"]
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_ranks(n, args=(), extra_env=None):

@@ -7,13 +7,13 @@ double batch; wrong process counts are one clear error on every rank."""
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import unittest
 
 from tracker import jobkey
 from tracker.launch_testlib import launch
+from tracker.testbed import free_port
 from tools import pyunit
 
 TRAIN = os.path.abspath("examples/train_mnist")
@@ -36,11 +36,6 @@ def losses(path):
 def max_rel_diff(a, b):
     return max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b))
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mpirun(n, argv, timeout=300):

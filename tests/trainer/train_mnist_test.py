@@ -8,7 +8,6 @@ too), --help and --epoch-size."""
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,6 +15,7 @@ import unittest
 
 from tracker import jobkey
 from tracker.launch_testlib import launch
+from tracker.testbed import free_port
 from tools import pyunit
 
 TRAIN = os.path.abspath("examples/train_mnist")
@@ -31,11 +31,6 @@ def train(*args, timeout=900):
                        text=True, timeout=timeout)
     return r.returncode, r.stdout, r.stderr
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def parsed_accuracy(out):
