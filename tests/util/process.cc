@@ -10,11 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -176,23 +178,50 @@ std::string Process::ReadLog() const {
   return log_path_.empty() ? "" : ReadFile(log_path_);
 }
 
-StatusOr<int> FreeTcpPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return Status::Internal(std::string("socket: ") + strerror(errno));
+namespace {
+
+// The first port of the kernel's ephemeral range (bind to port 0 and the
+// source port of every connect are drawn from it).
+int EphemeralLow() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  if (f >> low && low > 1024) return low;
+  return 32768;
+}
+
+// Binds fd to 127.0.0.1:port (0: any); returns the port bound, or -1.
+int BindLoopback(int fd, int port) {
   sockaddr_in addr;
   std::memset(&addr, 0, sizeof(addr));
   addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return -1;
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+}  // namespace
+
+StatusOr<int> FreeTcpPort() {
+  const int low = EphemeralLow();
+  std::random_device seed;
+  std::mt19937 rng(seed());
+  std::uniform_int_distribution<int> below(std::max(1025, low - 12000), low - 1);
+  for (int attempt = 0; attempt <= 100; ++attempt) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      return Status::Internal(std::string("socket: ") + strerror(errno));
+    // The last attempt lets the kernel choose.
+    const int port = BindLoopback(fd, attempt < 100 ? below(rng) : 0);
     const std::string err = strerror(errno);
     close(fd);
-    return Status::Unavailable("no free port: " + err);
+    if (port > 0) return port;
+    if (attempt == 100) return Status::Unavailable("no free port: " + err);
   }
-  close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
+  return Status::Unavailable("no free port");
 }
 
 bool PortAcceptsConnections(int port) {

@@ -80,9 +80,10 @@ class Process {
   std::optional<ExitInfo> exit_;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0 and
-// released). Another process may take it before it is used; LocalJob
-// retries the scheduler's port for that reason.
+// A TCP port on 127.0.0.1 that was free a moment ago, drawn below the
+// kernel's ephemeral range so that no connect() or bind to port 0 elsewhere
+// is handed it in between. Another test may still take it before it is used;
+// LocalJob retries the scheduler's port for that reason.
 StatusOr<int> FreeTcpPort();
 
 // True once something accepts TCP connections on 127.0.0.1:port.
