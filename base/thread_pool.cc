@@ -62,10 +62,12 @@ void ThreadPool::WorkerLoop(Slot* slot) {
   uint64_t seen = 0;
   while (true) {
     const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    const uint64_t rest = rest_.load(std::memory_order_relaxed);
     int polls = 0;
     while (slot->epoch.load() == seen) {
       KV_CPU_RELAX();
-      if (++polls % 64 != 0 || std::chrono::steady_clock::now() < spin_until) {
+      if (++polls % 64 != 0 || (std::chrono::steady_clock::now() < spin_until &&
+                                rest_.load(std::memory_order_relaxed) == rest)) {
         continue;
       }
       std::unique_lock<std::mutex> lock(slot->mu);

@@ -35,6 +35,11 @@ class ThreadPool {
   void ParallelFor(int64_t n, int64_t grain,
                    const std::function<void(int64_t, int64_t)>& fn);
 
+  // Workers polling for the next loop go to sleep now instead of at the
+  // end of their poll: the caller is about to wait on something else
+  // (another process) that needs the cores more than a poll does.
+  void Rest() { rest_.fetch_add(1, std::memory_order_relaxed); }
+
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
@@ -56,6 +61,7 @@ class ThreadPool {
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<std::thread> workers_;
   std::atomic<bool> busy_{false};
+  std::atomic<uint64_t> rest_{0};  // bumped by Rest
 
   // The current job. `claim_` packs (generation << 32 | next chunk); a chunk
   // is claimed by a compare-and-swap, so a worker that wakes after its job

@@ -121,6 +121,9 @@ class Executor {
   // Waits for every pass started so far; returns the first error (e.g.
   // KVTRAIN_CHECK_NAN naming the operator).
   Status Wait();
+  // Forgets the errors its arrays hold, after the caller reported one that
+  // ops outside the executor's passes left on them (e.g. a failed update).
+  void ClearErrors();
 
   const std::vector<std::string>& arg_names() const { return arg_names_; }
   const std::vector<std::string>& aux_names() const { return aux_names_; }

@@ -143,13 +143,15 @@ Status Executor::Wait() {
     if (first.ok() && !st.ok()) first = st;
   }
   pending_.clear();
-  if (!first.ok() && first.code() != Status::Code::kDeadlineExceeded) {
-    // Reported here: later passes start clean.
-    for (auto* list : {&arg_vars_, &grad_vars_, &aux_vars_, &block_vars_}) {
-      engine_->ClearErrors(*list);
-    }
-  }
+  // Reported here: later passes start clean.
+  if (!first.ok() && first.code() != Status::Code::kDeadlineExceeded) ClearErrors();
   return first;
+}
+
+void Executor::ClearErrors() {
+  for (auto* list : {&arg_vars_, &grad_vars_, &aux_vars_, &block_vars_}) {
+    engine_->ClearErrors(*list);
+  }
 }
 
 Status Executor::Forward(bool is_train) {

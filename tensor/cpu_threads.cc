@@ -50,6 +50,8 @@ void SetCpuThreads(int n) {
 
 int CpuThreads() { return CpuPool()->num_threads(); }
 
+void RestCpuThreads() { CpuPool()->Rest(); }
+
 void ParallelFor(int64_t n, int64_t grain,
                  const std::function<void(int64_t, int64_t)>& fn) {
   CpuPool()->ParallelFor(n, grain, fn);

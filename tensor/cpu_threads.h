@@ -24,6 +24,10 @@ int CpuThreads();
 void ParallelFor(int64_t n, int64_t grain,
                  const std::function<void(int64_t, int64_t)>& fn);
 
+// The pool's threads stop polling for work and sleep (ThreadPool::Rest):
+// the caller is about to block on another process.
+void RestCpuThreads();
+
 // KVTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else the cores this process may
 // run on (sched_getaffinity).
 StatusOr<int> CpuThreadsFromEnv(const EnvLookup& env);

@@ -6,9 +6,10 @@ a training step's time goes.
   tools/trace_report.py /tmp/t/job [--out merged.json]
 
 The breakdown covers the steps after the first `--skip` (default: a fifth):
-per step, the compute (forward and backward ops on the worker's compute
-thread), the tail after backward (the step's end minus the end of the
-backward pass: the communication that compute did not hide), and per key
+per step (from its first forward op to the next step's), the compute
+(forward and backward ops on the worker's compute thread), the tail after
+backward (the next step's first forward op minus the end of the backward
+pass: the communication that compute did not hide), and per key
 the request's stages: issued -> the server starts handling it -> the server
 is done (reply handed to the transport) -> the worker's wait returns.
 Python stdlib only."""
@@ -54,6 +55,23 @@ def summary(values):
     return "%7.0f %7.0f %7.0f" % (statistics.median(values), pct(values, 0.9), max(values))
 
 
+def step_windows(evs):
+    """(begin, end) of each training step of one worker's time-sorted events:
+    from the first forward op after a backward pass (or the first forward op
+    of all) to the next such op. The trainer keeps two steps in flight, so
+    its own spans do not bound a step; the compute thread's ops do."""
+    starts, after_backward = [], True
+    for e in evs:
+        if e.get("cat") != "engine":
+            continue
+        if e["name"] == "backward pass":
+            after_backward = True
+        elif after_backward and e["name"].endswith(" forward"):
+            starts.append(e["ts"])
+            after_backward = False
+    return list(zip(starts, starts[1:]))
+
+
 def report(events, names, skip_fraction):
     by_pid = {}
     for e in events:
@@ -72,7 +90,7 @@ def report(events, names, skip_fraction):
     for pid in workers:
         evs = sorted(by_pid.get(pid, []), key=lambda e: e["ts"])
         wname = names.get(pid, "pid %d" % pid)
-        steps = [e for e in evs if e["name"] == "step"]
+        steps = step_windows(evs)
         steps = steps[int(len(steps) * skip_fraction):]
         if not steps:
             print("%s: no training steps traced" % wname)
@@ -80,8 +98,7 @@ def report(events, names, skip_fraction):
         step_us, compute_us, tail_us = [], [], []
         stages = {}  # key -> {stage: [us]}
         i = 0
-        for s in steps:
-            t0, t1 = s["ts"], s["ts"] + s["dur"]
+        for t0, t1 in steps:
             while i < len(evs) and evs[i]["ts"] < t0:
                 i += 1
             j = i
@@ -111,7 +128,7 @@ def report(events, names, skip_fraction):
                         st.setdefault("round trip", []).append(got - t_issue)
                         st.setdefault("answer to wait's end", []).append(max(0, done - got))
                 j += 1
-            step_us.append(s["dur"])
+            step_us.append(t1 - t0)
             compute_us.append(compute)
             if bwd_end is not None:
                 tail_us.append(t1 - bwd_end)

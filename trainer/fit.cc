@@ -8,15 +8,10 @@
 
 #include "base/trace.h"
 #include "kvstore/compression.h"
+#include "tensor/cpu_threads.h"
 #include "trainer/module.h"
 
 namespace kvtrain {
-namespace {
-
-constexpr auto kStepTimeout = std::chrono::minutes(30);
-
-}  // namespace
-
 Status Module::SyncParams(KVStore* kv) {
   std::vector<Key> keys;
   std::vector<Tensor> first, all;
@@ -74,28 +69,35 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_k
   return Status::OK();
 }
 
-Status Module::Step(const Batch& batch, KVStore* kv) {
+StatusOr<std::vector<Completion>> Module::StartStep(const Batch& batch, KVStore* kv,
+                                                    std::string label) {
   Optimizer* const local_optimizer = local_optimizer_.get();
   trace::Scope span("trainer", "step");
+  std::vector<Completion> feeds;
   {
     trace::Scope feed("trainer", "feed");
-    KV_RETURN_IF_ERROR(Feed(batch));
+    KV_ASSIGN_OR_RETURN(feeds, PushFeed(batch));
   }
-  for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartForward(true).status());
+  std::vector<Completion> forwards;
+  for (auto& e : execs_) {
+    KV_ASSIGN_OR_RETURN(Completion c, e->StartForward(true));
+    forwards.push_back(c);
+  }
   for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartBackward().status());
   // One engine op per parameter: it runs once every device has that
   // gradient, while earlier layers' backward still computes, and hands the
-  // gradients to the store (PushPullAsync never waits on the network). The
-  // step then waits for every result (FinishStep): so a store may carry a
+  // gradients to the store (PushPullAsync never waits on the network). A
+  // last op waits for every result (FinishStep): so a store may carry a
   // step's keys together (buckets), and one path serves every store type.
-  // The op runs in the thread that produced the gradient, saving a
-  // hand-off to another thread per parameter.
+  // The ops run in the thread that made them ready (the device's compute
+  // worker, done with the gradient), saving a hand-off per parameter; the
+  // waiting op then holds that worker, which has nothing to run until the
+  // weights are back, and goes on into the next forward without a wake-up.
   // The op that issues the step's last call sends the store's open bucket
-  // (KVStore::Flush) from its own thread, the moment backward is done: the
-  // waiting thread, woken later, would send it a thread wake-up late.
-  std::vector<Completion> comms;
+  // (KVStore::Flush) the moment backward is done.
   auto handles = std::make_shared<std::vector<KVHandle>>(param_names_.size(), 0);
   auto unissued = std::make_shared<std::atomic<size_t>>(param_names_.size());
+  std::vector<Engine::Var*> step_vars;
   for (size_t p = 0; p < param_names_.size(); ++p) {
     const int arg = param_args_[p];
     std::vector<Engine::Var*> reads, writes;
@@ -109,6 +111,10 @@ Status Module::Step(const Batch& batch, KVStore* kv) {
       outs.push_back(local_optimizer == nullptr ? e->arg_arrays()[arg]
                                                 : e->grad_arrays()[arg]);
       if (local_optimizer != nullptr) writes.push_back(e->grad_var(arg));
+      // The waiting op holds both until the store is done with them: the
+      // gradients may be sent without a copy, the weights are written late.
+      step_vars.push_back(e->arg_var(arg));
+      step_vars.push_back(e->grad_var(arg));
     }
     const std::vector<Key> keys(execs_.size(), Key(param_names_[p]));
     const int priority = -static_cast<int>(p);
@@ -118,18 +124,44 @@ Status Module::Step(const Batch& batch, KVStore* kv) {
       KV_ASSIGN_OR_RETURN((*handles)[p], std::move(h));
       return Status::OK();
     };
-    comms.push_back(engine_->Push(std::move(fn), reads, writes, Device::CPU(),
-                                  Engine::Queue::kInline, "kvstore " + param_names_[p]));
+    engine_->Push(std::move(fn), reads, writes, Device::CPU(), Engine::Queue::kInline,
+                  "kvstore " + param_names_[p]);
   }
+  // Reads and writes: an error of a store op above skips it and passes on.
+  Completion finish = engine_->Push(
+      [this, kv, handles] {
+        // Waiting on servers: the CPU pool's polling threads would take the
+        // cores the servers and the transport need (on one host).
+        if (kv->is_distributed()) RestCpuThreads();
+        return FinishStep(kv, *handles);
+      },
+                                    step_vars, step_vars, Device::CPU(),
+                                    Engine::Queue::kInline, "kvstore results");
+  in_flight_.push_back({std::move(label), finish});
+  // The batch may be reused by the next Next: wait until it is copied in.
+  for (const Completion& c : feeds) KV_RETURN_IF_ERROR(c.Wait(kStepTimeout));
+  return forwards;
+}
+
+Status Module::FinishOldestStep() {
+  if (in_flight_.empty()) return Status::OK();
+  InFlight oldest = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  return oldest.finish.Wait(kStepTimeout).Annotate(oldest.label);
+}
+
+Status Module::Drain() {
   Status first;
-  for (const Completion& c : comms) {
-    const Status s = c.Wait(kStepTimeout);
+  while (!in_flight_.empty()) {
+    const Status s = FinishOldestStep();
     if (!s.ok() && first.ok()) first = s;
   }
-  if (first.ok()) first = FinishStep(kv, *handles);
   for (auto& e : execs_) {
     const Status s = e->Wait();
     if (!s.ok() && first.ok()) first = s;
+  }
+  if (!first.ok()) {
+    for (auto& e : execs_) e->ClearErrors();
   }
   return first;
 }
@@ -231,6 +263,12 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
                               std::strerror(errno));
     }
   }
+  // Whatever ends the loop, no step is left running: the engine's ops hold
+  // this module's arrays, and errors they leave are cleared for the next Fit.
+  struct DrainOnExit {
+    Module* m;
+    ~DrainOnExit() { (void)m->Drain(); }
+  } drain_on_exit{this};
   for (int epoch = o.begin_epoch; epoch < o.num_epochs; ++epoch) {
     metrics.Reset();
     KV_RETURN_IF_ERROR(train->StartEpoch(epoch));
@@ -258,9 +296,22 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
         KV_ASSIGN_OR_RETURN(more, train->Next(&batch));
         if (!more) return Status::InvalidArgument("the training data yields no batch");
       }
-      KV_RETURN_IF_ERROR(Step(batch, kv)
-                             .Annotate("epoch " + std::to_string(epoch) + " batch " +
-                                       std::to_string(n)));
+      // Two steps in flight: this thread copies in, and pushes the ops of,
+      // the next batch while this one's backward and store round trip run,
+      // so the engine goes from the store's answer straight into the next
+      // forward without waiting for this thread. (Its own errors name it.)
+      while (in_flight_.size() >= 2) KV_RETURN_IF_ERROR(FinishOldestStep());
+      const std::string label = "epoch " + std::to_string(epoch) + " batch " + std::to_string(n);
+      StatusOr<std::vector<Completion>> forwards = StartStep(batch, kv, label);
+      if (!forwards.ok()) return forwards.status().Annotate(label);
+      for (const Completion& c : *forwards) {
+        const Status s = c.Wait(kStepTimeout);
+        if (s.ok()) continue;
+        // An error an earlier step left on the weights is that step's:
+        // report it with its batch.
+        while (!in_flight_.empty()) KV_RETURN_IF_ERROR(FinishOldestStep());
+        return s.Annotate(label);
+      }
       {
         trace::Scope span("trainer", "metrics");
         KV_RETURN_IF_ERROR(UpdateMetrics(&metrics, batch));
@@ -273,6 +324,7 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
       if (report) progress.Batch(n, batch_size_ - batch.pad, metrics.Get());
       if (o.batch_end) KV_RETURN_IF_ERROR(o.batch_end(epoch, n, metrics.Get()));
     }
+    KV_RETURN_IF_ERROR(Drain());
     if (report) progress.EndTraining();
     MetricValues validation;
     if (eval != nullptr) {

@@ -167,26 +167,54 @@ Status Module::InitParams(const InitializerOptions& init, const ModelArrays* fro
   return Status::OK();
 }
 
-Status Module::Feed(const Batch& batch) {
+StatusOr<std::vector<Completion>> Module::PushFeed(const Batch& batch) {
   if (batch.data.dim(0) != batch_size_) {
     return Status::InvalidArgument("batch of " + std::to_string(batch.data.dim(0)) +
                                    " rows; the module was bound for " +
                                    std::to_string(batch_size_));
   }
+  std::vector<Completion> done;
   for (size_t d = 0; d < execs_.size(); ++d) {
     const Slice& s = slices_[d];
     KV_ASSIGN_OR_RETURN(Tensor data, batch.data.Slice(s.begin, s.begin + s.size));
     KV_ASSIGN_OR_RETURN(Tensor label, batch.label.Slice(s.begin, s.begin + s.size));
+    Executor* e = execs_[d].get();
+    std::vector<Engine::Var*> writes;
+    Tensor dst_data, dst_label;
     if (data_arg_ >= 0) {
-      Tensor dst_data = execs_[d]->arg_arrays()[data_arg_];
-      KV_RETURN_IF_ERROR(dst_data.CopyFrom(data).Annotate("input " + options_.data_name));
+      dst_data = e->arg_arrays()[data_arg_];
+      writes.push_back(e->arg_var(data_arg_));
     }
     if (label_arg_ >= 0) {
-      Tensor dst_label = execs_[d]->arg_arrays()[label_arg_];
-      KV_RETURN_IF_ERROR(dst_label.CopyFrom(label).Annotate("input " + options_.label_name));
+      dst_label = e->arg_arrays()[label_arg_];
+      writes.push_back(e->arg_var(label_arg_));
     }
+    if (writes.empty()) continue;
+    // An engine op: the previous step's backward may still read the inputs.
+    Engine::Fn copy = [dst_data, dst_label, data, label, this]() mutable -> Status {
+      if (dst_data.defined()) {
+        KV_RETURN_IF_ERROR(dst_data.CopyFrom(data).Annotate("input " + options_.data_name));
+      }
+      if (dst_label.defined()) {
+        KV_RETURN_IF_ERROR(dst_label.CopyFrom(label).Annotate("input " + options_.label_name));
+      }
+      return Status::OK();
+    };
+    const Device device = (dst_data.defined() ? dst_data : dst_label).device();
+    done.push_back(engine_->Push(std::move(copy), {}, writes, device, Engine::Queue::kCompute,
+                                 "feed"));
   }
-  return Status::OK();
+  return done;
+}
+
+Status Module::Feed(const Batch& batch) {
+  KV_ASSIGN_OR_RETURN(std::vector<Completion> feeds, PushFeed(batch));
+  Status first;
+  for (const Completion& c : feeds) {
+    const Status s = c.Wait(kStepTimeout);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
 }
 
 Status Module::UpdateMetrics(MetricSet* metrics, const Batch& batch) {
@@ -256,6 +284,8 @@ StatusOr<Tensor> Module::Predict(DataIter* data) {
 
 StatusOr<ModelArrays> Module::Arrays() const {
   if (execs_.empty()) return Status::FailedPrecondition("Arrays before Bind");
+  // Fit keeps steps in flight while its callbacks run.
+  KV_RETURN_IF_ERROR(engine_->WaitForAll(kStepTimeout));
   ModelArrays out;
   const Executor* first = execs_[0].get();
   for (size_t p = 0; p < param_names_.size(); ++p) {

@@ -8,6 +8,8 @@
 #ifndef KVTRAIN_TRAINER_MODULE_H_
 #define KVTRAIN_TRAINER_MODULE_H_
 
+#include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -146,14 +148,36 @@ class Module {
 
   Module(const Symbol& symbol, const ModuleOptions& options)
       : symbol_(symbol), options_(options) {}
-  // Copies rows of the batch into each device's data and label arrays.
+  // How long the trainer waits for one engine op of a step (a hang is
+  // reported, not waited out).
+  static constexpr std::chrono::minutes kStepTimeout{30};
+
+  // A step whose ops are on the engine: Fit waits for it two steps later.
+  struct InFlight {
+    std::string label;                 // "epoch E batch N", for its errors
+    Completion finish;                 // the store's results are in
+  };
+
+  // Copies rows of the batch into each device's data and label arrays, as
+  // engine ops (after the ops that still read them).
+  StatusOr<std::vector<Completion>> PushFeed(const Batch& batch);
+  // PushFeed and wait.
   Status Feed(const Batch& batch);
   // Every batch of `data` from its start, fed and forward (inference), then
   // `fn` on it: Score's and Predict's loop.
   Status ForEachForward(DataIter* data, const std::function<Status(const Batch&)>& fn);
   Status UpdateMetrics(MetricSet* metrics, const Batch& batch);
-  // One training step: forward, backward and the parameters' KVStore ops.
-  Status Step(const Batch& batch, KVStore* kv);
+  // One training step on the engine: the batch copied in, forward,
+  // backward, the parameters' KVStore ops and a last op that waits for the
+  // store's results (FinishStep). Returns once the batch is copied in, with
+  // the forward pass's handle (the outputs are then readable); the rest
+  // runs on while the caller reads metrics and prepares the next batch.
+  StatusOr<std::vector<Completion>> StartStep(const Batch& batch, KVStore* kv,
+                                              std::string label);
+  // Waits for the oldest step in flight; its error names its batch.
+  Status FinishOldestStep();
+  // Waits for every step in flight and every executor pass.
+  Status Drain();
   // Waits for the step's store results; a local optimizer then updates.
   Status FinishStep(KVStore* kv, const std::vector<KVHandle>& handles);
   // Initial values on the store, the same on every device and worker.
@@ -178,6 +202,7 @@ class Module {
   int64_t batch_size_ = 0;
   // The last Fit's optimizer when the workers update (null: the store's).
   std::unique_ptr<Optimizer> local_optimizer_;
+  std::deque<InFlight> in_flight_;
 };
 
 }  // namespace kvtrain

@@ -5,11 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 
 namespace kvtrain {
@@ -218,13 +222,100 @@ class RecordingStore : public KVStore {
   const proto::OptimizerSpec& spec() const { return spec_; }
   bool has_optimizer() const { return has_optimizer_; }
 
+ protected:
+  std::unique_ptr<KVStore> inner_;
+
  private:
   const int workers_;
   const bool levels_;
   bool has_optimizer_ = false;
-  std::unique_ptr<KVStore> inner_;
   proto::OptimizerSpec spec_;
 };
+
+// A local store whose answers land late, in Wait, as a remote store's do
+// (written into the caller's arrays after a pause); the `fail_at`-th Wait
+// (counting from 1; 0: none) fails naming its key.
+class LateStore : public RecordingStore {
+ public:
+  explicit LateStore(int fail_at = 0) : RecordingStore("dist_sync", 1), fail_at_(fail_at) {}
+  StatusOr<KVHandle> PushPullAsync(const std::vector<Key>& k, const std::vector<Tensor>& v,
+                                   const std::vector<Tensor>& o, int p) override {
+    std::vector<Tensor> staged;
+    for (const Tensor& t : o) staged.push_back(Tensor::Empty(t.shape()));
+    KV_ASSIGN_OR_RETURN(KVHandle h, inner_->PushPullAsync(k, v, staged, p));
+    std::lock_guard<std::mutex> lock(mu_);
+    late_[h] = Late{k.empty() ? std::string() : k[0].ToString(), o, staged};
+    return h;
+  }
+  Status Wait(KVHandle h) override {
+    KV_RETURN_IF_ERROR(inner_->Wait(h));
+    Late late;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = late_.find(h);
+      if (it == late_.end()) return Status::OK();  // a push or pull
+      late = it->second;
+      late_.erase(h);
+      if (++waits_ == fail_at_) {
+        return Status::Unavailable("no answer for key " + late.key);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    for (size_t i = 0; i < late.outs.size(); ++i) {
+      KV_RETURN_IF_ERROR(late.outs[i].CopyFrom(late.staged[i]));
+    }
+    return Status::OK();
+  }
+
+ private:
+  struct Late {
+    std::string key;
+    std::vector<Tensor> outs, staged;
+  };
+  const int fail_at_;
+  std::mutex mu_;
+  std::map<KVHandle, Late> late_;
+  int waits_ = 0;
+};
+
+// Fit keeps two steps in flight; a step's forward still runs on every
+// update before it, however late the store's answers land, and what it
+// learns is exactly what a store answering at once teaches.
+TEST(ModuleTest, StepsInFlightSeeEveryUpdate) {
+  auto reference = [](KVStore* kv) {
+    auto it = TwoClasses(20);
+    auto m = BoundMlp(*it);
+    FitOptions fo = ShortFit(3);
+    fo.epoch_size = 0;  // 20 batches per epoch
+    EXPECT_TRUE(m->Fit(it.get(), nullptr, kv, fo).ok());
+    return std::move(m->Arrays()).value();
+  };
+  auto local = std::move(KVStore::Create("local")).value();
+  const ModelArrays want = reference(local.get());
+  LateStore late;
+  const ModelArrays got = reference(&late);
+  ASSERT_EQ(want.args.size(), got.args.size());
+  for (const auto& [name, t] : want.args) {
+    EXPECT_EQ(t.ToVector(), got.args.at(name).ToVector()) << name;
+  }
+}
+
+// A store's error in a step ends Fit naming the step's batch, and the
+// module trains again afterwards.
+TEST(ModuleTest, AStoreErrorNamesItsBatch) {
+  auto it = TwoClasses(20);
+  auto m = BoundMlp(*it);
+  FitOptions fo = ShortFit(1);
+  fo.epoch_size = 10;
+  // 4 parameters per step: the 14th Wait is in the 4th step (batch 3).
+  LateStore failing(14);
+  const Status s = m->Fit(it.get(), nullptr, &failing, fo);
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable) << s;
+  EXPECT_NE(s.message().find("epoch 0 batch 3"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("no answer for key fc"), std::string::npos) << s;
+  auto kv = std::move(KVStore::Create("local")).value();
+  EXPECT_TRUE(m->Fit(it.get(), nullptr, kv.get(), fo).ok());
+}
 
 // MXNet's rule: gradients are averaged over every example one update sums,
 // so over all workers' batches for the synchronous stores and over one
