@@ -110,7 +110,11 @@ def report(events, names, skip_fraction):
                     compute += e["dur"]
                 if n == "backward pass":
                     bwd_end = e["ts"]
-                if e.get("cat") == "kvstore" and e.get("ph") == "i":
+                # A request issued: "push KEY", "pull KEY", "pushpull KEY" (or
+                # "... bucket of N"); "bucket KEY" marks a key joining a bucket,
+                # its number the step's, not a request's.
+                if (e.get("cat") == "kvstore" and e.get("ph") == "i"
+                        and n.split(" ", 1)[0] in ("push", "pull", "pushpull")):
                     key = n.split(" ", 1)[1]
                     issued[e.get("args", {}).get("n")] = (key, e["ts"])
                 if e.get("cat") == "kvstore" and n.startswith("wait "):

@@ -190,9 +190,9 @@ class RecordingStore : public KVStore {
  public:
   RecordingStore(const std::string& type, int workers, bool levels = false)
       : KVStore(type),
+        inner_(std::move(KVStore::Create("local")).value()),
         workers_(workers),
-        levels_(levels),
-        inner_(std::move(KVStore::Create("local")).value()) {}
+        levels_(levels) {}
   int num_workers() const override { return workers_; }
   bool SumsComeBackAsLevels() const override { return levels_; }
   Status Init(const std::vector<Key>& k, const std::vector<Tensor>& v) override {
