@@ -113,8 +113,8 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "1: the ssh launcher uses StrictHostKeyChecking=yes (only hosts already in known_hosts receive the job key); the same as tracker/launch.py --ssh-strict-host-keys. 0: accept-new (a first-seen host is trusted)."},
       {env::kTrace, "(none)",
        "A file prefix: every process writes a timeline of its training steps, KVStore requests, messages and server work to PREFIX.<pid>.json (Chrome trace events); tools/trace_report.py merges a job's files and prints where a step's time goes."},
-      {env::kWaitSpinUs, "200",
-       "A worker's Wait for a small push/pull (at most 64 KB each way) polls for this many microseconds, yielding the CPU, before it sleeps: the response then needs no thread wake-up; 0: sleep at once."},
+      {env::kWaitSpinUs, "200 (1000 on one host)",
+       "A worker's Wait for a small push/pull (at most 64 KB each way; any push/pull when every process of the job is on one host) polls for this many microseconds, yielding the CPU, before it sleeps: the response then needs no thread wake-up; 0: sleep at once."},
   };
   return kDocs;
 }

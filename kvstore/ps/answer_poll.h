@@ -10,7 +10,10 @@
 // (the CPUs are oversubscribed, or the servers are slow), polling only takes
 // CPU from them: after each miss the next polls are skipped for twice as
 // many small waits as before, plus one (up to 63), and one hit resets that.
-// Large requests never poll: their own transfer needs the CPU.
+// Large requests poll only when the whole job is on one host: their frames
+// then travel through shared memory, a copy by the receiving thread, and
+// the poll spares the waiter a wake-up after a round trip of a few hundred
+// microseconds; between hosts their transfer (and CURVE) needs the CPU.
 #ifndef KVTRAIN_KVSTORE_PS_ANSWER_POLL_H_
 #define KVTRAIN_KVSTORE_PS_ANSWER_POLL_H_
 
@@ -24,6 +27,12 @@
 
 namespace kvtrain {
 namespace ps {
+
+// KVTRAIN_WAIT_SPIN_US's default, and its default when every node of the
+// job is on one host (where large requests poll too: their round trip,
+// a few hundred microseconds on one host, outlasts the shorter poll).
+inline constexpr int kWaitSpinUs = 200;
+inline constexpr int kWaitSpinUsOneHost = 1000;
 
 // Not thread-safe: the owner guards it (KVWorker holds it under its mutex).
 class AnswerPoll {

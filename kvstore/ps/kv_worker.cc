@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -42,7 +43,7 @@ const char* Kind(bool push, bool pull) {
 class KVWorker::Impl : public Customer {
  public:
   Impl(PostofficeImpl* po, int app_id)
-      : po_(po), app_id_(app_id), poll_(po->wait_spin_us()) {}
+      : po_(po), app_id_(app_id) {}
   ~Impl() override { po_->UnregisterCustomer(this); }
 
   int app_id() const override { return app_id_; }
@@ -94,8 +95,10 @@ class KVWorker::Impl : public Customer {
   std::condition_variable cv_;
   // Requests completed so far: a spinning Wait watches it without the lock.
   std::atomic<uint64_t> finished_{0};
-  // Whether a small request's Wait polls first.
-  AnswerPoll poll_ GUARDED_BY(mu_);
+  // Whether a request's Wait polls first; set at the first Wait, once the
+  // node table says whether the job is on one host.
+  std::optional<AnswerPoll> poll_ GUARDED_BY(mu_);
+  bool poll_any_size_ GUARDED_BY(mu_) = false;
   std::unordered_map<int64_t, Pending> pending_ GUARDED_BY(mu_);
   int64_t next_ts_ GUARDED_BY(mu_) = 1;
   LogRateLimiter log_;
@@ -353,10 +356,15 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
     auto i = pending_.find(ts);
     return i == pending_.end() || (i->second.done && i->second.copying == 0);
   };
-  // A small request's answer is polled for first (answer_poll.h).
-  if (it->second.small && !ready()) {
-    const int poll_us = poll_.Next();
-    if (poll_us > 0) poll_.Polled(PollForAnswer(&l, finished_, poll_us, ready));
+  // A small request's answer is polled for first, any request's when the
+  // job is on one host (answer_poll.h).
+  if (!poll_ && po_->table() != nullptr) {
+    poll_.emplace(po_->wait_spin_us());
+    poll_any_size_ = po_->one_host();
+  }
+  if (poll_ && (it->second.small || poll_any_size_) && !ready()) {
+    const int poll_us = poll_->Next();
+    if (poll_us > 0) poll_->Polled(PollForAnswer(&l, finished_, poll_us, ready));
   }
   const bool answered = cv_.wait_until(l, deadline, ready);
   if (!answered) {

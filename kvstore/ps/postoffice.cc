@@ -11,6 +11,7 @@
 #include "net/same_host.h"
 #include "net/shm.h"
 #include "kvstore/ps/postoffice_impl.h"
+#include "kvstore/ps/answer_poll.h"
 
 #include "base/file.h"
 #include "kvstore/ps/scheduler.h"
@@ -148,9 +149,9 @@ StatusOr<std::unique_ptr<Postoffice>> Postoffice::CreateWithVan(
     const NodeConfig& config, std::unique_ptr<Van> van,
     const PostofficeOptions& given) {
   PostofficeOptions options = given;
-  if (!options.wait_spin_us) {
+  if (!options.wait_spin_us && ProcessEnv()(env::kWaitSpinUs).has_value()) {
     KV_ASSIGN_OR_RETURN(int64_t spin, GetIntVar(ProcessEnv(), env::kWaitSpinUs,
-                                                200, 0, 1000000));
+                                                kWaitSpinUs, 0, 1000000));
     options.wait_spin_us = static_cast<int>(spin);
   }
   auto impl = std::make_unique<PostofficeImpl>(config, std::move(van), options);
@@ -183,9 +184,20 @@ int Postoffice::port() const { return impl_->port(); }
 std::vector<KeyRange> Postoffice::ServerKeyRanges() const {
   return impl_->ServerKeyRanges();
 }
-bool Postoffice::OneHost() const {
-  const NodeTable* table = impl_->table();
-  return table != nullptr && OnOneHost(table->nodes());
+bool Postoffice::OneHost() const { return impl_->one_host(); }
+
+bool PostofficeImpl::one_host() const {
+  const NodeTable* t = table();
+  return t != nullptr && OnOneHost(t->nodes());
+}
+
+int WaitSpinUs(std::optional<int> set, bool one_host) {
+  if (set) return *set;
+  return one_host ? kWaitSpinUsOneHost : kWaitSpinUs;
+}
+
+int PostofficeImpl::wait_spin_us() const {
+  return WaitSpinUs(options_.wait_spin_us, one_host());
 }
 
 // ---- PostofficeImpl: life cycle ----

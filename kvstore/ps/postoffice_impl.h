@@ -59,6 +59,9 @@ std::string NodeName(Role role, int rank, const std::string& host, int port);
 // Whether the servers and workers among `nodes` all advertised a same-host
 // address ("<host identity>@<name>") of one host identity.
 bool OnOneHost(const std::vector<NodeEntry>& nodes);
+// The poll of a worker's Wait: `set` (PostofficeOptions::wait_spin_us), else
+// kWaitSpinUs, or kWaitSpinUsOneHost when the job is on one host.
+int WaitSpinUs(std::optional<int> set, bool one_host);
 
 // The job's nodes, fixed once the scheduler has ranked them. Immutable
 // except for the liveness clocks (net/liveness.h), indexed like nodes().
@@ -123,8 +126,12 @@ class PostofficeImpl {
   const NodeTable* table() const { return table_.load(); }
   // PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT as liveness options.
   net::LivenessOptions liveness_options() const;
-  // Resolved by Postoffice::CreateWithVan (never unset here).
-  int wait_spin_us() const { return options_.wait_spin_us.value_or(0); }
+  // How long a worker's Wait polls for an answer (answer_poll.h): as set,
+  // else kWaitSpinUs, or kWaitSpinUsOneHost once the node table shows the
+  // whole job on one host.
+  int wait_spin_us() const;
+  // Whether the node table arrived and puts every node on this host.
+  bool one_host() const;
   // "server 1 (10.0.0.2:41233)" or "node 17" when unknown.
   std::string PeerName(int id) const;
 

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "kvstore/ps/answer_poll.h"
 #include "kvstore/ps/inproc_job.h"
 #include "kvstore/ps/message.h"
 #include "kvstore/ps/postoffice_impl.h"
@@ -92,7 +93,18 @@ TEST(PostofficeTest, InprocJobsAreNotOnOneHost) {
   EXPECT_FALSE(job.worker(0)->OneHost()) << "before Start";
   ASSERT_TRUE(job.StartAll().ok());
   EXPECT_FALSE(job.worker(0)->OneHost());
+  EXPECT_EQ(job.worker(0)->impl()->wait_spin_us(), kWaitSpinUs);
   EXPECT_TRUE(job.FinalizeAll().ok());
+}
+
+// A worker's Wait polls for as long as set; unset, longer when the whole
+// job is on one host (where requests of any size poll).
+TEST(PostofficeTest, WaitSpinIsLongerOnOneHostUnlessSet) {
+  EXPECT_EQ(WaitSpinUs(std::nullopt, false), kWaitSpinUs);
+  EXPECT_EQ(WaitSpinUs(std::nullopt, true), kWaitSpinUsOneHost);
+  EXPECT_GT(kWaitSpinUsOneHost, kWaitSpinUs);
+  EXPECT_EQ(WaitSpinUs(0, true), 0);
+  EXPECT_EQ(WaitSpinUs(50, false), 50);
 }
 
 // Launchers ask for ranks (DMLC_RANK): honoured when they are exactly 0..n-1

@@ -149,10 +149,11 @@ struct PostofficeOptions {
   // (net/shm.h; 0: none). Unset: KVTRAIN_SHM_BYTES of the process's
   // environment (default 64 MiB). Only Create (ZeroMQ) uses it.
   std::optional<int64_t> shm_bytes;
-  // A worker's Wait for a small request (at most 64 KB each way) polls this
-  // many microseconds for the answer before it sleeps (0: sleep at once;
+  // A worker's Wait for a small request (at most 64 KB each way; any
+  // request when the whole job is on one host) polls this many microseconds
+  // for the answer before it sleeps (0: sleep at once;
   // kvstore/ps/answer_poll.h). Unset: KVTRAIN_WAIT_SPIN_US of the process's
-  // environment (default 200).
+  // environment, else 200 (1000 when the whole job is on one host).
   std::optional<int> wait_spin_us;
 };
 
