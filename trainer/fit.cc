@@ -12,6 +12,7 @@
 #include "trainer/module.h"
 
 namespace kvtrain {
+
 Status Module::SyncParams(KVStore* kv) {
   std::vector<Key> keys;
   std::vector<Tensor> first, all;
@@ -128,14 +129,13 @@ StatusOr<std::vector<Completion>> Module::StartStep(const Batch& batch, KVStore*
                   "kvstore " + param_names_[p]);
   }
   // Reads and writes: an error of a store op above skips it and passes on.
-  Completion finish = engine_->Push(
-      [this, kv, handles] {
-        // Waiting on servers: the CPU pool's polling threads would take the
-        // cores the servers and the transport need (on one host).
-        if (kv->is_distributed()) RestCpuThreads();
-        return FinishStep(kv, *handles);
-      },
-                                    step_vars, step_vars, Device::CPU(),
+  Engine::Fn results = [this, kv, handles] {
+    // Waiting on servers: the CPU pool's polling threads would take the
+    // cores the servers and the transport need (on one host).
+    if (kv->is_distributed()) RestCpuThreads();
+    return FinishStep(kv, *handles);
+  };
+  Completion finish = engine_->Push(std::move(results), step_vars, step_vars, Device::CPU(),
                                     Engine::Queue::kInline, "kvstore results");
   in_flight_.push_back({std::move(label), finish});
   // The batch may be reused by the next Next: wait until it is copied in.

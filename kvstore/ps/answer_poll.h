@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 
 namespace kvtrain {
 namespace ps {
@@ -33,6 +34,13 @@ namespace ps {
 // a few hundred microseconds on one host, outlasts the shorter poll).
 inline constexpr int kWaitSpinUs = 200;
 inline constexpr int kWaitSpinUsOneHost = 1000;
+
+// The poll of a worker's Wait: `set` (KVTRAIN_WAIT_SPIN_US or
+// PostofficeOptions::wait_spin_us), else the default for where the job is.
+inline int WaitSpinUs(std::optional<int> set, bool one_host) {
+  if (set) return *set;
+  return one_host ? kWaitSpinUsOneHost : kWaitSpinUs;
+}
 
 // Not thread-safe: the owner guards it (KVWorker holds it under its mutex).
 class AnswerPoll {

@@ -191,11 +191,6 @@ bool PostofficeImpl::one_host() const {
   return t != nullptr && OnOneHost(t->nodes());
 }
 
-int WaitSpinUs(std::optional<int> set, bool one_host) {
-  if (set) return *set;
-  return one_host ? kWaitSpinUsOneHost : kWaitSpinUs;
-}
-
 int PostofficeImpl::wait_spin_us() const {
   return WaitSpinUs(options_.wait_spin_us, one_host());
 }

@@ -59,9 +59,6 @@ std::string NodeName(Role role, int rank, const std::string& host, int port);
 // Whether the servers and workers among `nodes` all advertised a same-host
 // address ("<host identity>@<name>") of one host identity.
 bool OnOneHost(const std::vector<NodeEntry>& nodes);
-// The poll of a worker's Wait: `set` (PostofficeOptions::wait_spin_us), else
-// kWaitSpinUs, or kWaitSpinUsOneHost when the job is on one host.
-int WaitSpinUs(std::optional<int> set, bool one_host);
 
 // The job's nodes, fixed once the scheduler has ranked them. Immutable
 // except for the liveness clocks (net/liveness.h), indexed like nodes().
