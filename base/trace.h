@@ -33,6 +33,13 @@ inline void Instant(const char* cat, const char* prefix, const std::string& suff
                     int64_t arg = -1) {
   if (Enabled()) internal::Record('i', cat, prefix + suffix, NowUs(), 0, arg);
 }
+// As Instant, stamped `at_us` (a NowUs() taken earlier): for an event whose
+// name or argument is known only after the thing it marks (a request's
+// timestamp is known once it is sent, and by then a peer may have handled it).
+inline void InstantAt(int64_t at_us, const char* cat, const char* prefix,
+                      const std::string& suffix = "", int64_t arg = -1) {
+  if (Enabled()) internal::Record('i', cat, prefix + suffix, at_us, 0, arg);
+}
 // Writes what was recorded so far (also done at exit).
 void Flush();
 

@@ -304,6 +304,7 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
       dest.lens = ps::Blob::FromVector(lens);
     }
     StatusOr<int64_t> ts = Status::Internal("no request");
+    const int64_t issued_us = trace::Enabled() ? trace::NowUs() : 0;
     if (push) {
       ps::KVPairs kvs = RequestPairs(g.id, *ki, request, sum,
                                      compression != proto::GradientCompression::NONE);
@@ -315,7 +316,8 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
       ts = worker_->Pull(ps::Blob::FromVector(keys), opts, dest);
     }
     KV_RETURN_IF_ERROR(ts.status().Annotate("key " + g.name));
-    trace::Instant("kvstore", push ? (pull ? "pushpull " : "push ") : "pull ", g.name, *ts);
+    trace::InstantAt(issued_us, "kvstore", push ? (pull ? "pushpull " : "push ") : "pull ", g.name,
+                     *ts);
     pending->timestamps.push_back(*ts);
     pending->names.push_back(g.name);
   }

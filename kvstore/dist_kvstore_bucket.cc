@@ -176,6 +176,7 @@ Status DistKVStore::FlushBucket() {
     dest.size = only.outs[0].nbytes();
     b->landed = true;
   }
+  const int64_t issued_us = trace::Enabled() ? trace::NowUs() : 0;
   StatusOr<int64_t> ts = worker_->PushPull(
       ps::KVPairs::From(std::move(keys), std::move(vals), std::move(lens)), opts, dest);
   b->sent = true;
@@ -185,7 +186,9 @@ Status DistKVStore::FlushBucket() {
     return b->status;
   }
   b->ts = *ts;
-  if (trace::Enabled()) trace::Instant("kvstore", "pushpull bucket of ", std::to_string(n), *ts);
+  if (trace::Enabled()) {
+    trace::InstantAt(issued_us, "kvstore", "pushpull bucket of ", std::to_string(n), *ts);
+  }
   return Status::OK();
 }
 
