@@ -109,6 +109,8 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "Processes of a job on the same host (same kernel and network namespace) connect over an abstract Unix-domain socket that only the job's user id may open, without CURVE (the kernel vouches for the peer), instead of TCP; parameter servers and all-reduce groups alike. 0: always TCP (with CURVE unless insecure)."},
       {env::kShmBytes, "67108864",
        "Parameter-server nodes on the same host (over the same-host socket) pass frames of 16 KiB and more through shared memory: the sender copies the frame into an arena of this many bytes per connection (a memfd, allocated as pages are first written) and sends where it lies; the receiver reads it in place from /proc/PID/fd (which the kernel opens only to the same user). A frame that finds no room goes through the socket. 0: every frame through the socket."},
+      {env::kShmRing, "1",
+       "With shared memory on (KVTRAIN_SHM_BYTES > 0), every message to a parameter-server node on the same host goes through a ring in shared memory (a memfd, 1 MiB per connection) instead of the socket, and the sending thread wakes the receiving thread directly through its doorbell (a pipe): one thread wake-up per message, where the socket costs three (both processes' ZeroMQ I/O threads). 0: the socket."},
       {env::kSshStrictHostKeys, "0",
        "1: the ssh launcher uses StrictHostKeyChecking=yes (only hosts already in known_hosts receive the job key); the same as tracker/launch.py --ssh-strict-host-keys. 0: accept-new (a first-seen host is trusted)."},
       {env::kTrace, "(none)",

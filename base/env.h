@@ -67,6 +67,7 @@ inline constexpr char kAllreducePieceBytes[] = "KVTRAIN_ALLREDUCE_PIECE_BYTES";
 inline constexpr char kAllreduceDoublingBytes[] = "KVTRAIN_ALLREDUCE_DOUBLING_BYTES";
 inline constexpr char kSameHostIpc[] = "KVTRAIN_SAME_HOST_IPC";
 inline constexpr char kShmBytes[] = "KVTRAIN_SHM_BYTES";
+inline constexpr char kShmRing[] = "KVTRAIN_SHM_RING";
 // Read by tracker/launch.py only.
 inline constexpr char kSshStrictHostKeys[] = "KVTRAIN_SSH_STRICT_HOST_KEYS";
 inline constexpr char kWaitSpinUs[] = "KVTRAIN_WAIT_SPIN_US";

@@ -131,6 +131,11 @@ StatusOr<std::unique_ptr<Postoffice>> Postoffice::Create(
     KV_ASSIGN_OR_RETURN(vo.shm_bytes, GetIntVar(ProcessEnv(), env::kShmBytes, vo.shm_bytes, 0,
                                                 static_cast<int64_t>(net::kMaxShmArenaBytes)));
   }
+  if (options.shm_ring) {
+    vo.shm_ring = *options.shm_ring;
+  } else {
+    KV_ASSIGN_OR_RETURN(vo.shm_ring, GetBoolVar(ProcessEnv(), env::kShmRing, true));
+  }
   if (options.job_key) {
     vo.key = *options.job_key;
   } else {

@@ -149,6 +149,10 @@ struct PostofficeOptions {
   // (net/shm.h; 0: none). Unset: KVTRAIN_SHM_BYTES of the process's
   // environment (default 64 MiB). Only Create (ZeroMQ) uses it.
   std::optional<int64_t> shm_bytes;
+  // With shm_bytes > 0, every message to a same-host peer goes through a
+  // ring in shared memory (net/shm_ring.h). Unset: KVTRAIN_SHM_RING of the
+  // process's environment (default on). Only Create (ZeroMQ) uses it.
+  std::optional<bool> shm_ring;
   // A worker's Wait for a small request (at most 64 KB each way; any
   // request when the whole job is on one host) polls this many microseconds
   // for the answer before it sleeps (0: sleep at once;

@@ -9,6 +9,9 @@
 #include <glog/logging.h>
 #include <zmq.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -29,6 +32,15 @@ struct ZmqVan::Conn {
   bool shm_ok = false;
   std::unique_ptr<net::ShmArena> shm GUARDED_BY(mu);
   bool shm_failed GUARDED_BY(mu) = false;
+  // ... and every message may go through a ring (net/shm_ring.h).
+  bool ring_ok = false;
+  std::unique_ptr<net::ShmRingWriter> ring GUARDED_BY(mu);
+  bool ring_failed GUARDED_BY(mu) = false;
+  bool bell_failed GUARDED_BY(mu) = false;
+  // Messages that found the ring full, in order.
+  std::deque<OutMessage> ring_backlog GUARDED_BY(mu);
+  int64_t ring_sent GUARDED_BY(mu) = 0;       // messages, marks not counted
+  int64_t ring_by_socket GUARDED_BY(mu) = 0;  // of those, after a mark
 };
 
 namespace {
@@ -93,6 +105,91 @@ Status SendFrames(void* socket, ZmqVan::Conn* c, OutMessage* m,
 void CloseUnsent(std::vector<zmq_msg_t>* unsent) {
   for (zmq_msg_t& m : *unsent) zmq_msg_close(&m);
   unsent->clear();
+}
+
+// A ring record: the frame count, each frame's size (u32 each), then the
+// frames, each starting 8-byte aligned (as the values a receiver reads in
+// place must). A count of kSocketMark: the sender's next message comes over
+// the socket (it was too large for the ring).
+constexpr uint32_t kSocketMark = 0xffffffffu;
+constexpr size_t kMaxRingFrames = 1024;
+constexpr char kZeros[8] = {};
+size_t Pad8(size_t n) { return (8 - n % 8) % 8; }
+
+}  // namespace
+
+namespace {
+
+// Makes c's ring and announces it over the socket; false: c uses the
+// socket only. c->mu held.
+bool StartRing(ZmqVan::Conn* c, std::vector<zmq_msg_t>* unsent) {
+  StatusOr<std::unique_ptr<net::ShmRingWriter>> ring = net::ShmRingWriter::Create();
+  if (!ring.ok()) {
+    LOG(WARNING) << "no shared-memory ring for " << c->endpoint << " (" << ring.status().message()
+                 << "); its messages go through the socket";
+    return false;
+  }
+  // The announcement goes first, over the socket: the receiver reads the
+  // ring only once it has it.
+  OutMessage hello;
+  hello.frames.emplace_back();
+  hello.frames.push_back(Blob::FromString(net::EncodeRingHello((*ring)->ref())));
+  hello.bytes = static_cast<int64_t>(hello.frames[1].size());
+  if (c->outbox.Offer(&hello)) {
+    Status s = SendFrames(c->socket, c, &hello, unsent);
+    if (!s.ok()) {
+      LOG(WARNING) << s << "; messages to " << c->endpoint << " go through the socket";
+      return false;
+    }
+  }
+  c->ring = std::move(*ring);
+  return true;
+}
+
+// Puts m in c's ring, or, when it is too large for one, sends it over the
+// socket after a mark in the ring that says so; false: the ring is full (m
+// untouched). c->mu held.
+bool RingSend(ZmqVan::Conn* c, OutMessage* m, std::vector<zmq_msg_t>* unsent) {
+  const size_t n = m->frames.size();
+  std::vector<uint32_t> head;
+  head.reserve(n + 1);
+  head.push_back(static_cast<uint32_t>(n));
+  size_t bytes = sizeof(uint32_t) * (n + 1);
+  bytes += Pad8(bytes);
+  for (const Blob& b : m->frames) {
+    head.push_back(static_cast<uint32_t>(b.size()));
+    bytes += b.size() + Pad8(b.size());
+  }
+  bool sent;
+  const bool by_socket = n > kMaxRingFrames || bytes > c->ring->max_record();
+  if (by_socket) {
+    const uint32_t mark = kSocketMark;
+    sent = c->ring->Write({{&mark, sizeof(mark)}});
+  } else {
+    net::RingPieces pieces;
+    pieces.reserve(2 * n + 2);
+    pieces.emplace_back(head.data(), head.size() * sizeof(uint32_t));
+    pieces.emplace_back(kZeros, Pad8(head.size() * sizeof(uint32_t)));
+    for (const Blob& b : m->frames) {
+      pieces.emplace_back(b.data(), b.size());
+      pieces.emplace_back(kZeros, Pad8(b.size()));
+    }
+    sent = c->ring->Write(pieces);
+  }
+  if (!sent) return false;
+  ++c->ring_sent;
+  if (by_socket) ++c->ring_by_socket;
+  Status woke = c->ring->WakeReader();
+  if (!woke.ok() && !c->bell_failed) {
+    c->bell_failed = true;
+    LOG(WARNING) << woke << " (messages to " << c->endpoint
+                 << " are taken at the receiver's next poll)";
+  }
+  if (by_socket && c->outbox.Offer(m)) {
+    Status s = SendFrames(c->socket, c, m, unsent);
+    LOG_IF(WARNING, !s.ok()) << s;
+  }
+  return true;
 }
 
 }  // namespace
@@ -205,6 +302,12 @@ StatusOr<int> ZmqVan::Bind(int port) {
     StatusOr<std::string> local = net::BindSameHost(router_, "ps");
     if (local.ok()) {
       same_host_ = *local;
+      int fds[2];
+      // Peers' rings ring it (whatever this node's own sending options).
+      if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0) {
+        bell_read_ = fds[0];
+        bell_write_ = fds[1];
+      }
     } else {
       LOG(WARNING) << "no same-host socket (" << local.status().message()
                    << "); peers on this host connect over TCP";
@@ -244,6 +347,7 @@ Status ZmqVan::Connect(int conn, const std::string& host, int port,
     return Status::Unavailable("cannot connect to " + c->endpoint + ": " + err);
   }
   c->shm_ok = !local.empty() && options_.shm_bytes > 0 && net::SameHostSharesPids(same_host);
+  c->ring_ok = c->shm_ok && options_.shm_ring;
   {
     std::lock_guard<std::mutex> l(c->mu);
     c->socket = s;
@@ -276,6 +380,8 @@ void ZmqVan::CloseConn(Conn* c, int linger_ms) {
     c->closed = true;
     socket = c->socket;
     c->socket = nullptr;
+    c->ring_backlog.clear();
+    if (c->ring) c->ring->Close();
   }
   // Outside c->mu: closing may release frames, whose callback takes it.
   if (socket != nullptr) {
@@ -311,14 +417,31 @@ Status ZmqVan::Send(int conn, int priority, std::vector<Blob> frames) {
   m.frames = std::move(frames);
   std::vector<zmq_msg_t> unsent;
   Status status;
+  bool stalled = false;
   {
     std::lock_guard<std::mutex> l(c->mu);
     if (c->closed)
       return Status::Unavailable("connection to " + c->endpoint + " is closed");
     if (c->shm_ok) PlaceInShm(c, &m);
-    if (c->outbox.Offer(&m)) status = SendFrames(c->socket, c, &m, &unsent);
+    if (c->ring_ok && c->ring == nullptr && !c->ring_failed && !StartRing(c, &unsent)) {
+      c->ring_failed = true;
+    }
+    if (c->ring != nullptr) {
+      // In order behind any backlog; a full ring leaves m to the sender thread.
+      if (!c->ring_backlog.empty() || !RingSend(c, &m, &unsent)) {
+        c->ring_backlog.push_back(std::move(m));
+        stalled = true;
+      }
+    } else if (c->outbox.Offer(&m)) {
+      status = SendFrames(c->socket, c, &m, &unsent);
+    }
   }
   CloseUnsent(&unsent);
+  if (stalled) {
+    std::lock_guard<std::mutex> l(ready_mu_);
+    ring_stalled_.insert(c);
+    ready_cv_.notify_one();
+  }
   return status;
 }
 
@@ -396,13 +519,43 @@ void ZmqVan::OnReleased(Conn* c, int64_t bytes) {
 void ZmqVan::SenderLoop() {
   for (;;) {
     Conn* c = nullptr;
+    std::vector<Conn*> stalled;
     {
       std::unique_lock<std::mutex> l(ready_mu_);
-      ready_cv_.wait(l, [this] { return stop_sender_ || !ready_.empty(); });
-      if (ready_.empty()) return;
-      c = *ready_.begin();
-      ready_.erase(ready_.begin());
+      auto woken = [this] { return stop_sender_ || !ready_.empty(); };
+      if (ring_stalled_.empty()) {
+        ready_cv_.wait(l, [&] { return woken() || !ring_stalled_.empty(); });
+      }
+      if (!ring_stalled_.empty()) {
+        // A full ring frees as its reader goes on: look again shortly.
+        ready_cv_.wait_for(l, std::chrono::microseconds(100), woken);
+        stalled.assign(ring_stalled_.begin(), ring_stalled_.end());
+        ring_stalled_.clear();
+      }
+      if (stop_sender_ && ready_.empty()) return;
+      if (!ready_.empty()) {
+        c = *ready_.begin();
+        ready_.erase(ready_.begin());
+      }
     }
+    for (Conn* r : stalled) {
+      std::vector<zmq_msg_t> unsent;
+      bool more;
+      {
+        std::lock_guard<std::mutex> l(r->mu);
+        while (!r->closed && !r->ring_backlog.empty() &&
+               RingSend(r, &r->ring_backlog.front(), &unsent)) {
+          r->ring_backlog.pop_front();
+        }
+        more = !r->closed && !r->ring_backlog.empty();
+      }
+      CloseUnsent(&unsent);
+      if (more) {
+        std::lock_guard<std::mutex> l(ready_mu_);
+        ring_stalled_.insert(r);
+      }
+    }
+    if (c == nullptr) continue;
     std::vector<zmq_msg_t> unsent;
     {
       std::lock_guard<std::mutex> l(c->mu);
@@ -416,11 +569,10 @@ void ZmqVan::SenderLoop() {
   }
 }
 
-StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
-  CHECK(router_ != nullptr) << "ZmqVan::Recv before Bind";
+StatusOr<bool> ZmqVan::RecvSocket(RawMessage* msg, bool block) {
   zmq_msg_t id;
   zmq_msg_init(&id);
-  if (zmq_msg_recv(&id, router_, 0) < 0) {
+  if (zmq_msg_recv(&id, router_, block ? 0 : ZMQ_DONTWAIT) < 0) {
     const int err = zmq_errno();
     zmq_msg_close(&id);
     if (err == EAGAIN || err == EINTR) return false;
@@ -443,16 +595,219 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
     msg->frames.emplace_back(std::move(holder), data, size);
   }
   // No message of the transport starts with an empty frame but one whose
-  // large frames lie in the sender's shared memory.
-  if (msg->frames.size() >= 2 && msg->frames[0].empty()) {
+  // large frames lie in the sender's shared memory, or a ring's
+  // announcement.
+  if (msg->frames.size() >= 2 && msg->frames[0].empty() &&
+      !net::IsRingHello(msg->frames[1].data(), msg->frames[1].size())) {
     msg->error = TakeShmFrames(&msg->frames);
   }
-  if (trace::Enabled()) {
+  return true;
+}
+
+bool ZmqVan::OnSocketMessage(RawMessage* msg) {
+  if (msg->error.ok() && msg->frames.size() == 2 && msg->frames[0].empty() &&
+      net::IsRingHello(msg->frames[1].data(), msg->frames[1].size())) {
+    net::ShmRef ref;
+    Status s = net::DecodeRingHello(msg->frames[1].data(), msg->frames[1].size(), &ref);
+    StatusOr<std::unique_ptr<net::ShmRingReader>> reader =
+        s.ok() && bell_write_ >= 0 ? net::ShmRingReader::Open(ref, bell_write_)
+                                   : StatusOr<std::unique_ptr<net::ShmRingReader>>(
+                                         s.ok() ? Status::Unavailable("no doorbell") : s);
+    if (!reader.ok()) {
+      // The peer's messages will be in that ring: the job cannot go on
+      // without them (a connection that is no peer's is only dropped).
+      msg->frames.clear();
+      msg->error = Status::Unavailable(reader.status().message());
+      return false;
+    }
+    for (size_t i = 0; i < rings_.size(); ++i) {
+      if (rings_[i].token != msg->token) continue;
+      // The same peer connected again: what its old ring still holds goes
+      // first, in order.
+      RingIn old = std::move(rings_[i]);
+      rings_.erase(rings_.begin() + static_cast<std::ptrdiff_t>(i));
+      for (;;) {
+        StatusOr<bool> got = old.reader->Read(&record_);
+        if (!got.ok() || !*got) break;
+        RawMessage m;
+        m.token = old.token;
+        m.error = DecodeRecord(std::move(record_), &m);
+        if (m.frames.empty() && m.error.ok()) {  // a mark
+          if (!old.early.empty()) {
+            ready_msgs_.push_back(std::move(old.early.front()));
+            old.early.pop_front();
+          }
+          continue;
+        }
+        ready_msgs_.push_back(std::move(m));
+      }
+      for (RawMessage& m : old.early) ready_msgs_.push_back(std::move(m));
+      break;
+    }
+    rings_.push_back(RingIn{msg->token, std::move(*reader), 0, {}});
+    return true;
+  }
+  for (RingIn& in : rings_) {
+    if (in.token != msg->token) continue;
+    if (in.marks > 0) {
+      --in.marks;
+      return false;
+    }
+    // Before its mark: it waits for the ring's messages ahead of it.
+    in.early.push_back(std::move(*msg));
+    return true;
+  }
+  return false;
+}
+
+Status ZmqVan::DecodeRecord(std::vector<char>&& record, RawMessage* msg) {
+  msg->frames.clear();
+  const size_t total = record.size();
+  auto bad = [total](const std::string& what) {
+    return Status::InvalidArgument("a shared-memory ring record of " + std::to_string(total) +
+                                   " bytes " + what);
+  };
+  if (record.size() < sizeof(uint32_t)) return bad("has no frame count");
+  uint32_t n;
+  std::memcpy(&n, record.data(), sizeof(n));
+  if (n == kSocketMark) {
+    return record.size() == sizeof(n) ? Status::OK() : bad("is a socket mark with data");
+  }
+  const size_t table = sizeof(uint32_t) * (static_cast<size_t>(n) + 1);
+  if (n == 0 || n > kMaxRingFrames || total < table + Pad8(table)) {
+    return bad("does not hold the sizes of " + std::to_string(n) + " frames");
+  }
+  // The record (copied out of the ring) outlives the ring's slot; the
+  // frames point into it.
+  auto owner = std::make_shared<std::vector<char>>(std::move(record));
+  size_t at = table + Pad8(table);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t size;
+    std::memcpy(&size, owner->data() + sizeof(uint32_t) * (i + 1), sizeof(size));
+    if (at > owner->size() || size > owner->size() - at ||
+        Pad8(size) > owner->size() - at - size) {
+      return bad("ends inside frame " + std::to_string(i));
+    }
+    msg->frames.emplace_back(owner, owner->data() + at, size);
+    at += size + Pad8(size);
+  }
+  if (at != owner->size()) return bad("has bytes after its frames");
+  if (msg->frames.size() >= 2 && msg->frames[0].empty()) return TakeShmFrames(&msg->frames);
+  return Status::OK();
+}
+
+StatusOr<bool> ZmqVan::RecvRing(RawMessage* msg) {
+  for (size_t k = 0; k < rings_.size(); ++k) {
+    const size_t i = (ring_next_ + k) % rings_.size();
+    RingIn& in = rings_[i];
+    while (in.marks == 0) {
+      StatusOr<bool> got = in.reader->Read(&record_);
+      if (!got.ok()) {
+        // The ring cannot be read past this point: fail loudly, naming the peer.
+        msg->token = in.token;
+        msg->frames.clear();
+        msg->error = Status::Unavailable(got.status().message());
+        rings_.erase(rings_.begin() + static_cast<std::ptrdiff_t>(i));
+        return true;
+      }
+      if (!*got) break;
+      msg->token = in.token;
+      msg->error = DecodeRecord(std::move(record_), msg);
+      if (msg->frames.empty() && msg->error.ok()) {
+        // A mark: the next message is the socket's.
+        if (in.early.empty()) {
+          ++in.marks;
+          break;
+        }
+        *msg = std::move(in.early.front());
+        in.early.pop_front();
+      }
+      ring_next_ = i + 1;
+      return true;
+    }
+  }
+  // Rings whose writer closed them and that are read to the end go; socket
+  // messages that came after them are next.
+  for (size_t i = 0; i < rings_.size();) {
+    if (rings_[i].marks == 0 && rings_[i].reader->Finished()) {
+      for (RawMessage& m : rings_[i].early) ready_msgs_.push_back(std::move(m));
+      rings_.erase(rings_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  return false;
+}
+
+StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
+  CHECK(router_ != nullptr) << "ZmqVan::Recv before Bind";
+  StatusOr<bool> got = false;
+  if (bell_read_ < 0) {
+    got = RecvSocket(msg, /*block=*/true);
+    while (got.ok() && *got && OnSocketMessage(msg)) got = RecvSocket(msg, true);
+  } else {
+    const auto deadline = Clock::now() + options_.poll_interval;
+    for (;;) {
+      if (!ready_msgs_.empty()) {
+        *msg = std::move(ready_msgs_.front());
+        ready_msgs_.pop_front();
+        got = true;
+        break;
+      }
+      got = RecvRing(msg);
+      if (!got.ok() || *got) break;
+      got = RecvSocket(msg, /*block=*/false);
+      if (!got.ok()) break;
+      if (*got) {
+        if (OnSocketMessage(msg)) continue;
+        break;
+      }
+      if (!ready_msgs_.empty()) continue;
+      // Nothing: sleep on the socket and the doorbell, unless a ring's
+      // writer got a message in before it could see this thread asleep.
+      bool pending = false;
+      for (RingIn& in : rings_) {
+        if (in.marks == 0 && in.reader->Sleep()) pending = true;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - Clock::now());
+      if (!pending && left.count() > 0) {
+        zmq_pollitem_t items[2] = {{router_, 0, ZMQ_POLLIN, 0}, {nullptr, bell_read_, ZMQ_POLLIN, 0}};
+        zmq_poll(items, 2, static_cast<long>(left.count()));
+      }
+      for (RingIn& in : rings_) in.reader->Awake();
+      char drain[64];
+      while (read(bell_read_, drain, sizeof(drain)) > 0) {
+      }
+      if (!pending && left.count() <= 0) return false;
+    }
+  }
+  if (got.ok() && *got && trace::Enabled()) {
     int64_t bytes = 0;
     for (const Blob& b : msg->frames) bytes += static_cast<int64_t>(b.size());
     trace::Instant("van", "recv", "", bytes);
   }
-  return true;
+  return got;
+}
+
+int64_t ZmqVan::ring_messages_sent() {
+  std::lock_guard<std::mutex> lock(conns_mu_);
+  int64_t n = 0;
+  for (auto& c : all_conns_) {
+    std::lock_guard<std::mutex> l(c->mu);
+    n += c->ring_sent;
+  }
+  return n;
+}
+
+int64_t ZmqVan::ring_messages_by_socket() {
+  std::lock_guard<std::mutex> lock(conns_mu_);
+  int64_t n = 0;
+  for (auto& c : all_conns_) {
+    std::lock_guard<std::mutex> l(c->mu);
+    n += c->ring_by_socket;
+  }
+  return n;
 }
 
 bool ZmqVan::Idle() {
@@ -460,7 +815,8 @@ bool ZmqVan::Idle() {
   for (auto& c : all_conns_) {
     std::lock_guard<std::mutex> l(c->mu);
     if (c->closed) continue;
-    if (c->outbox.in_flight_messages() > 0 || c->outbox.queued() > 0) {
+    if (c->outbox.in_flight_messages() > 0 || c->outbox.queued() > 0 ||
+        !c->ring_backlog.empty() || (c->ring != nullptr && !c->ring->Drained())) {
       return false;
     }
   }
@@ -501,6 +857,11 @@ void ZmqVan::Close(Duration linger) {
   for (Conn* c : all) CloseConn(c, left_ms);
   if (router_ != nullptr) zmq_close(router_);
   router_ = nullptr;
+  rings_.clear();
+  ready_msgs_.clear();
+  if (bell_read_ >= 0) close(bell_read_);
+  if (bell_write_ >= 0) close(bell_write_);
+  bell_read_ = bell_write_ = -1;
   // Their sockets must close before the context ends.
   monitor_.reset();
   zap_.reset();

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include "net/curve.h"
 #include "net/handshake_monitor.h"
 #include "net/shm.h"
+#include "net/shm_ring.h"
 
 namespace kvtrain {
 namespace ps {
@@ -39,6 +41,10 @@ struct ZmqVanOptions {
   // go through an arena of this many bytes of shared memory per connection
   // (net/shm.h), the socket carrying only where they lie; 0: none.
   int64_t shm_bytes = int64_t{64} << 20;
+  // With shared memory on, every message to a peer on the same-host socket
+  // goes through a ring in shared memory (net/shm_ring.h) instead of the
+  // socket: one thread wake-up per message instead of three.
+  bool shm_ring = true;
 };
 
 // The smallest frame worth moving through shared memory.
@@ -70,6 +76,10 @@ class ZmqVan : public Van {
 
   // Frames sent through shared memory so far (net/shm.h).
   int64_t shm_frames_sent() const { return shm_frames_sent_.load(); }
+  // Messages sent through shared-memory rings so far (net/shm_ring.h), and
+  // of those, how many were too large for a ring and took the socket.
+  int64_t ring_messages_sent() EXCLUDES(conns_mu_);
+  int64_t ring_messages_by_socket() EXCLUDES(conns_mu_);
 
   struct Conn;  // one outgoing connection (zmq_van.cc)
 
@@ -84,6 +94,17 @@ class ZmqVan : public Van {
   // names.
   Status TakeShmFrames(std::vector<Blob>* frames);
   bool Idle() EXCLUDES(conns_mu_);
+
+  // Rings (net/shm_ring.h; sending: zmq_van.cc's StartRing and RingSend).
+  // Receiving (the receive thread): the socket alone (blocking up to the
+  // poll interval, or not at all); and one ring message.
+  StatusOr<bool> RecvSocket(RawMessage* msg, bool block);
+  StatusOr<bool> RecvRing(RawMessage* msg);
+  // A socket message just received: an announcement (maps the ring; true),
+  // or a message that follows a ring's mark (queued or let through).
+  bool OnSocketMessage(RawMessage* msg);
+  // A ring record (moved into the frames' storage) as a message.
+  Status DecodeRecord(std::vector<char>&& record, RawMessage* msg);
 
   const std::string token_;
   const ZmqVanOptions options_;
@@ -110,6 +131,23 @@ class ZmqVan : public Van {
   bool closed_ = false;
   net::ShmMaps shm_maps_;
   std::atomic<int64_t> shm_frames_sent_{0};
+  // Connections whose ring was full: the sender thread retries them.
+  std::set<Conn*> ring_stalled_ GUARDED_BY(ready_mu_);
+
+  // The receive thread's: the doorbell peers' rings ring (a pipe), the
+  // rings, and messages already taken that wait for their turn.
+  int bell_read_ = -1;
+  int bell_write_ = -1;
+  struct RingIn {
+    std::string token;
+    std::unique_ptr<net::ShmRingReader> reader;
+    int marks = 0;                     // marks read whose message has not come
+    std::deque<RawMessage> early;      // socket messages before their mark
+  };
+  std::vector<RingIn> rings_;
+  size_t ring_next_ = 0;
+  std::deque<RawMessage> ready_msgs_;
+  std::vector<char> record_;
 
   friend void ReleaseFrame(void* data, void* hint);
   void OnReleased(Conn* c, int64_t bytes);

@@ -3,6 +3,7 @@
 // leaves in priority order.
 #include "kvstore/ps/zmq_van.h"
 #include "net/curve.h"
+#include "net/shm_ring.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -20,10 +21,12 @@ using ::testing::HasSubstr;
 
 std::unique_ptr<ZmqVan> MakeVan(const std::string& token,
                                 int64_t window = 4 << 20,
-                                int64_t shm_bytes = ZmqVanOptions().shm_bytes) {
+                                int64_t shm_bytes = ZmqVanOptions().shm_bytes,
+                                bool shm_ring = true) {
   ZmqVanOptions o;
   o.send_window_bytes = window;
   o.shm_bytes = shm_bytes;
+  o.shm_ring = shm_ring;
   o.poll_interval = std::chrono::milliseconds(20);
   auto van = ZmqVan::Create(token, o);
   EXPECT_TRUE(van.ok());
@@ -230,6 +233,90 @@ TEST(ZmqVanTest, TcpLinksAndShmBytesZeroUseTheSocketOnly) {
   }
   EXPECT_EQ(a->shm_frames_sent(), 0);
   EXPECT_EQ(off->shm_frames_sent(), 0);
+  EXPECT_EQ(a->ring_messages_sent(), 0);
+  EXPECT_EQ(off->ring_messages_sent(), 0);
+}
+
+// Between same-host peers every message goes through a ring, in order with
+// those too large for it (which take the socket after a mark), with those
+// that wait while the ring is full, and with another sender's.
+TEST(ZmqVanTest, SameHostMessagesGoThroughARingInOrder) {
+  // A 64 KiB arena: two 300 KB frames stay in the message, too large for
+  // the ring's 512 KB records.
+  auto a = MakeVan("a", 4 << 20, /*shm_bytes=*/64 << 10);
+  auto c = MakeVan("c");
+  auto b = MakeVan("b");
+  StatusOr<int> port = b->Bind(0);
+  ASSERT_TRUE(port.ok());
+  ASSERT_TRUE(a->Bind(0).ok());
+  ASSERT_TRUE(c->Bind(0).ok());
+  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, b->SameHostAddress()).ok());
+  ASSERT_TRUE(c->Connect(1, "127.0.0.1", *port, b->SameHostAddress()).ok());
+  const Blob big = Pattern(300000, 7), mid = Pattern(40000, 8);
+  // 3000 messages of about 1 KB fill the 1 MiB ring before b reads any.
+  const std::string filler(1000, 'f');
+  int sent = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::vector<Blob> frames = {Blob::FromString(std::to_string(i)), Blob::FromString(filler)};
+    if (i % 500 == 7) frames = {Blob::FromString(std::to_string(i)), big, big};
+    if (i % 500 == 9) frames = {Blob::FromString(std::to_string(i)), mid};
+    ASSERT_TRUE(a->Send(1, 0, std::move(frames)).ok());
+    ++sent;
+    if (i % 100 == 0) ASSERT_TRUE(c->Send(1, 0, {Blob::FromString("c" + std::to_string(i))}).ok());
+  }
+  int next_a = 0, next_c = 0;
+  while (next_a < sent || next_c < 30) {
+    RawMessage got = RecvOne(b.get());
+    ASSERT_TRUE(got.error.ok()) << got.error;
+    ASSERT_FALSE(got.token.empty()) << "after a's " << next_a << " and c's " << next_c;
+    if (got.token == "c") {
+      ASSERT_EQ(got.frames[0].ToString(), "c" + std::to_string(next_c * 100));
+      ++next_c;
+      continue;
+    }
+    ASSERT_EQ(got.token, "a");
+    ASSERT_EQ(got.frames[0].ToString(), std::to_string(next_a)) << "out of order";
+    if (next_a % 500 == 7) {
+      ASSERT_EQ(got.frames.size(), 3u);
+      EXPECT_TRUE(Same(got.frames[1], big));
+      EXPECT_TRUE(Same(got.frames[2], big));
+    } else if (next_a % 500 == 9) {
+      EXPECT_TRUE(Same(got.frames[1], mid));
+    } else {
+      EXPECT_EQ(got.frames[1].ToString(), filler);
+    }
+    ++next_a;
+  }
+  EXPECT_EQ(a->ring_messages_sent(), 3000);
+  EXPECT_EQ(a->ring_messages_by_socket(), 6);
+  EXPECT_EQ(c->ring_messages_sent(), 30);
+  a->Flush(std::chrono::seconds(20));
+  // Nothing else came.
+  RawMessage none;
+  StatusOr<bool> more = b->Recv(&none);
+  ASSERT_TRUE(more.ok());
+  EXPECT_FALSE(*more);
+  // And back: the receiver's own messages to a go through its ring to a.
+  ASSERT_TRUE(b->Connect(1, "127.0.0.1", 0, a->SameHostAddress()).ok());
+  ASSERT_TRUE(b->Send(1, 0, {Blob::FromString("back")}).ok());
+  EXPECT_EQ(RecvOne(a.get()).frames[0].ToString(), "back");
+  EXPECT_EQ(b->ring_messages_sent(), 1);
+}
+
+TEST(ZmqVanTest, ShmRingOffUsesTheSocket) {
+  auto a = MakeVan("a", 4 << 20, ZmqVanOptions().shm_bytes, /*shm_ring=*/false);
+  auto b = MakeVan("b");
+  StatusOr<int> port = b->Bind(0);
+  ASSERT_TRUE(port.ok());
+  ASSERT_TRUE(a->Bind(0).ok());
+  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, b->SameHostAddress()).ok());
+  const Blob big = Pattern(300000, 9);
+  ASSERT_TRUE(a->Send(1, 0, {Blob::FromString("x"), big}).ok());
+  RawMessage got = RecvOne(b.get());
+  ASSERT_TRUE(got.error.ok());
+  EXPECT_TRUE(Same(got.frames[1], big));
+  EXPECT_EQ(a->shm_frames_sent(), 1);
+  EXPECT_EQ(a->ring_messages_sent(), 0);
 }
 
 // A message that starts with an empty frame must carry a table naming an
@@ -266,6 +353,50 @@ TEST(ZmqVanTest, ForgedSharedMemoryTablesAreErrors) {
     RawMessage got = RecvOne(b.get());
     EXPECT_EQ(got.error.code(), f.code) << f.says;
     EXPECT_THAT(got.error.message(), HasSubstr(f.says));
+  }
+
+  // A ring announcement names a ring of the sender's, or the receiver
+  // cannot read what follows: Unavailable (from a peer, the job fails).
+  net::ShmRef ring;
+  ring.pid = getpid();
+  ring.fd = 100000;
+  ring.arena_id = 42;
+  ring.arena_bytes = 4096 + (1 << 20);
+  for (const std::string& hello :
+       {net::EncodeRingHello(ring), net::EncodeRingHello(ring).substr(0, 10)}) {
+    ASSERT_TRUE(a->Send(1, 0, {Blob(), Blob::FromString(hello)}).ok());
+    RawMessage got = RecvOne(b.get());
+    EXPECT_EQ(got.error.code(), Status::Code::kUnavailable);
+    EXPECT_THAT(got.error.message(), HasSubstr("ring"));
+  }
+
+  // A real ring with forged records: each is an error naming what is wrong,
+  // and the ring's next record is read as usual.
+  auto forged = net::ShmRingWriter::Create();
+  ASSERT_TRUE(forged.ok());
+  auto f = MakeVan("f");
+  ASSERT_TRUE(f->Connect(1, "127.0.0.1", *port, "").ok());
+  ASSERT_TRUE(f->Send(1, 0, {Blob(), Blob::FromString(net::EncodeRingHello((*forged)->ref()))})
+                  .ok());
+  const uint32_t two_frames[] = {2, 5, 1000};
+  const uint32_t zero_frames[] = {0, 0};
+  const uint32_t mark_with_data[] = {0xffffffffu, 7};
+  struct Record {
+    net::RingPieces pieces;
+    std::string says;
+  };
+  for (const Record& r : std::vector<Record>{
+           {{{"ab", 2}}, "has no frame count"},
+           {{{zero_frames, sizeof(zero_frames)}}, "does not hold the sizes of 0 frames"},
+           {{{two_frames, sizeof(two_frames)}, {"\0\0\0\0hello\0\0\0", 12}},
+            "ends inside frame 1"},
+           {{{mark_with_data, sizeof(mark_with_data)}}, "socket mark with data"}}) {
+    ASSERT_TRUE((*forged)->Write(r.pieces));
+    ASSERT_TRUE((*forged)->WakeReader().ok());
+    RawMessage got = RecvOne(b.get());
+    EXPECT_EQ(got.token, "f");
+    EXPECT_EQ(got.error.code(), Status::Code::kInvalidArgument) << r.says;
+    EXPECT_THAT(got.error.message(), HasSubstr(r.says));
   }
 
   ASSERT_TRUE(a->Send(1, 0, {Blob::FromString("still here")}).ok());
