@@ -80,6 +80,7 @@ def report(events, names, skip_fraction):
     if not workers:
         workers = [p for p in by_pid if any(e["name"] == "step" for e in by_pid[p])]
     handles = {}  # (worker name, ts) -> (begin, end)
+    replies = {}  # (worker name, ts) -> when the server handed its reply to the transport
     answered = {}  # (pid, ts) -> when the worker had the whole answer
     for e in events:
         if e.get("cat") == "van" and e["name"] == "answered":
@@ -87,6 +88,9 @@ def report(events, names, skip_fraction):
         if e.get("cat") == "server" and e["name"].startswith("handle from "):
             sender = e["name"][len("handle from "):].split(" (")[0]
             handles[(sender, e.get("args", {}).get("n"))] = (e["ts"], e["ts"] + e["dur"])
+        if e.get("cat") == "server" and e["name"].startswith("reply to "):
+            sender = e["name"][len("reply to "):].split(" (")[0]
+            replies[(sender, e.get("args", {}).get("n"))] = e["ts"]
     for pid in workers:
         evs = sorted(by_pid.get(pid, []), key=lambda e: e["ts"])
         wname = names.get(pid, "pid %d" % pid)
@@ -126,9 +130,14 @@ def report(events, names, skip_fraction):
                         done = e["ts"] + e["dur"]
                         got = answered.get((pid, ts), done)
                         if h:
+                            # The reply mark, taken before the send: the
+                            # worker may have the answer before the handler's
+                            # span ends (the dist_sync answer of an earlier
+                            # push comes from a later handler: its span).
+                            out = replies.get((wname, ts), h[1])
                             st.setdefault("to server", []).append(h[0] - t_issue)
-                            st.setdefault("server", []).append(h[1] - h[0])
-                            st.setdefault("back", []).append(got - h[1])
+                            st.setdefault("server", []).append(out - h[0])
+                            st.setdefault("back", []).append(got - out)
                         st.setdefault("round trip", []).append(got - t_issue)
                         st.setdefault("answer to wait's end", []).append(max(0, done - got))
                 j += 1

@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "base/logging.h"
+#include "base/trace.h"
 #include "kvstore/ps/handler_pool.h"
 #include "kvstore/ps/postoffice_impl.h"
 
@@ -116,6 +117,9 @@ Status KVServer::Impl::Respond(const RequestMeta& req, const KVPairs& values) {
   if (!values.keys.empty()) m.AddFrame(wire::KEYS, values.keys);
   if (!values.lens.empty()) m.AddFrame(wire::LENS, values.lens);
   if (!values.vals.empty()) m.AddFrame(wire::VALUES, values.vals);
+  // Marked before it is sent: the requester may have it before this
+  // thread runs again.
+  trace::Instant("server", "reply to ", req.sender_name, req.timestamp);
   return po_->SendData(req.sender_id, &m);
 }
 
