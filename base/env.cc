@@ -63,9 +63,9 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "bytes."},
       {env::kMxnetBigArrayBound, "(none)",
        "Accepted for KVTRAIN_BIGARRAY_BOUND when that is unset."},
-      {env::kServerThreads, "2",
+      {env::kServerThreads, "2 (0 on one host)",
        "Threads per server applying updates (different keys in parallel; 0 "
-       "runs them on the receive thread)."},
+       "runs them on the receive thread). Unset: 0 when every process of the job is on one host, where each request reaches the receive thread straight from its sender's shared-memory ring and a handler thread would add a wake-up per request."},
       {env::kKVStoreTimeout, "600",
        "Seconds a KVStore push, pull or command may wait for the servers."},
       {env::kKeepFreedMemory, "1",

@@ -128,6 +128,7 @@ StatusOr<StoreSettings> StoreSettings::FromEnv(const EnvLookup& env) {
   KV_ASSIGN_OR_RETURN(int64_t threads,
                       GetIntVar(env, env::kServerThreads, s.server_threads, 0, 256));
   s.server_threads = static_cast<int>(threads);
+  s.server_threads_given = env(env::kServerThreads).has_value();
   KV_ASSIGN_OR_RETURN(s.bucket_bytes,
                       GetIntVar(env, env::kPsBucketBytes, s.bucket_bytes, 0, int64_t{1} << 40));
   s.bucket_bytes_given = env(env::kPsBucketBytes).has_value();

@@ -101,8 +101,16 @@ struct StoreSettings {
   // (MXNet's default is 1,000,000; lower, the servers' links share a
   // mid-sized model's largest layers).
   int64_t bigarray_bound = 65536;
-  // Handler threads per server.
-  int server_threads = 2;
+  // Handler threads per server (0: requests are handled on the receive
+  // thread). Unless KVTRAIN_SERVER_THREADS gives it (server_threads_given),
+  // DistKVStore::Create picks it from the job's hosts: on one host, every
+  // request reaches the receive thread straight from its sender's ring
+  // (net/shm_ring.h), and a handler thread would add a wake-up per request
+  // on CPUs that every process of the job shares.
+  static constexpr int kServerThreadsAcrossHosts = 2;
+  static constexpr int kServerThreadsOneHost = 0;
+  int server_threads = kServerThreadsAcrossHosts;
+  bool server_threads_given = false;
   // Dist stores: push-pulls of keys travel together, one request per
   // server, up to this many bytes; larger keys are cut into pieces of about
   // this size (kvstore/placement.h), each a request of its own (0: one

@@ -80,6 +80,9 @@ StatusOr<std::unique_ptr<KVStore>> DistKVStore::Create(
   if (!settings.bucket_bytes_given && po->OneHost()) {
     settings.bucket_bytes = StoreSettings::kBucketBytesOneHost;
   }
+  if (!settings.server_threads_given && po->OneHost()) {
+    settings.server_threads = StoreSettings::kServerThreadsOneHost;
+  }
   std::unique_ptr<DistKVStore> store(
       new DistKVStore(type, po, std::move(owned), settings));
   if (po->role() == Role::kWorker) {
