@@ -135,8 +135,16 @@ StatusOr<std::vector<Completion>> Module::StartStep(const Batch& batch, KVStore*
     if (kv->is_distributed()) RestCpuThreads();
     return FinishStep(kv, *handles);
   };
+  // On CPU devices it is queued on the compute worker (the thread that ran
+  // the store ops above, so still no hand-off) rather than run inline: the
+  // next step's feed, pushed early and ready once this backward has read
+  // the inputs, then goes first and copies the batch in while the servers
+  // work, instead of after the answers.
+  bool all_cpu = true;
+  for (const Device& d : options_.devices) all_cpu = all_cpu && d.is_cpu();
   Completion finish = engine_->Push(std::move(results), step_vars, step_vars, Device::CPU(),
-                                    Engine::Queue::kInline, "kvstore results");
+                                    all_cpu ? Engine::Queue::kCompute : Engine::Queue::kInline,
+                                    "kvstore results");
   in_flight_.push_back({std::move(label), finish});
   // The batch may be reused by the next Next: wait until it is copied in.
   for (const Completion& c : feeds) KV_RETURN_IF_ERROR(c.Wait(kStepTimeout));
