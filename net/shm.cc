@@ -55,6 +55,56 @@ T GetRaw(const char* p) {
 
 }  // namespace
 
+// ---- shared memory ----
+
+StatusOr<SharedMemory> CreateSharedMemory(const char* name, uint64_t bytes,
+                                          const std::string& noun) {
+  SharedMemory m;
+  m.fd = memfd_create(name, MFD_CLOEXEC);
+  if (m.fd < 0) return Status::Unavailable("memfd_create: " + Errno(errno));
+  if (fchmod(m.fd, 0600) != 0 || ftruncate(m.fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    close(m.fd);
+    return Status::Unavailable("ftruncate of a " + noun + ": " + Errno(err));
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    close(m.fd);
+    return Status::Unavailable("mmap of a " + noun + ": " + Errno(err));
+  }
+  m.base = static_cast<char*>(base);
+  std::random_device rd;
+  while (m.id == 0) m.id = (uint64_t{rd()} << 32) | rd();
+  return m;
+}
+
+StatusOr<char*> MapPeerSharedMemory(int32_t pid, int32_t fd, uint64_t bytes,
+                                    const std::string& noun, std::string* path) {
+  *path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  const int own = open(path->c_str(), O_RDWR | O_CLOEXEC);
+  if (own < 0) {
+    const int err = errno;
+    return Status::Unavailable("cannot open the sender's " + noun + " " + *path + ": " +
+                               Errno(err));
+  }
+  struct stat st;
+  if (fstat(own, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      static_cast<uint64_t>(st.st_size) != bytes) {
+    close(own);
+    return Status::InvalidArgument(*path + " is not a " + noun + " of " + std::to_string(bytes) +
+                                   " bytes of this user");
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
+  const int err = errno;
+  close(own);
+  if (base == MAP_FAILED) {
+    return Status::Unavailable("cannot map the sender's " + noun + " " + *path + ": " +
+                               Errno(err));
+  }
+  return static_cast<char*>(base);
+}
+
 // ---- ShmArena ----
 
 StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(uint64_t bytes) {
@@ -64,30 +114,13 @@ StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(uint64_t bytes) {
                                    " bytes is above the limit of " +
                                    std::to_string(kMaxShmArenaBytes));
   }
-  const int fd = memfd_create("kvtrain-shm", MFD_CLOEXEC);
-  if (fd < 0) return Status::Unavailable("memfd_create: " + Errno(errno));
-  // Only this user may open it (the kernel also lets no other user reach it
-  // through /proc/PID/fd).
-  if (fchmod(fd, 0600) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int err = errno;
-    close(fd);
-    return Status::Unavailable("ftruncate of a shared-memory arena: " + Errno(err));
-  }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const int err = errno;
-    close(fd);
-    return Status::Unavailable("mmap of a shared-memory arena: " + Errno(err));
-  }
-  std::random_device rd;
-  uint64_t id = 0;
-  while (id == 0) id = (uint64_t{rd()} << 32) | rd();
-  auto* h = static_cast<ArenaHeader*>(base);
+  KV_ASSIGN_OR_RETURN(SharedMemory m,
+                      CreateSharedMemory("kvtrain-shm", bytes, "shared-memory arena"));
+  auto* h = reinterpret_cast<ArenaHeader*>(m.base);
   h->magic = kArenaMagic;
-  h->id = id;
+  h->id = m.id;
   h->bytes = bytes;
-  return std::unique_ptr<ShmArena>(
-      new ShmArena(fd, static_cast<char*>(base), bytes, id));
+  return std::unique_ptr<ShmArena>(new ShmArena(m.fd, m.base, bytes, m.id));
 }
 
 ShmArena::ShmArena(int fd, char* base, uint64_t bytes, uint64_t id)
@@ -180,29 +213,11 @@ StatusOr<ShmMaps::View> ShmMaps::Open(const ShmRef& ref) {
     if (it != maps_.end() && it->second->bytes == ref.arena_bytes) map = it->second;
   }
   if (map == nullptr) {
-    const std::string path =
-        "/proc/" + std::to_string(ref.pid) + "/fd/" + std::to_string(ref.fd);
-    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-      const int err = errno;
-      return Status::Unavailable("cannot open the sender's shared memory " + path + ": " +
-                                 Errno(err));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-        static_cast<uint64_t>(st.st_size) != ref.arena_bytes) {
-      close(fd);
-      return Status::InvalidArgument(path + " is not a shared-memory arena of " +
-                                     std::to_string(ref.arena_bytes) + " bytes of this user");
-    }
-    void* base = mmap(nullptr, ref.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    const int err = errno;
-    close(fd);
-    if (base == MAP_FAILED) {
-      return Status::Unavailable("cannot map the sender's shared memory " + path + ": " +
-                                 Errno(err));
-    }
-    auto fresh = std::make_shared<Mapping>(static_cast<char*>(base), ref.arena_bytes);
+    std::string path;
+    KV_ASSIGN_OR_RETURN(
+        char* base, MapPeerSharedMemory(ref.pid, ref.fd, ref.arena_bytes, "shared-memory arena",
+                                         &path));
+    auto fresh = std::make_shared<Mapping>(base, ref.arena_bytes);
     const auto* h = reinterpret_cast<const ArenaHeader*>(fresh->base);
     if (h->magic != kArenaMagic || h->id != ref.arena_id || h->bytes != ref.arena_bytes) {
       return Status::InvalidArgument(path + " does not hold the arena the descriptor names");
@@ -267,6 +282,40 @@ Status DecodeShmTable(const char* data, size_t size, ShmRef* arena,
     const char* e = data + kHead + i * kEntry;
     placed->push_back({GetRaw<uint32_t>(e), GetRaw<uint64_t>(e + 8), GetRaw<uint64_t>(e + 16)});
   }
+  return Status::OK();
+}
+
+// ---- a ring's announcement (net/shm_ring.h) ----
+
+namespace {
+constexpr char kHelloMagic[4] = {'K', 'V', 'Q', '1'};
+constexpr size_t kHelloBytes = 4 + 4 + 4 + 8 + 8;
+}  // namespace
+
+std::string EncodeRingHello(const ShmRef& ring) {
+  std::string out(kHelloMagic, sizeof(kHelloMagic));
+  PutRaw<int32_t>(&out, ring.pid);
+  PutRaw<int32_t>(&out, ring.fd);
+  PutRaw<uint64_t>(&out, ring.arena_id);
+  PutRaw<uint64_t>(&out, ring.arena_bytes);
+  return out;
+}
+
+bool IsRingHello(const char* data, size_t size) {
+  return size >= sizeof(kHelloMagic) && std::memcmp(data, kHelloMagic, sizeof(kHelloMagic)) == 0;
+}
+
+Status DecodeRingHello(const char* data, size_t size, ShmRef* ring) {
+  if (size != kHelloBytes || !IsRingHello(data, size)) {
+    return Status::InvalidArgument("a shared-memory ring announcement of " +
+                                   std::to_string(size) + " bytes (expected " +
+                                   std::to_string(kHelloBytes) + " starting KVQ1)");
+  }
+  *ring = ShmRef();
+  ring->pid = GetRaw<int32_t>(data + 4);
+  ring->fd = GetRaw<int32_t>(data + 8);
+  ring->arena_id = GetRaw<uint64_t>(data + 12);
+  ring->arena_bytes = GetRaw<uint64_t>(data + 20);
   return Status::OK();
 }
 

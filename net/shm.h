@@ -42,6 +42,25 @@ struct ShmRef {
   uint64_t size = 0;
 };
 
+// What arenas and rings (net/shm_ring.h) are made of: a fresh memfd of
+// `bytes` named `name`, mode 0600 (only this user may open it, and the
+// kernel lets no other user reach it through /proc/PID/fd), closed on exec,
+// mapped shared; and a random nonzero id for its header. Unavailable names
+// `noun` ("shared-memory arena") and the failing call.
+struct SharedMemory {
+  int fd = -1;
+  char* base = nullptr;
+  uint64_t id = 0;
+};
+StatusOr<SharedMemory> CreateSharedMemory(const char* name, uint64_t bytes,
+                                          const std::string& noun);
+// Maps the memfd `fd` of `bytes` that process `pid` holds open, through
+// /proc/PID/fd/FD (*path). Unavailable: it cannot be opened or mapped;
+// InvalidArgument: it is no regular file of this user of that size. The
+// messages name `noun` and the path.
+StatusOr<char*> MapPeerSharedMemory(int32_t pid, int32_t fd, uint64_t bytes,
+                                    const std::string& noun, std::string* path);
+
 // Arena sizes a receiver accepts (a sender's descriptor names its size).
 inline constexpr uint64_t kMaxShmArenaBytes = uint64_t{1} << 32;
 
@@ -122,6 +141,15 @@ std::string EncodeShmTable(const ShmRef& arena, const std::vector<ShmPlaced>& pl
 // InvalidArgument names what is wrong (length, magic, count).
 Status DecodeShmTable(const char* data, size_t size, ShmRef* arena,
                       std::vector<ShmPlaced>* placed);
+
+// The announcement of a ring over the same-host socket: "KVQ1", then the
+// ring's ShmRef (pid, fd, id, bytes).
+std::string EncodeRingHello(const ShmRef& ring);
+// Whether `data` starts as an announcement (then decode it).
+bool IsRingHello(const char* data, size_t size);
+// InvalidArgument names what is wrong.
+Status DecodeRingHello(const char* data, size_t size, ShmRef* ring);
+
 
 }  // namespace net
 }  // namespace kvtrain

@@ -8,7 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
-#include <random>
+#include <new>
 
 namespace kvtrain {
 namespace net {
@@ -37,24 +37,9 @@ namespace {
 constexpr uint64_t kRingMagic = 0x31474e49524b564bull;  // "KVKRING1"
 constexpr uint32_t kWrap = 0xffffffffu;                  // the rest of the data is unused
 constexpr size_t kRecordHead = 8;                        // u32 length, u32 unused
-constexpr char kHelloMagic[4] = {'K', 'V', 'Q', '1'};
-constexpr size_t kHelloBytes = 4 + 4 + 4 + 8 + 8;
-
 uint64_t Round8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
 
 std::string Errno(int err) { return std::strerror(err); }
-
-template <typename T>
-void PutRaw(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-
-template <typename T>
-T GetRaw(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
 
 }  // namespace
 
@@ -66,29 +51,14 @@ StatusOr<std::unique_ptr<ShmRingWriter>> ShmRingWriter::Create(uint64_t capacity
                                    " bytes: expected a power of two from 4096 to 2^30");
   }
   const uint64_t bytes = 4096 + capacity;  // the header, padded to a page
-  const int fd = memfd_create("kvtrain-ring", MFD_CLOEXEC);
-  if (fd < 0) return Status::Unavailable("memfd_create: " + Errno(errno));
-  if (fchmod(fd, 0600) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int err = errno;
-    close(fd);
-    return Status::Unavailable("ftruncate of a shared-memory ring: " + Errno(err));
-  }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const int err = errno;
-    close(fd);
-    return Status::Unavailable("mmap of a shared-memory ring: " + Errno(err));
-  }
-  std::random_device rd;
-  uint64_t id = 0;
-  while (id == 0) id = (uint64_t{rd()} << 32) | rd();
-  auto* h = new (base) RingHeader();
+  KV_ASSIGN_OR_RETURN(SharedMemory m,
+                      CreateSharedMemory("kvtrain-ring", bytes, "shared-memory ring"));
+  auto* h = new (m.base) RingHeader();
   h->magic = kRingMagic;
-  h->id = id;
+  h->id = m.id;
   h->capacity = capacity;
   h->bell_fd = -1;
-  return std::unique_ptr<ShmRingWriter>(
-      new ShmRingWriter(fd, static_cast<char*>(base), bytes, capacity, id));
+  return std::unique_ptr<ShmRingWriter>(new ShmRingWriter(m.fd, m.base, bytes, capacity, m.id));
 }
 
 ShmRingWriter::ShmRingWriter(int fd, char* base, uint64_t bytes, uint64_t capacity,
@@ -196,28 +166,10 @@ StatusOr<std::unique_ptr<ShmRingReader>> ShmRingReader::Open(const ShmRef& ref, 
     return Status::InvalidArgument("a shared-memory ring of " +
                                    std::to_string(ref.arena_bytes) + " bytes is out of range");
   }
-  const std::string path = "/proc/" + std::to_string(ref.pid) + "/fd/" + std::to_string(ref.fd);
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    return Status::Unavailable("cannot open the sender's shared-memory ring " + path + ": " +
-                               Errno(err));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-      static_cast<uint64_t>(st.st_size) != ref.arena_bytes) {
-    close(fd);
-    return Status::InvalidArgument(path + " is not a shared-memory ring of " +
-                                   std::to_string(ref.arena_bytes) + " bytes of this user");
-  }
-  void* base = mmap(nullptr, ref.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int err = errno;
-  close(fd);
-  if (base == MAP_FAILED) {
-    return Status::Unavailable("cannot map the sender's shared-memory ring " + path + ": " +
-                               Errno(err));
-  }
-  auto* h = static_cast<RingHeader*>(base);
+  std::string path;
+  KV_ASSIGN_OR_RETURN(char* base, MapPeerSharedMemory(ref.pid, ref.fd, ref.arena_bytes,
+                                                      "shared-memory ring", &path));
+  auto* h = reinterpret_cast<RingHeader*>(base);
   const uint64_t capacity = ref.arena_bytes - 4096;
   if (h->magic != kRingMagic || h->id != ref.arena_id || h->capacity != capacity) {
     munmap(base, ref.arena_bytes);
@@ -226,7 +178,7 @@ StatusOr<std::unique_ptr<ShmRingReader>> ShmRingReader::Open(const ShmRef& ref, 
   __atomic_store_n(&h->bell_fd, bell_fd, __ATOMIC_RELEASE);
   __atomic_store_n(&h->bell_pid, static_cast<int32_t>(getpid()), __ATOMIC_RELEASE);
   return std::unique_ptr<ShmRingReader>(
-      new ShmRingReader(static_cast<char*>(base), ref.arena_bytes, capacity, ref.arena_id));
+      new ShmRingReader(base, ref.arena_bytes, capacity, ref.arena_id));
 }
 
 ShmRingReader::ShmRingReader(char* base, uint64_t bytes, uint64_t capacity, uint64_t id)
@@ -284,35 +236,6 @@ void ShmRingReader::Awake() { __atomic_store_n(&header_->waiting, 0u, __ATOMIC_R
 
 bool ShmRingReader::Finished() const {
   return __atomic_load_n(&header_->closed, __ATOMIC_ACQUIRE) != 0 && !HasRecord();
-}
-
-// ---- the announcement ----
-
-std::string EncodeRingHello(const ShmRef& ring) {
-  std::string out(kHelloMagic, sizeof(kHelloMagic));
-  PutRaw<int32_t>(&out, ring.pid);
-  PutRaw<int32_t>(&out, ring.fd);
-  PutRaw<uint64_t>(&out, ring.arena_id);
-  PutRaw<uint64_t>(&out, ring.arena_bytes);
-  return out;
-}
-
-bool IsRingHello(const char* data, size_t size) {
-  return size >= sizeof(kHelloMagic) && std::memcmp(data, kHelloMagic, sizeof(kHelloMagic)) == 0;
-}
-
-Status DecodeRingHello(const char* data, size_t size, ShmRef* ring) {
-  if (size != kHelloBytes || !IsRingHello(data, size)) {
-    return Status::InvalidArgument("a shared-memory ring announcement of " +
-                                   std::to_string(size) + " bytes (expected " +
-                                   std::to_string(kHelloBytes) + " starting KVQ1)");
-  }
-  *ring = ShmRef();
-  ring->pid = GetRaw<int32_t>(data + 4);
-  ring->fd = GetRaw<int32_t>(data + 8);
-  ring->arena_id = GetRaw<uint64_t>(data + 12);
-  ring->arena_bytes = GetRaw<uint64_t>(data + 20);
-  return Status::OK();
 }
 
 }  // namespace net

@@ -113,14 +113,6 @@ class ShmRingReader {
   const char* const data_;
 };
 
-// The announcement of a ring over the same-host socket: "KVQ1", then the
-// ring's ShmRef (pid, fd, id, bytes).
-std::string EncodeRingHello(const ShmRef& ring);
-// Whether `data` starts as an announcement (then decode it).
-bool IsRingHello(const char* data, size_t size);
-// InvalidArgument names what is wrong.
-Status DecodeRingHello(const char* data, size_t size, ShmRef* ring);
-
 }  // namespace net
 }  // namespace kvtrain
 

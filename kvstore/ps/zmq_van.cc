@@ -790,24 +790,22 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
   return got;
 }
 
-int64_t ZmqVan::ring_messages_sent() {
+int64_t ZmqVan::SumOverConns(int64_t (*count)(const Conn& c)) {
   std::lock_guard<std::mutex> lock(conns_mu_);
   int64_t n = 0;
   for (auto& c : all_conns_) {
     std::lock_guard<std::mutex> l(c->mu);
-    n += c->ring_sent;
+    n += count(*c);
   }
   return n;
 }
 
+int64_t ZmqVan::ring_messages_sent() {
+  return SumOverConns([](const Conn& c) NO_THREAD_SAFETY_ANALYSIS { return c.ring_sent; });
+}
+
 int64_t ZmqVan::ring_messages_by_socket() {
-  std::lock_guard<std::mutex> lock(conns_mu_);
-  int64_t n = 0;
-  for (auto& c : all_conns_) {
-    std::lock_guard<std::mutex> l(c->mu);
-    n += c->ring_by_socket;
-  }
-  return n;
+  return SumOverConns([](const Conn& c) NO_THREAD_SAFETY_ANALYSIS { return c.ring_by_socket; });
 }
 
 bool ZmqVan::Idle() {

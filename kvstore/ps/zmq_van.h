@@ -94,6 +94,8 @@ class ZmqVan : public Van {
   // names.
   Status TakeShmFrames(std::vector<Blob>* frames);
   bool Idle() EXCLUDES(conns_mu_);
+  // The sum of `count` over every connection ever made (each under its lock).
+  int64_t SumOverConns(int64_t (*count)(const Conn& c)) EXCLUDES(conns_mu_);
 
   // Rings (net/shm_ring.h; sending: zmq_van.cc's StartRing and RingSend).
   // Receiving (the receive thread): the socket alone (blocking up to the
