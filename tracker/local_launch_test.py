@@ -97,6 +97,17 @@ class LocalLaunchTest(unittest.TestCase):
         self.assertIn("launch.py:   | failing on purpose", out)
         self.assertEqual(wait_no_processes(self.marker), [])
 
+    def test_the_others_may_end_on_their_own_after_a_failure(self):
+        # A kvtrain node tells the job when it fails, and the others exit
+        # with their own report: they get a moment before being stopped, so
+        # what they printed is not lost.
+        code, out = launch(["-n", "2", "-s", "1"] + self.job(
+            "--fail", "worker:1", "--leave", "worker:0", "--hang", "*"))
+        self.assertEqual(code, 3, out)
+        self.assertIn("[worker 0] leaving on my own", out)
+        self.assertIn("launch.py: worker 1 failed with exit code 3", out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
     def test_killed_server_is_named_with_its_signal(self):
         p = start_launch(["-n", "1", "-s", "2"] + self.job("--hang", "*",
                                                           "--print-env", "DMLC_RANK"))

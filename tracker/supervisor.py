@@ -103,6 +103,11 @@ class Supervisor:
     """Not thread-safe, and uses no threads: call everything from the main
     thread, which also reads the processes' output (pump())."""
 
+    # After one process fails, how long the others get to end by themselves
+    # (a failing kvtrain node tells the job, and the others exit with their
+    # own report, flushing what they printed) before they are stopped.
+    SETTLE_SECONDS = 1.0
+
     def __init__(self, out=None, grace_seconds=5.0, prefix_output=True):
         self.out = out or sys.stdout.buffer
         self.grace = grace_seconds
@@ -198,6 +203,9 @@ class Supervisor:
 
     def _fail(self, failed):
         how = describe_exit(failed.returncode, failed.remote)
+        end = time.monotonic() + self.SETTLE_SECONDS
+        while time.monotonic() < end and any(p.popen.poll() is None for p in self.procs):
+            self.pump(0.05)
         self.teardown(exclude=failed)
         self._drain()
         where = " on %s" % failed.host if failed.remote else ""

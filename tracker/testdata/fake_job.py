@@ -88,6 +88,10 @@ def node(args):
     if me in args.fail:
         print("failing on purpose", flush=True)
         sys.exit(args.fail_code)
+    if me in args.leave:
+        time.sleep(0.3)
+        print("leaving on my own")  # flushed at exit only
+        sys.exit(1)
     if me in args.hang or "*" in args.hang:
         while not done():
             time.sleep(0.1)
@@ -107,6 +111,9 @@ def main():
     ap.add_argument("--fail", action="append", default=[], help="role:rank")
     ap.add_argument("--fail-code", type=int, default=3)
     ap.add_argument("--hang", action="append", default=[], help="role:rank or *")
+    ap.add_argument("--leave", action="append", default=[],
+                    help="role:rank: exits 1 on its own 0.3 s after the start, its last line "
+                         "left in stdout's buffer (as a node that reports a peer's failure)")
     ap.add_argument("--report-key", action="store_true",
                     help="print how the job key arrived and its digest")
     args = ap.parse_args()
