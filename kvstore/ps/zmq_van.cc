@@ -754,15 +754,21 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
         got = true;
         break;
       }
-      got = RecvRing(msg);
-      if (!got.ok() || *got) break;
-      got = RecvSocket(msg, /*block=*/false);
-      if (!got.ok()) break;
-      if (*got) {
-        if (OnSocketMessage(msg)) continue;
-        break;
+      // The rings and the socket take turns going first, so that a busy
+      // same-host peer cannot starve the socket's (remote peers, announcements).
+      socket_first_ = !socket_first_;
+      bool again = false;
+      for (int pass = 0; pass < 2 && !again; ++pass) {
+        if ((pass == 0) == socket_first_) {
+          got = RecvSocket(msg, /*block=*/false);
+          if (got.ok() && *got && OnSocketMessage(msg)) again = true;
+        } else {
+          got = RecvRing(msg);
+        }
+        if (!got.ok() || (*got && !again)) break;
       }
-      if (!ready_msgs_.empty()) continue;
+      if (!got.ok() || (*got && !again)) break;
+      if (again || !ready_msgs_.empty()) continue;
       // Nothing: sleep on the socket and the doorbell, unless a ring's
       // writer got a message in before it could see this thread asleep.
       bool pending = false;

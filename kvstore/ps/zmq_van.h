@@ -148,6 +148,7 @@ class ZmqVan : public Van {
   };
   std::vector<RingIn> rings_;
   size_t ring_next_ = 0;
+  bool socket_first_ = false;
   std::deque<RawMessage> ready_msgs_;
   std::vector<char> record_;
 

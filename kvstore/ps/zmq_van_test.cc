@@ -303,6 +303,32 @@ TEST(ZmqVanTest, SameHostMessagesGoThroughARingInOrder) {
   EXPECT_EQ(b->ring_messages_sent(), 1);
 }
 
+// A same-host peer that keeps its ring full cannot starve a peer on the
+// socket: the two take turns.
+TEST(ZmqVanTest, RingsAndTheSocketTakeTurns) {
+  auto a = MakeVan("a");
+  auto t = MakeVan("t");
+  auto b = MakeVan("b");
+  StatusOr<int> port = b->Bind(0);
+  ASSERT_TRUE(port.ok());
+  ASSERT_TRUE(a->Bind(0).ok());
+  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, b->SameHostAddress()).ok());
+  ASSERT_TRUE(t->Connect(1, "127.0.0.1", *port, "").ok());  // TCP
+  ASSERT_TRUE(a->Send(1, 0, {Blob::FromString("first")}).ok());
+  EXPECT_EQ(RecvOne(b.get()).frames[0].ToString(), "first");  // the ring is up
+  for (int i = 0; i < 500; ++i) ASSERT_TRUE(a->Send(1, 0, {Blob::FromString("ring")}).ok());
+  ASSERT_TRUE(t->Send(1, 0, {Blob::FromString("socket")}).ok());
+  t->Flush(std::chrono::seconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it reached b's socket
+  int at = -1;
+  for (int i = 0; i < 501; ++i) {
+    if (RecvOne(b.get()).token == "t") at = i;
+  }
+  EXPECT_GE(at, 0);
+  EXPECT_LE(at, 2) << "the socket's message waited behind the ring's";
+  EXPECT_EQ(a->ring_messages_sent(), 501);
+}
+
 TEST(ZmqVanTest, ShmRingOffUsesTheSocket) {
   auto a = MakeVan("a", 4 << 20, ZmqVanOptions().shm_bytes, /*shm_ring=*/false);
   auto b = MakeVan("b");
