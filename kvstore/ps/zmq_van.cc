@@ -515,19 +515,18 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
       }
       // The rings and the socket take turns going first, so that a busy
       // same-host peer cannot starve the socket's (remote peers, announcements).
+      // An announcement, or a message held for its mark, is taken in and
+      // the loop goes on.
       socket_first_ = !socket_first_;
-      bool again = false;
-      for (int pass = 0; pass < 2 && !again; ++pass) {
-        if ((pass == 0) == socket_first_) {
-          got = RecvSocket(msg, /*block=*/false);
-          if (got.ok() && *got && OnSocketMessage(msg)) again = true;
-        } else {
-          got = RecvRing(msg);
-        }
-        if (!got.ok() || (*got && !again)) break;
+      bool taken_in = false;
+      for (const bool socket : {socket_first_, !socket_first_}) {
+        got = socket ? RecvSocket(msg, /*block=*/false) : RecvRing(msg);
+        taken_in = socket && got.ok() && *got && OnSocketMessage(msg);
+        if (taken_in || !got.ok() || *got) break;
       }
-      if (!got.ok() || (*got && !again)) break;
-      if (again || !ready_msgs_.empty()) continue;
+      if (taken_in) continue;
+      if (!got.ok() || *got) break;
+      if (!ready_msgs_.empty()) continue;
       // Nothing: sleep on the socket and the doorbell, unless a ring's
       // writer got a message in before it could see this thread asleep.
       bool pending = false;

@@ -97,16 +97,25 @@ bool ZmqVan::OnSocketMessage(RawMessage* msg) {
   if (msg->error.ok() && msg->frames.size() == 2 && msg->frames[0].empty() &&
       net::IsRingHello(msg->frames[1].data(), msg->frames[1].size())) {
     net::ShmRef ref;
-    Status s = net::DecodeRingHello(msg->frames[1].data(), msg->frames[1].size(), &ref);
-    StatusOr<std::unique_ptr<net::ShmRingReader>> reader =
-        s.ok() && bell_write_ >= 0 ? net::ShmRingReader::Open(ref, bell_write_)
-                                   : StatusOr<std::unique_ptr<net::ShmRingReader>>(
-                                         s.ok() ? Status::Unavailable("no doorbell") : s);
-    if (!reader.ok()) {
+    Status status = net::DecodeRingHello(msg->frames[1].data(), msg->frames[1].size(), &ref);
+    if (status.ok() && bell_write_ < 0) {
+      status = Status::Unavailable("a ring announced to a node without a same-host socket");
+    }
+    std::unique_ptr<net::ShmRingReader> reader;
+    if (status.ok()) {
+      StatusOr<std::unique_ptr<net::ShmRingReader>> opened =
+          net::ShmRingReader::Open(ref, bell_write_);
+      if (opened.ok()) {
+        reader = std::move(*opened);
+      } else {
+        status = opened.status();
+      }
+    }
+    if (!status.ok()) {
       // The peer's messages will be in that ring: the job cannot go on
       // without them (a connection that is no peer's is only dropped).
       msg->frames.clear();
-      msg->error = Status::Unavailable(reader.status().message());
+      msg->error = Status::Unavailable(status.message());
       return false;
     }
     // The same peer connected again: what its old ring still holds goes
@@ -133,7 +142,7 @@ bool ZmqVan::OnSocketMessage(RawMessage* msg) {
       for (RawMessage& m : old.early) ready_msgs_.push_back(std::move(m));
       break;
     }
-    rings_.push_back(RingIn{msg->token, std::move(*reader), 0, {}});
+    rings_.push_back(RingIn{msg->token, std::move(reader), 0, {}});
     return true;
   }
   for (RingIn& in : rings_) {
