@@ -69,6 +69,13 @@ Status LocalKVStore::DoPush(const std::vector<Key>& keys,
                           " but it was initialised with " +
                           e.value.shape().ToString());
     }
+    if (g.tensors.size() == 1 && update_.optimizer() != nullptr &&
+        g.tensors[0].device() == e.value.device()) {
+      // One value where the store keeps the key, and the store's own
+      // optimizer, which only reads the gradient: nothing to merge or copy.
+      KV_RETURN_IF_ERROR(update_.Apply(e.key, g.name, g.tensors[0], &e.value));
+      continue;
+    }
     KV_ASSIGN_OR_RETURN(Tensor merged, SumOn(g.tensors, e.value.device()));
     if (update_.active()) {
       KV_RETURN_IF_ERROR(update_.Apply(e.key, g.name, merged, &e.value));

@@ -89,6 +89,33 @@ TEST_P(LocalKVStoreTest, UpdaterAndOptimizer) {
   EXPECT_EQ(out.ToVector(), std::vector<float>({2, 3}));  // w -= 0.5 g
 }
 
+TEST_P(LocalKVStoreTest, OneValueIsUpdatedFromAsTwoSummedAre) {
+  // One pushed value is read by the optimizer where it lies; two are
+  // summed first. Both give the same weights, and no push alters its values.
+  proto::OptimizerSpec mom;
+  mom.set_type(proto::OptimizerSpec::SGD);
+  mom.set_learning_rate(0.25f);
+  mom.set_momentum(0.5f);
+  mom.set_weight_decay(0.125f);
+  auto one = Make(GetParam()), two = Make(GetParam());
+  for (KVStore* kv : {one.get(), two.get()}) {
+    ASSERT_TRUE(kv->Init({"w"}, {Vec({1, -2, 3})}).ok());
+    ASSERT_TRUE(kv->SetOptimizer(mom).ok());
+  }
+  Tensor a = Tensor::Zeros({3}), b = Tensor::Zeros({3});
+  for (int step = 0; step < 3; ++step) {
+    const float s = static_cast<float>(step + 1);
+    Tensor grad = Vec({4 * s, -2 * s, 1}), half1 = Vec({2 * s, -s, 0.5f}),
+           half2 = Vec({2 * s, -s, 0.5f});
+    ASSERT_TRUE(one->PushPull({"w"}, {grad}, {a}).ok());
+    ASSERT_TRUE(two->PushPull({"w", "w"}, {half1, half2}, {b, b}).ok());
+    EXPECT_EQ(grad.ToVector(), std::vector<float>({4 * s, -2 * s, 1}));
+    EXPECT_EQ(half1.ToVector(), std::vector<float>({2 * s, -s, 0.5f}));
+    EXPECT_EQ(a.ToVector(), b.ToVector()) << "step " << step;
+  }
+  EXPECT_NE(a.ToVector(), std::vector<float>({1, -2, 3}));
+}
+
 TEST_P(LocalKVStoreTest, OptimizerStatesRoundTrip) {
   proto::OptimizerSpec mom;
   mom.set_type(proto::OptimizerSpec::SGD);
