@@ -1,10 +1,11 @@
 // ServerHandler: the KVStore commands on a parameter server.
 #include "kvstore/server.h"
 
+#include <glog/logging.h>
+
+#include <algorithm>
 #include <cstring>
 #include <utility>
-
-#include <glog/logging.h>
 
 #include "base/trace.h"
 #include "kvstore/common.h"
@@ -360,7 +361,7 @@ struct ServerHandler::Gather {
   ps::RequestMeta meta;
   ps::Blob keys, lens;
   std::vector<size_t> offsets;  // per key, into `values` (one more at the end)
-  std::shared_ptr<std::vector<char>> values;
+  std::shared_ptr<char[]> values;  // offsets.back() bytes, not zeroed
   int remaining = 0;
   Status error;
 };
@@ -376,7 +377,7 @@ void ServerHandler::Answer(const Deferred& d, KeyState* st, uint64_t key,
   if (!vals.ok()) {
     if (g.error.ok()) g.error = vals.status();
   } else if (bytes == vals->size()) {
-    std::memcpy(g.values->data() + off, vals->data(), bytes);
+    std::memcpy(g.values.get() + off, vals->data(), bytes);
   } else if (g.error.ok()) {
     g.error = KeyError(Status::Code::kInvalidArgument, st->name,
                        "answer of " + std::to_string(bytes / 4) +
@@ -391,7 +392,7 @@ void ServerHandler::Answer(const Deferred& d, KeyState* st, uint64_t key,
   ps::KVPairs out;
   out.keys = g.keys;
   out.lens = g.lens;
-  out.vals = ps::Blob(g.values, g.values->data(), g.values->size());
+  out.vals = ps::Blob(g.values, g.values.get(), g.offsets.back());
   server->Respond(g.meta, out);
 }
 
@@ -480,7 +481,9 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
     g->offsets.push_back(g->offsets.back() + answer);
   }
   if (recoded) g->lens = ps::Blob::FromVector(answer_lens);
-  g->values = std::make_shared<std::vector<char>>(g->offsets.back());
+  // Every byte is written by its key's answer: no zeroing pass.
+  g->values =
+      std::shared_ptr<char[]>(new char[std::max<size_t>(g->offsets.back(), 1)]);
   g->remaining = static_cast<int>(n);
   for (size_t i = 0; i < n; ++i) {
     const uint64_t key = data.key(i);
