@@ -70,14 +70,16 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_k
   return Status::OK();
 }
 
-StatusOr<std::vector<Completion>> Module::StartStep(const Batch& batch, KVStore* kv,
+StatusOr<std::vector<Completion>> Module::StartStep(const Batch& batch,
+                                                    const RowWriter& rows,
+                                                    KVStore* kv,
                                                     std::string label) {
   Optimizer* const local_optimizer = local_optimizer_.get();
   trace::Scope span("trainer", "step");
-  std::vector<Completion> feeds;
   {
+    // Not waited for: the writer and the label array hold what they read.
     trace::Scope feed("trainer", "feed");
-    KV_ASSIGN_OR_RETURN(feeds, PushFeed(batch));
+    KV_RETURN_IF_ERROR(PushFeed(batch, &rows).status());
   }
   std::vector<Completion> forwards;
   for (auto& e : execs_) {
@@ -146,8 +148,6 @@ StatusOr<std::vector<Completion>> Module::StartStep(const Batch& batch, KVStore*
                                     all_cpu ? Engine::Queue::kCompute : Engine::Queue::kInline,
                                     "kvstore results");
   in_flight_.push_back({std::move(label), finish});
-  // The batch may be reused by the next Next: wait until it is copied in.
-  for (const Completion& c : feeds) KV_RETURN_IF_ERROR(c.Wait(kStepTimeout));
   return forwards;
 }
 
@@ -287,6 +287,7 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
                                                  : train->num_batches();
     if (report) progress.StartEpoch(epoch, batches);
     Batch batch;
+    RowWriter rows;
     for (int64_t n = 0; n < batches; ++n) {
       if (o.stop && o.stop()) {
         return Status::Aborted("training stopped at epoch " + std::to_string(epoch) +
@@ -295,13 +296,13 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
       bool more;
       {
         trace::Scope span("trainer", "next batch");
-        KV_ASSIGN_OR_RETURN(more, train->Next(&batch));
+        KV_ASSIGN_OR_RETURN(more, train->NextRows(&batch, &rows));
       }
       if (!more) {
         // This worker's part is shorter than the epoch: start it over, so
         // every worker runs the same number of steps.
         KV_RETURN_IF_ERROR(train->StartEpoch(epoch));
-        KV_ASSIGN_OR_RETURN(more, train->Next(&batch));
+        KV_ASSIGN_OR_RETURN(more, train->NextRows(&batch, &rows));
         if (!more) return Status::InvalidArgument("the training data yields no batch");
       }
       // Two steps in flight: this thread copies in, and pushes the ops of,
@@ -310,7 +311,8 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
       // forward without waiting for this thread. (Its own errors name it.)
       while (in_flight_.size() >= 2) KV_RETURN_IF_ERROR(FinishOldestStep());
       const std::string label = "epoch " + std::to_string(epoch) + " batch " + std::to_string(n);
-      StatusOr<std::vector<Completion>> forwards = StartStep(batch, kv, label);
+      StatusOr<std::vector<Completion>> forwards =
+          StartStep(batch, rows, kv, label);
       if (!forwards.ok()) return forwards.status().Annotate(label);
       for (const Completion& c : *forwards) {
         const Status s = c.Wait(kStepTimeout);

@@ -44,6 +44,15 @@ class CrossEntropy : public Metric {
   }
 };
 
+// The values of `t` readable on the host: its own memory when it is a CPU
+// float32 array, else a copy in `*copy`.
+const float* HostFloats(const Tensor& t, std::vector<float>* copy) {
+  if (t.device().is_cpu() && t.dtype() == DType::kFloat32)
+    return t.data<float>();
+  *copy = t.ToVector();
+  return copy->data();
+}
+
 }  // namespace
 
 Status Metric::Update(const Tensor& labels, const Tensor& probs, int pad) {
@@ -52,7 +61,9 @@ Status Metric::Update(const Tensor& labels, const Tensor& probs, int pad) {
                                    labels.shape().ToString() + " do not match predictions " +
                                    probs.shape().ToString());
   }
-  const std::vector<float> l = labels.ToVector(), p = probs.ToVector();
+  std::vector<float> label_copy, prob_copy;
+  const float* l = HostFloats(labels, &label_copy);
+  const float* p = HostFloats(probs, &prob_copy);
   const int classes = static_cast<int>(probs.dim(1));
   const int64_t rows = probs.dim(0) - std::max(0, pad);
   for (int64_t r = 0; r < rows; ++r) {
@@ -62,7 +73,7 @@ Status Metric::Update(const Tensor& labels, const Tensor& probs, int pad) {
                                      std::to_string(label) + " is not a class 0.." +
                                      std::to_string(classes - 1));
     }
-    sum_ += Row(label, p.data() + r * classes, classes);
+    sum_ += Row(label, p + r * classes, classes);
     ++count_;
   }
   return Status::OK();

@@ -167,16 +167,24 @@ Status Module::InitParams(const InitializerOptions& init, const ModelArrays* fro
   return Status::OK();
 }
 
-StatusOr<std::vector<Completion>> Module::PushFeed(const Batch& batch) {
-  if (batch.data.dim(0) != batch_size_) {
-    return Status::InvalidArgument("batch of " + std::to_string(batch.data.dim(0)) +
+StatusOr<std::vector<Completion>> Module::PushFeed(const Batch& batch,
+                                                   const RowWriter* rows) {
+  // Rows counted by the data, or by the labels when a writer brings the data.
+  const Tensor& counted = rows == nullptr ? batch.data : batch.label;
+  const int64_t batch_rows =
+      counted.defined() && counted.ndim() > 0 ? counted.dim(0) : 0;
+  if (batch_rows != batch_size_) {
+    return Status::InvalidArgument("batch of " + std::to_string(batch_rows) +
                                    " rows; the module was bound for " +
                                    std::to_string(batch_size_));
   }
   std::vector<Completion> done;
   for (size_t d = 0; d < execs_.size(); ++d) {
     const Slice& s = slices_[d];
-    KV_ASSIGN_OR_RETURN(Tensor data, batch.data.Slice(s.begin, s.begin + s.size));
+    Tensor data;
+    if (rows == nullptr) {
+      KV_ASSIGN_OR_RETURN(data, batch.data.Slice(s.begin, s.begin + s.size));
+    }
     KV_ASSIGN_OR_RETURN(Tensor label, batch.label.Slice(s.begin, s.begin + s.size));
     Executor* e = execs_[d].get();
     std::vector<Engine::Var*> writes;
@@ -191,8 +199,22 @@ StatusOr<std::vector<Completion>> Module::PushFeed(const Batch& batch) {
     }
     if (writes.empty()) continue;
     // An engine op: the previous step's backward may still read the inputs.
-    Engine::Fn copy = [dst_data, dst_label, data, label, this]() mutable -> Status {
-      if (dst_data.defined()) {
+    RowWriter write = rows == nullptr ? RowWriter() : *rows;
+    const int64_t begin = s.begin, end = s.begin + s.size;
+    Engine::Fn copy = [dst_data, dst_label, data, label, write, begin, end,
+                       this]() mutable -> Status {
+      if (dst_data.defined() && write) {
+        Status st;
+        if (dst_data.device().is_cpu()) {
+          st = write(begin, end, dst_data);
+        } else {
+          // Gathered on the host, then one copy to the device.
+          Tensor host = Tensor::Empty(dst_data.shape(), DType::kFloat32);
+          st = write(begin, end, host);
+          if (st.ok()) st = dst_data.CopyFrom(host);
+        }
+        KV_RETURN_IF_ERROR(st.Annotate("input " + options_.data_name));
+      } else if (dst_data.defined()) {
         KV_RETURN_IF_ERROR(dst_data.CopyFrom(data).Annotate("input " + options_.data_name));
       }
       if (dst_label.defined()) {

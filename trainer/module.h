@@ -159,21 +159,26 @@ class Module {
   };
 
   // Copies rows of the batch into each device's data and label arrays, as
-  // engine ops (after the ops that still read them).
-  StatusOr<std::vector<Completion>> PushFeed(const Batch& batch);
+  // engine ops (after the ops that still read them); with `rows`, the data
+  // rows are written by it (DataIter::NextRows) instead of copied from
+  // batch.data.
+  StatusOr<std::vector<Completion>> PushFeed(const Batch& batch,
+                                             const RowWriter* rows = nullptr);
   // PushFeed and wait.
   Status Feed(const Batch& batch);
   // Every batch of `data` from its start, fed and forward (inference), then
   // `fn` on it: Score's and Predict's loop.
   Status ForEachForward(DataIter* data, const std::function<Status(const Batch&)>& fn);
   Status UpdateMetrics(MetricSet* metrics, const Batch& batch);
-  // One training step on the engine: the batch copied in, forward,
-  // backward, the parameters' KVStore ops and a last op that waits for the
-  // store's results (FinishStep). Returns once the batch is copied in, with
-  // the forward pass's handle (the outputs are then readable); the rest
-  // runs on while the caller reads metrics and prepares the next batch.
-  StatusOr<std::vector<Completion>> StartStep(const Batch& batch, KVStore* kv,
-                                              std::string label);
+  // One training step on the engine: the batch written in (`rows`),
+  // forward, backward, the parameters' KVStore ops and a last op that waits
+  // for the store's results (FinishStep). Returns once the ops are pushed,
+  // with the forward pass's handle (the outputs are readable once it is
+  // done); the rest runs on while the caller reads metrics and prepares the
+  // next batch.
+  StatusOr<std::vector<Completion>> StartStep(const Batch& batch,
+                                              const RowWriter& rows,
+                                              KVStore* kv, std::string label);
   // Waits for the oldest step in flight; its error names its batch.
   Status FinishOldestStep();
   // Waits for every step in flight and every executor pass.

@@ -163,6 +163,19 @@ TEST(ModuleTest, Errors) {
   bad.data_name = "pixels";
   auto m2 = std::move(Module::Create(models::Mlp({4}, 2), bad)).value();
   EXPECT_FALSE(m2->Bind({4, 8}, {4}).ok());
+  // Batches of another size than the module was bound for, whether Fit
+  // writes them in (NextRows) or a caller feeds them.
+  auto bound = BoundMlp(*it);
+  auto fives = TwoClasses(5);
+  const Status fit = bound->Fit(fives.get(), nullptr, kv.get(), ShortFit(1));
+  EXPECT_NE(fit.message().find("batch of 5 rows; the module was bound for 20"),
+            std::string::npos)
+      << fit;
+  const Status score = bound->Score(fives.get(), {"accuracy"}).status();
+  EXPECT_NE(
+      score.message().find("batch of 5 rows; the module was bound for 20"),
+      std::string::npos)
+      << score;
 }
 
 // Loading from saved arrays: every parameter must be there, with the

@@ -1,6 +1,8 @@
 // ArrayIter: batches from in-memory arrays, with shuffling, batch-interleaved
 // partitioning, last-batch padding and a prefetch thread.
+#include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -10,6 +12,17 @@
 #include "engine/io/data_iter.h"
 
 namespace kvtrain {
+
+StatusOr<bool> DataIter::NextRows(Batch* batch, RowWriter* rows) {
+  KV_ASSIGN_OR_RETURN(bool more, Next(batch));
+  if (!more) return false;
+  *rows = [data = batch->data](int64_t begin, int64_t end,
+                               Tensor dst) -> Status {
+    KV_ASSIGN_OR_RETURN(Tensor part, data.Slice(begin, end));
+    return dst.CopyFrom(part);
+  };
+  return true;
+}
 
 Status CheckIterOptions(const IterOptions& o, int64_t count) {
   if (o.batch_size < 1) {
@@ -39,6 +52,54 @@ Status CheckIterOptions(const IterOptions& o, int64_t count) {
 
 namespace {
 
+// Not inlined: its restrict-qualified pointers are what lets the body
+// vectorise at -O2 (a body whose length is a multiple of 16).
+template <typename T>
+__attribute__((noinline)) void ScaleRow(const T* __restrict src,
+                                        float* __restrict dst, int64_t n,
+                                        float s) {
+  const int64_t body = n & ~int64_t{15};
+  for (int64_t i = 0; i < body; ++i) dst[i] = src[i] * s;
+  for (int64_t i = body; i < n; ++i) dst[i] = src[i] * s;
+}
+
+// A batch's examples gathered: their rows as float32, scaled, or (for
+// NextRows) uint8 rows as they are, a quarter of the bytes, converted where
+// they are used; labels as float32.
+struct Gathered {
+  Tensor rows;  // (batch, ...) uint8 or float32
+  Tensor label;
+  int pad = 0;
+};
+
+// Rows [begin, end) of `g` as float32 into `dst` (CPU, float32, as many
+// values), scaling uint8 rows by `scale`.
+Status WriteRows(const Gathered& g, float scale, int64_t begin, int64_t end,
+                 Tensor dst) {
+  const int64_t n = g.rows.dim(0);
+  const int64_t row_elems = n == 0 ? 0 : g.rows.size() / n;
+  if (begin < 0 || begin > end || end > n) {
+    return Status::InvalidArgument("rows [" + std::to_string(begin) + ", " +
+                                   std::to_string(end) + ") of a batch of " +
+                                   std::to_string(n));
+  }
+  if (!dst.device().is_cpu() || dst.dtype() != DType::kFloat32 ||
+      dst.size() != (end - begin) * row_elems) {
+    return Status::InvalidArgument("batch rows go to a CPU float32 array of " +
+                                   std::to_string((end - begin) * row_elems) +
+                                   " values, got " + dst.shape().ToString() +
+                                   " " + DTypeName(dst.dtype()) + " on " +
+                                   dst.device().ToString());
+  }
+  if (g.rows.dtype() == DType::kUInt8) {
+    ScaleRow(g.rows.data<uint8_t>() + begin * row_elems, dst.data<float>(),
+             (end - begin) * row_elems, scale);
+    return Status::OK();
+  }
+  KV_ASSIGN_OR_RETURN(Tensor part, g.rows.Slice(begin, end));
+  return dst.CopyFrom(part);
+}
+
 class ArrayIter : public DataIter {
  public:
   ArrayIter(Tensor data, Tensor label, const IterOptions& opts, int64_t n)
@@ -48,7 +109,6 @@ class ArrayIter : public DataIter {
     dims[0] = opts_.batch_size;
     batch_shape_ = Shape(dims);
     BuildOrder();
-    if (opts_.prefetch) producer_ = std::thread([this] { Produce(); });
   }
 
   ~ArrayIter() override {
@@ -61,17 +121,25 @@ class ArrayIter : public DataIter {
   }
 
   StatusOr<bool> Next(Batch* batch) override {
-    if (given_ >= num_batches_) return false;
-    if (!opts_.prefetch) {
-      *batch = Make(given_++);
-      return true;
-    }
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return slot_.has_value(); });
-    *batch = std::move(*slot_);
-    slot_.reset();
-    ++given_;
-    cv_.notify_all();
+    std::optional<Gathered> g = Take(/*for_rows=*/false);
+    if (!g.has_value()) return false;
+    batch->data = g->rows;  // float32
+    batch->label = g->label;
+    batch->pad = g->pad;
+    return true;
+  }
+
+  StatusOr<bool> NextRows(Batch* batch, RowWriter* rows) override {
+    std::optional<Gathered> g = Take(/*for_rows=*/true);
+    if (!g.has_value()) return false;
+    batch->data = Tensor();
+    batch->label = g->label;
+    batch->pad = g->pad;
+    // By value: the writer may run after this iterator moved on.
+    *rows = [g = std::move(*g), scale = opts_.scale](int64_t begin, int64_t end,
+                                                     Tensor dst) -> Status {
+      return WriteRows(g, scale, begin, end, std::move(dst));
+    };
     return true;
   }
 
@@ -135,37 +203,72 @@ class ArrayIter : public DataIter {
     }
   }
 
-  Batch Make(int64_t index) const {
-    Batch out;
+  // Batch `index`; uint8 rows stay uint8 when `keep_raw`.
+  Gathered Gather(int64_t index, bool keep_raw) const {
+    Gathered out;
     const int b = opts_.batch_size;
-    out.data = Tensor::Empty(batch_shape_, DType::kFloat32);
+    const bool raw = keep_raw && data_.dtype() == DType::kUInt8;
+    out.rows =
+        Tensor::Empty(batch_shape_, raw ? DType::kUInt8 : DType::kFloat32);
     out.label = Tensor::Empty({b}, DType::kFloat32);
-    float* dst = out.data.data<float>();
     float* lab = out.label.data<float>();
+    const int64_t* examples = order_.data() + index * b;
+    // The rows are scattered over the data set: a few rows ahead are
+    // fetched while one is copied (a copy otherwise waits on memory).
+    constexpr int kAhead = 6;
+    for (int r = 0; r < std::min(b, kAhead); ++r) PrefetchRow(examples[r]);
     for (int r = 0; r < b; ++r) {
-      const int64_t ex = order_[index * b + r];
-      CopyRow(ex, dst + r * row_elems_);
+      const int64_t ex = examples[r];
+      if (r + kAhead < b) PrefetchRow(examples[r + kAhead]);
+      if (raw) {
+        std::memcpy(out.rows.data<uint8_t>() + r * row_elems_,
+                    data_.data<uint8_t>() + ex * row_elems_, row_elems_);
+      } else if (data_.dtype() == DType::kUInt8) {
+        ScaleRow(data_.data<uint8_t>() + ex * row_elems_,
+                 out.rows.data<float>() + r * row_elems_, row_elems_,
+                 opts_.scale);
+      } else {
+        ScaleRow(data_.data<float>() + ex * row_elems_,
+                 out.rows.data<float>() + r * row_elems_, row_elems_,
+                 opts_.scale);
+      }
       lab[r] = LabelOf(ex);
     }
     out.pad = index == num_batches_ - 1 ? last_pad_ : 0;
     return out;
   }
 
-  void CopyRow(int64_t ex, float* dst) const {
-    if (data_.dtype() == DType::kUInt8) {
-      ScaleRow(data_.data<uint8_t>() + ex * row_elems_, dst);
-    } else {
-      ScaleRow(data_.data<float>() + ex * row_elems_, dst);
+  // The next batch of the epoch. For Next: from the producer thread
+  // (started by the first call) when prefetching, else gathered here. For
+  // NextRows: gathered here, raw, unless the producer made it ahead (after
+  // a Next): what is left before the consumer converts the rows, a copy of
+  // the examples' bytes, costs less than handing a batch between threads.
+  std::optional<Gathered> Take(bool for_rows) {
+    if (given_ >= num_batches_) return std::nullopt;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (for_rows || !opts_.prefetch) {
+      cv_.wait(lock, [this] { return !making_; });
+      if (!slot_.has_value()) {
+        const int64_t index = given_++;
+        made_ = std::max(made_, given_);  // a running producer skips it
+        lock.unlock();
+        return Gather(index, /*keep_raw=*/for_rows);
+      }
     }
+    if (!producer_.joinable()) producer_ = std::thread([this] { Produce(); });
+    cv_.wait(lock, [this] { return slot_.has_value(); });
+    std::optional<Gathered> out = std::move(slot_);
+    slot_.reset();
+    ++given_;
+    cv_.notify_all();
+    return out;
   }
 
-  template <typename T>
-  void ScaleRow(const T* __restrict src, float* __restrict dst) const {
-    const float s = opts_.scale;
-    // A body whose length is a multiple of 16 vectorises at -O2.
-    const int64_t body = row_elems_ & ~int64_t{15};
-    for (int64_t i = 0; i < body; ++i) dst[i] = src[i] * s;
-    for (int64_t i = body; i < row_elems_; ++i) dst[i] = src[i] * s;
+  void PrefetchRow(int64_t ex) const {
+    const int64_t bytes =
+        row_elems_ * static_cast<int64_t>(DTypeSize(data_.dtype()));
+    const char* row = static_cast<const char*>(data_.raw_data()) + ex * bytes;
+    for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at);
   }
 
   float LabelOf(int64_t ex) const {
@@ -189,7 +292,7 @@ class ArrayIter : public DataIter {
       const int64_t index = made_++;
       making_ = true;
       lock.unlock();
-      Batch b = Make(index);
+      Gathered b = Gather(index, /*keep_raw=*/false);
       lock.lock();
       making_ = false;
       slot_ = std::move(b);
@@ -214,7 +317,7 @@ class ArrayIter : public DataIter {
   int64_t given_ = 0;  // consumer's count
   bool making_ GUARDED_BY(mu_) = false;
   bool stop_ GUARDED_BY(mu_) = false;
-  std::optional<Batch> slot_ GUARDED_BY(mu_);
+  std::optional<Gathered> slot_ GUARDED_BY(mu_);
   std::thread producer_;
 };
 

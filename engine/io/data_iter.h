@@ -6,6 +6,7 @@
 #define KVTRAIN_ENGINE_IO_DATA_ITER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,12 +23,27 @@ struct Batch {
   int pad = 0;
 };
 
-// Iterates over one epoch at a time. Not thread-safe: one consumer.
+// Writes rows [begin, end) of one batch's data, as float32, into `dst`: a
+// CPU tensor of end - begin rows of the batch's row shape.
+using RowWriter = std::function<Status(int64_t begin, int64_t end, Tensor dst)>;
+
+// Iterates over one epoch at a time. Not thread-safe: one consumer. The
+// arrays of a batch handed out are never written again (a consumer may
+// read them on another thread while the iterator goes on).
 class DataIter {
  public:
   virtual ~DataIter() = default;
   // Fills `batch` with the next batch; false at the end of the epoch.
   virtual StatusOr<bool> Next(Batch* batch) = 0;
+  // Next, with the data written by its consumer: fills batch->label and
+  // batch->pad, and *rows with a writer of the batch's data rows
+  // (batch->data may stay undefined). The writer holds what it reads, so
+  // it may run later, on another thread, after the iterator moved on.
+  // Iterators over arrays in memory gather (and scale) rows straight into
+  // the consumer's arrays this way, with no batch array between and no
+  // work left for a prefetching thread; by default the batch is made by
+  // Next and the writer copies from it.
+  virtual StatusOr<bool> NextRows(Batch* batch, RowWriter* rows);
   // Starts the next epoch (reshuffling when shuffling is on).
   virtual Status Reset() = 0;
   // Starts epoch `epoch` (0-based) from its beginning: the order of a given

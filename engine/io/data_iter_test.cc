@@ -204,6 +204,130 @@ TEST(ArrayIterTest, BadOptions) {
             "iterator labels (9) do not match data (10, 2): expected one label per row");
 }
 
+// One batch's rows written by its writer, [0, rows) in two parts.
+std::vector<float> Written(const RowWriter& write, int64_t rows,
+                           int64_t width) {
+  Tensor out = Tensor::Empty({rows, width}, DType::kFloat32);
+  const int64_t half = rows / 2;
+  Tensor first = out.Slice(0, half).value(),
+         second = out.Slice(half, rows).value();
+  EXPECT_TRUE(write(0, half, first).ok());
+  EXPECT_TRUE(write(half, rows, second).ok());
+  return out.ToVector();
+}
+
+TEST(ArrayIterTest, NextRowsGivesNextsBatches) {
+  for (bool prefetch : {false, true}) {
+    for (DType dtype : {DType::kUInt8, DType::kFloat32}) {
+      SCOPED_TRACE(std::string("prefetch ") + (prefetch ? "on " : "off ") +
+                   DTypeName(dtype));
+      // Rows of distinct pixel values, scaled as MNIST's are.
+      const int64_t n = 23, width = 37;
+      Tensor data = Tensor::Empty({n, width}, dtype);
+      Tensor label = Tensor::Empty({n}, DType::kInt32);
+      for (int64_t i = 0; i < n * width; ++i) {
+        if (dtype == DType::kUInt8) {
+          data.data<uint8_t>()[i] = static_cast<uint8_t>(i * 7);
+        } else {
+          data.data<float>()[i] = static_cast<float>(i);
+        }
+      }
+      for (int64_t i = 0; i < n; ++i)
+        label.data<int32_t>()[i] = static_cast<int32_t>(i);
+      IterOptions o;
+      o.batch_size = 5;
+      o.shuffle = true;
+      o.prefetch = prefetch;
+      auto plain = std::move(NewArrayIter(data, label, o)).value();
+      auto rows = std::move(NewArrayIter(data, label, o)).value();
+      Batch want, got;
+      RowWriter write;
+      std::vector<RowWriter> writers;
+      std::vector<std::vector<float>> wanted;
+      int batches = 0;
+      while (*plain->Next(&want)) {
+        ASSERT_TRUE(*rows->NextRows(&got, &write));
+        EXPECT_FALSE(got.data.defined());
+        EXPECT_EQ(got.label.ToVector(), want.label.ToVector());
+        EXPECT_EQ(got.pad, want.pad);
+        writers.push_back(write);
+        wanted.push_back(want.data.ToVector());
+        ++batches;
+      }
+      EXPECT_FALSE(*rows->NextRows(&got, &write));
+      EXPECT_EQ(batches, 5);
+      // The writers hold what they read: written after the epoch ended and
+      // the iterator is gone, each gives its own batch.
+      rows.reset();
+      for (size_t i = 0; i < writers.size(); ++i) {
+        EXPECT_EQ(Written(writers[i], o.batch_size, width), wanted[i])
+            << "batch " << i;
+      }
+    }
+  }
+}
+
+TEST(ArrayIterTest, NextAndNextRowsMixInOneEpoch) {
+  IterOptions o;
+  o.batch_size = 3;
+  o.shuffle = true;
+  o.prefetch = true;
+  const auto plain = Epoch(Iter(20, o).get());
+  auto it = Iter(20, o);
+  Batch b;
+  RowWriter write;
+  std::vector<std::vector<int>> seen;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    // Every third batch by Next (the producer then works ahead), the others
+    // by NextRows, which takes a batch made ahead before gathering its own.
+    const bool by_rows = i % 3 != 0;
+    ASSERT_TRUE(by_rows ? *it->NextRows(&b, &write) : *it->Next(&b));
+    std::vector<int> ids;
+    for (float v : b.label.ToVector()) ids.push_back(static_cast<int>(v));
+    const std::vector<float> d =
+        by_rows ? Written(write, o.batch_size, 3) : b.data.ToVector();
+    for (size_t r = 0; r < ids.size(); ++r)
+      EXPECT_EQ(d[r * 3], ids[r]) << "batch " << i;
+    seen.push_back(ids);
+  }
+  EXPECT_FALSE(*it->NextRows(&b, &write));
+  EXPECT_EQ(seen, plain);
+}
+
+TEST(ArrayIterTest, RowWriterNamesBadRowsAndArrays) {
+  IterOptions o;
+  o.batch_size = 4;
+  auto it = Iter(8, o);
+  Batch b;
+  RowWriter write;
+  ASSERT_TRUE(*it->NextRows(&b, &write));
+  const Status range = write(2, 5, Tensor::Empty({3, 3}));
+  EXPECT_EQ(range.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(range.message().find("rows [2, 5) of a batch of 4"),
+            std::string::npos)
+      << range;
+  const Status shape = write(0, 2, Tensor::Empty({2, 4}));
+  EXPECT_EQ(shape.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(shape.message().find("array of 6 values, got (2, 4)"),
+            std::string::npos)
+      << shape;
+  const Status dtype = write(0, 2, Tensor::Empty({2, 3}, DType::kInt32));
+  EXPECT_EQ(dtype.code(), Status::Code::kInvalidArgument) << dtype;
+}
+
+TEST(SyntheticIterTest, NextRowsCopiesTheBatch) {
+  auto a = std::move(NewSyntheticIter({4, 5}, 10, 2, 1)).value();
+  auto b = std::move(NewSyntheticIter({4, 5}, 10, 2, 1)).value();
+  Batch x, y;
+  RowWriter write;
+  while (*a->Next(&x)) {
+    ASSERT_TRUE(*b->NextRows(&y, &write));
+    EXPECT_EQ(Written(write, 4, 5), x.data.ToVector());
+    EXPECT_EQ(y.label.ToVector(), x.label.ToVector());
+  }
+  EXPECT_FALSE(*b->NextRows(&y, &write));
+}
+
 TEST(SyntheticIterTest, FixedBySeed) {
   auto a = std::move(NewSyntheticIter({4, 5}, 10, 3, 1)).value();
   auto b = std::move(NewSyntheticIter({4, 5}, 10, 3, 1)).value();
