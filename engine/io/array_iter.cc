@@ -63,6 +63,16 @@ __attribute__((noinline)) void ScaleRow(const T* __restrict src,
   for (int64_t i = body; i < n; ++i) dst[i] = src[i] * s;
 }
 
+// n values of `src` (uint8 or float32) from element `at` on, times `s`.
+void ScaleValues(const Tensor& src, int64_t at, int64_t n, float s,
+                 float* dst) {
+  if (src.dtype() == DType::kUInt8) {
+    ScaleRow(src.data<uint8_t>() + at, dst, n, s);
+  } else {
+    ScaleRow(src.data<float>() + at, dst, n, s);
+  }
+}
+
 // A batch's examples gathered: their rows as float32, scaled, or (for
 // NextRows) uint8 rows as they are, a quarter of the bytes, converted where
 // they are used; labels as float32.
@@ -91,13 +101,11 @@ Status WriteRows(const Gathered& g, float scale, int64_t begin, int64_t end,
                                    " " + DTypeName(dst.dtype()) + " on " +
                                    dst.device().ToString());
   }
-  if (g.rows.dtype() == DType::kUInt8) {
-    ScaleRow(g.rows.data<uint8_t>() + begin * row_elems, dst.data<float>(),
-             (end - begin) * row_elems, scale);
-    return Status::OK();
-  }
-  KV_ASSIGN_OR_RETURN(Tensor part, g.rows.Slice(begin, end));
-  return dst.CopyFrom(part);
+  // Float32 rows are scaled already (times 1 is exact).
+  ScaleValues(g.rows, begin * row_elems, (end - begin) * row_elems,
+              g.rows.dtype() == DType::kUInt8 ? scale : 1.0f,
+              dst.data<float>());
+  return Status::OK();
 }
 
 class ArrayIter : public DataIter {
@@ -223,14 +231,9 @@ class ArrayIter : public DataIter {
       if (raw) {
         std::memcpy(out.rows.data<uint8_t>() + r * row_elems_,
                     data_.data<uint8_t>() + ex * row_elems_, row_elems_);
-      } else if (data_.dtype() == DType::kUInt8) {
-        ScaleRow(data_.data<uint8_t>() + ex * row_elems_,
-                 out.rows.data<float>() + r * row_elems_, row_elems_,
-                 opts_.scale);
       } else {
-        ScaleRow(data_.data<float>() + ex * row_elems_,
-                 out.rows.data<float>() + r * row_elems_, row_elems_,
-                 opts_.scale);
+        ScaleValues(data_, ex * row_elems_, row_elems_, opts_.scale,
+                    out.rows.data<float>() + r * row_elems_);
       }
       lab[r] = LabelOf(ex);
     }
