@@ -3,8 +3,9 @@
 // (kvstore/placement.h); push-pulls travel in buckets of about
 // KVTRAIN_PS_BUCKET_BYTES, a piece alone without copies, pushes and pulls
 // one request per piece; gradients may travel compressed
-// (dist_kvstore_compression.cc); RunServer serves in server and scheduler
-// processes.
+// (dist_kvstore_compression.cc); the servers' optimizer and its states,
+// RunServer (in server and scheduler processes) and Finalize are in
+// dist_kvstore_servers.cc.
 #ifndef KVTRAIN_KVSTORE_DIST_KVSTORE_H_
 #define KVTRAIN_KVSTORE_DIST_KVSTORE_H_
 
@@ -134,6 +135,11 @@ class DistKVStore : public KVStore {
   DistKVStore(const std::string& type, ps::Postoffice* po,
               std::unique_ptr<ps::Postoffice> owned, const StoreSettings& settings);
   Status CheckWorker(const char* call) const;
+  // A request's proto::RequestInfo, serialized. `name`: KV_INIT only (the
+  // server keeps it).
+  static std::string RequestBody(proto::KVSyncMode mode, int64_t step,
+                                 const std::string& name,
+                                 const std::string& payload = "");
   // The key's metadata, checking that `shape` matches its Init shape.
   StatusOr<KeyInfo*> Lookup(const KeyGroup& g, const std::string& what)
       EXCLUDES(mu_);

@@ -50,5 +50,16 @@ ps::Blob DistKVStore::PartValue(uint64_t id, const KeyInfo& ki, size_t j, const 
                   static_cast<size_t>(ki.part_bytes[j]));
 }
 
+bool DistKVStore::SumsComeBackAsLevels() const {
+  return sync_ && compressor_.LevelAnswer(num_workers()) > 0;
+}
+
+int DistKVStore::LevelAnswer(int64_t size) const {
+  const bool compressed =
+      compressor_.TypeFor(size) != proto::GradientCompression::NONE;
+  if (!sync_ || server_optimizer_ || !compressed) return 0;
+  return compressor_.LevelAnswer(num_workers());
+}
+
 }  // namespace kv
 }  // namespace kvtrain

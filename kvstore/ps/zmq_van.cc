@@ -339,63 +339,6 @@ Status ZmqVan::Send(int conn, int priority, std::vector<Blob> frames) {
   return status;
 }
 
-void ZmqVan::PlaceInShm(Conn* c, OutMessage* m) {
-  net::ShmRef arena;
-  std::vector<net::ShmPlaced> placed;
-  for (size_t i = 0; i < m->frames.size(); ++i) {
-    Blob& b = m->frames[i];
-    if (b.size() < kShmMinFrameBytes) continue;
-    if (c->shm == nullptr) {
-      if (c->shm_failed) return;
-      StatusOr<std::unique_ptr<net::ShmArena>> a = net::ShmArena::Create(
-          static_cast<uint64_t>(options_.shm_bytes));
-      if (!a.ok()) {
-        c->shm_failed = true;
-        LOG(WARNING) << "no shared memory for " << c->endpoint << " ("
-                     << a.status().message() << "); its frames go through the socket";
-        return;
-      }
-      c->shm = std::move(*a);
-    }
-    net::ShmRef ref;
-    if (!c->shm->Put(b.data(), b.size(), &ref)) continue;  // full: the socket
-    arena = ref;
-    placed.push_back({static_cast<uint32_t>(i), ref.offset, ref.size});
-    b = Blob();
-  }
-  if (placed.empty()) return;
-  std::vector<Blob> frames;
-  frames.reserve(m->frames.size() + 2);
-  frames.emplace_back();
-  frames.push_back(Blob::FromString(net::EncodeShmTable(arena, placed)));
-  for (Blob& b : m->frames) frames.push_back(std::move(b));
-  m->frames = std::move(frames);
-  m->bytes = 0;
-  for (const Blob& b : m->frames) m->bytes += static_cast<int64_t>(b.size());
-  shm_frames_sent_ += static_cast<int64_t>(placed.size());
-}
-
-Status ZmqVan::TakeShmFrames(std::vector<Blob>* frames) {
-  net::ShmRef arena;
-  std::vector<net::ShmPlaced> placed;
-  KV_RETURN_IF_ERROR(net::DecodeShmTable((*frames)[1].data(), (*frames)[1].size(), &arena,
-                                         &placed));
-  frames->erase(frames->begin(), frames->begin() + 2);
-  for (const net::ShmPlaced& p : placed) {
-    if (p.frame >= frames->size() || !(*frames)[p.frame].empty()) {
-      return Status::InvalidArgument("shared-memory table names frame " +
-                                     std::to_string(p.frame) + ", which is not an empty frame of " +
-                                     std::to_string(frames->size()));
-    }
-    net::ShmRef ref = arena;
-    ref.offset = p.offset;
-    ref.size = p.size;
-    KV_ASSIGN_OR_RETURN(net::ShmMaps::View v, shm_maps_.Open(ref));
-    (*frames)[p.frame] = Blob(std::move(v.owner), v.data, v.size);
-  }
-  return Status::OK();
-}
-
 void ZmqVan::OnReleased(Conn* c, int64_t bytes) {
   bool ready;
   {

@@ -1,4 +1,4 @@
-// What zmq_van.cc and zmq_van_ring.cc share: one outgoing connection, and
+// What zmq_van.cc and zmq_van_same_host.cc share: one outgoing connection, and
 // the sending steps both use. Internal to the ZeroMQ van.
 #ifndef KVTRAIN_KVSTORE_PS_ZMQ_VAN_CONN_H_
 #define KVTRAIN_KVSTORE_PS_ZMQ_VAN_CONN_H_

@@ -1,9 +1,10 @@
-// ZmqVan's messages through shared-memory rings on one host
+// ZmqVan on one host: messages through shared-memory rings
 // (net/shm_ring.h): sending, the receive side's announcements, marks and
-// records, and the counters.
-#include <cstring>
-
+// records, and the counters; and large frames placed in shared-memory
+// arenas (net/shm.h) and taken from them.
 #include <glog/logging.h>
+
+#include <cstring>
 
 #include "kvstore/ps/zmq_van_conn.h"
 
@@ -25,9 +26,11 @@ size_t Pad8(size_t n) { return (8 - n % 8) % 8; }
 namespace zmq_van_internal {
 
 bool StartRing(ZmqVan::Conn* c, std::vector<zmq_msg_t>* unsent) {
-  StatusOr<std::unique_ptr<net::ShmRingWriter>> ring = net::ShmRingWriter::Create();
+  StatusOr<std::unique_ptr<net::ShmRingWriter>> ring =
+      net::ShmRingWriter::Create();
   if (!ring.ok()) {
-    LOG(WARNING) << "no shared-memory ring for " << c->endpoint << " (" << ring.status().message()
+    LOG(WARNING) << "no shared-memory ring for " << c->endpoint << " ("
+                 << ring.status().message()
                  << "); its messages go through the socket";
     return false;
   }
@@ -35,12 +38,14 @@ bool StartRing(ZmqVan::Conn* c, std::vector<zmq_msg_t>* unsent) {
   // ring only once it has it.
   OutMessage hello;
   hello.frames.emplace_back();
-  hello.frames.push_back(Blob::FromString(net::EncodeRingHello((*ring)->ref())));
+  hello.frames.push_back(
+      Blob::FromString(net::EncodeRingHello((*ring)->ref())));
   hello.bytes = static_cast<int64_t>(hello.frames[1].size());
   if (c->outbox.Offer(&hello)) {
     Status s = SendFrames(c->socket, c, &hello, unsent);
     if (!s.ok()) {
-      LOG(WARNING) << s << "; messages to " << c->endpoint << " go through the socket";
+      LOG(WARNING) << s << "; messages to " << c->endpoint
+                   << " go through the socket";
       return false;
     }
   }
@@ -97,9 +102,11 @@ bool ZmqVan::OnSocketMessage(RawMessage* msg) {
   if (msg->error.ok() && msg->frames.size() == 2 && msg->frames[0].empty() &&
       net::IsRingHello(msg->frames[1].data(), msg->frames[1].size())) {
     net::ShmRef ref;
-    Status status = net::DecodeRingHello(msg->frames[1].data(), msg->frames[1].size(), &ref);
+    Status status = net::DecodeRingHello(msg->frames[1].data(),
+                                         msg->frames[1].size(), &ref);
     if (status.ok() && bell_write_ < 0) {
-      status = Status::Unavailable("a ring announced to a node without a same-host socket");
+      status = Status::Unavailable(
+          "a ring announced to a node without a same-host socket");
     }
     std::unique_ptr<net::ShmRingReader> reader;
     if (status.ok()) {
@@ -168,14 +175,15 @@ Status ZmqVan::DecodeRecord(std::vector<char>&& record, RawMessage* msg) {
   msg->frames.clear();
   const size_t total = record.size();
   auto bad = [total](const std::string& what) {
-    return Status::InvalidArgument("a shared-memory ring record of " + std::to_string(total) +
-                                   " bytes " + what);
+    return Status::InvalidArgument("a shared-memory ring record of " +
+                                   std::to_string(total) + " bytes " + what);
   };
   if (record.size() < sizeof(uint32_t)) return bad("has no frame count");
   uint32_t n;
   std::memcpy(&n, record.data(), sizeof(n));
   if (n == kSocketMark) {
-    return record.size() == sizeof(n) ? Status::OK() : bad("is a socket mark with data");
+    return record.size() == sizeof(n) ? Status::OK()
+                                      : bad("is a socket mark with data");
   }
   const size_t table = sizeof(uint32_t) * (static_cast<size_t>(n) + 1);
   if (n == 0 || n > kMaxRingFrames || total < table + Pad8(table)) {
@@ -187,7 +195,8 @@ Status ZmqVan::DecodeRecord(std::vector<char>&& record, RawMessage* msg) {
   size_t at = table + Pad8(table);
   for (uint32_t i = 0; i < n; ++i) {
     uint32_t size;
-    std::memcpy(&size, owner->data() + sizeof(uint32_t) * (i + 1), sizeof(size));
+    std::memcpy(&size, owner->data() + sizeof(uint32_t) * (i + 1),
+                sizeof(size));
     if (at > owner->size() || size > owner->size() - at ||
         Pad8(size) > owner->size() - at - size) {
       return bad("ends inside frame " + std::to_string(i));
@@ -196,7 +205,8 @@ Status ZmqVan::DecodeRecord(std::vector<char>&& record, RawMessage* msg) {
     at += size + Pad8(size);
   }
   if (at != owner->size()) return bad("has bytes after its frames");
-  if (msg->frames.size() >= 2 && msg->frames[0].empty()) return TakeShmFrames(&msg->frames);
+  if (msg->frames.size() >= 2 && msg->frames[0].empty())
+    return TakeShmFrames(&msg->frames);
   return Status::OK();
 }
 
@@ -207,7 +217,8 @@ StatusOr<bool> ZmqVan::RecvRing(RawMessage* msg) {
     while (in.marks == 0) {
       StatusOr<bool> got = in.reader->Read(&record_);
       if (!got.ok()) {
-        // The ring cannot be read past this point: fail loudly, naming the peer.
+        // The ring cannot be read past this point: fail loudly, naming the
+        // peer.
         msg->token = in.token;
         msg->frames.clear();
         msg->error = Status::Unavailable(got.status().message());
@@ -262,11 +273,71 @@ int64_t ZmqVan::SumOverConns(int64_t (*count)(const Conn& c)) {
 }
 
 int64_t ZmqVan::ring_messages_sent() {
-  return SumOverConns([](const Conn& c) NO_THREAD_SAFETY_ANALYSIS { return c.ring_sent; });
+  return SumOverConns([](const Conn& c)
+                          NO_THREAD_SAFETY_ANALYSIS { return c.ring_sent; });
 }
 
 int64_t ZmqVan::ring_messages_by_socket() {
-  return SumOverConns([](const Conn& c) NO_THREAD_SAFETY_ANALYSIS { return c.ring_by_socket; });
+  return SumOverConns(
+      [](const Conn& c) NO_THREAD_SAFETY_ANALYSIS { return c.ring_by_socket; });
+}
+
+void ZmqVan::PlaceInShm(Conn* c, OutMessage* m) {
+  net::ShmRef arena;
+  std::vector<net::ShmPlaced> placed;
+  for (size_t i = 0; i < m->frames.size(); ++i) {
+    Blob& b = m->frames[i];
+    if (b.size() < kShmMinFrameBytes) continue;
+    if (c->shm == nullptr) {
+      if (c->shm_failed) return;
+      StatusOr<std::unique_ptr<net::ShmArena>> a =
+          net::ShmArena::Create(static_cast<uint64_t>(options_.shm_bytes));
+      if (!a.ok()) {
+        c->shm_failed = true;
+        LOG(WARNING) << "no shared memory for " << c->endpoint << " ("
+                     << a.status().message()
+                     << "); its frames go through the socket";
+        return;
+      }
+      c->shm = std::move(*a);
+    }
+    net::ShmRef ref;
+    if (!c->shm->Put(b.data(), b.size(), &ref)) continue;  // full: the socket
+    arena = ref;
+    placed.push_back({static_cast<uint32_t>(i), ref.offset, ref.size});
+    b = Blob();
+  }
+  if (placed.empty()) return;
+  std::vector<Blob> frames;
+  frames.reserve(m->frames.size() + 2);
+  frames.emplace_back();
+  frames.push_back(Blob::FromString(net::EncodeShmTable(arena, placed)));
+  for (Blob& b : m->frames) frames.push_back(std::move(b));
+  m->frames = std::move(frames);
+  m->bytes = 0;
+  for (const Blob& b : m->frames) m->bytes += static_cast<int64_t>(b.size());
+  shm_frames_sent_ += static_cast<int64_t>(placed.size());
+}
+
+Status ZmqVan::TakeShmFrames(std::vector<Blob>* frames) {
+  net::ShmRef arena;
+  std::vector<net::ShmPlaced> placed;
+  KV_RETURN_IF_ERROR(net::DecodeShmTable((*frames)[1].data(),
+                                         (*frames)[1].size(), &arena, &placed));
+  frames->erase(frames->begin(), frames->begin() + 2);
+  for (const net::ShmPlaced& p : placed) {
+    if (p.frame >= frames->size() || !(*frames)[p.frame].empty()) {
+      return Status::InvalidArgument(
+          "shared-memory table names frame " + std::to_string(p.frame) +
+          ", which is not an empty frame of " + std::to_string(frames->size()));
+    }
+    net::ShmRef ref = arena;
+    ref.offset = p.offset;
+    ref.size = p.size;
+    KV_ASSIGN_OR_RETURN(net::ShmMaps::View v, shm_maps_.Open(ref));
+    (*frames)[p.frame] = Blob(std::move(v.owner), v.data, v.size);
+  }
+  return Status::OK();
 }
 
 }  // namespace ps

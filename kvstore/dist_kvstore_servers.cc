@@ -1,0 +1,124 @@
+// dist_sync / dist_device_sync / dist_async: what the workers ask of the
+// servers besides push and pull (the optimizer and its states), RunServer
+// in server and scheduler processes, and Finalize.
+#include "kvstore/dist_kvstore.h"
+#include "kvstore/server.h"
+#include "ops/optimizer.h"
+
+namespace kvtrain {
+namespace kv {
+namespace {
+
+// Long enough for any training job; dead peers end it sooner (heartbeats).
+constexpr auto kJobLifetime = std::chrono::hours(24 * 365);
+
+}  // namespace
+
+Status DistKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
+  KV_RETURN_IF_ERROR(CheckWorker("SetOptimizer"));
+  KV_RETURN_IF_ERROR(FlushBucket());
+  // Every worker checks the spec, so a bad one fails everywhere alike.
+  KV_RETURN_IF_ERROR(Optimizer::Create(spec).status());
+  server_optimizer_ = true;
+  if (rank() == 0) {
+    ps::RequestOptions opts;
+    opts.head = proto::KV_SET_OPTIMIZER;
+    opts.body = RequestBody(proto::KV_SYNC_UNSPECIFIED, 0, "",
+                            spec.SerializeAsString());
+    KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(ps::KVPairs{}, opts));
+    KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout)
+                           .Annotate("sending the optimizer to the servers"));
+  }
+  return Barrier();
+}
+
+Status DistKVStore::SetUpdater(Updater /*updater*/) {
+  return Status::FailedPrecondition(
+      "SetUpdater works with the local and device stores only; '" + type() +
+      "' updates on the servers: use SetOptimizer");
+}
+
+Status DistKVStore::SaveOptimizerStates(const std::string& path) {
+  KV_RETURN_IF_ERROR(CheckWorker("SaveOptimizerStates"));
+  KV_RETURN_IF_ERROR(FlushBucket());
+  ps::RequestOptions opts;
+  opts.head = proto::KV_SAVE_STATES;
+  opts.body = RequestBody(proto::KV_SYNC_UNSPECIFIED, 0, "");
+  KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Pull(ps::Blob(), opts));
+  ps::PullResult result;
+  KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout, &result)
+                         .Annotate("gathering the servers' optimizer states"));
+  std::vector<std::string> states;
+  for (const ps::KVPairs& part : result.parts)
+    states.push_back(part.vals.ToString());
+  return WriteStatesFile(path, type(), states);
+}
+
+Status DistKVStore::LoadOptimizerStates(const std::string& path) {
+  KV_RETURN_IF_ERROR(CheckWorker("LoadOptimizerStates"));
+  KV_RETURN_IF_ERROR(FlushBucket());
+  KV_ASSIGN_OR_RETURN(std::vector<std::string> states, ReadStatesFile(path));
+  if (static_cast<int>(states.size()) != po_->num_servers()) {
+    return Status::InvalidArgument(path + " holds the optimizer states of " +
+                                   std::to_string(states.size()) +
+                                   " servers but this job has " +
+                                   std::to_string(po_->num_servers()));
+  }
+  // One key per server (the first of its range) routes each its own states.
+  std::vector<uint64_t> keys;
+  std::vector<int64_t> lens;
+  std::string all;
+  const std::vector<ps::KeyRange> ranges = po_->ServerKeyRanges();
+  for (size_t s = 0; s < states.size(); ++s) {
+    keys.push_back(ranges[s].begin);
+    lens.push_back(static_cast<int64_t>(states[s].size()));
+    all += states[s];
+  }
+  ps::RequestOptions opts;
+  opts.head = proto::KV_LOAD_STATES;
+  opts.body = RequestBody(proto::KV_SYNC_UNSPECIFIED, 0, "");
+  KV_ASSIGN_OR_RETURN(
+      int64_t ts,
+      worker_->Push(
+          ps::KVPairs::From(keys, ps::Blob::FromString(std::move(all)), lens),
+          opts));
+  return worker_->Wait(ts, settings_.timeout)
+      .Annotate("restoring the servers' optimizer states from " + path);
+}
+
+Status DistKVStore::RunServer() {
+  if (po_->role() == Role::kWorker) {
+    return Status::FailedPrecondition(
+        "RunServer called in a worker process; workers train, servers serve");
+  }
+  // The handler outlives the server: ~KVServer drains the handler threads,
+  // and a step's last handler may still be running when the job ends.
+  std::unique_ptr<ServerHandler> handler;
+  std::unique_ptr<ps::KVServer> server;
+  if (po_->role() == Role::kServer) {
+    handler = std::make_unique<ServerHandler>(po_->num_workers());
+    ServerHandler* h = handler.get();
+    ps::KVServerOptions opts;
+    opts.handler_threads = settings_.server_threads;
+    KV_ASSIGN_OR_RETURN(
+        server, ps::KVServer::Create(
+                    po_, 0,
+                    [h](const ps::RequestMeta& meta, const ps::KVPairs& data,
+                        ps::KVServer* s) { h->Handle(meta, data, s); },
+                    opts));
+  }
+  finalized_ = true;
+  return po_->Finalize(kJobLifetime);
+}
+
+Status DistKVStore::Finalize() {
+  if (finalized_) return Status::OK();
+  if (worker_ != nullptr) (void)FlushBucket();
+  finalized_ = true;
+  // Waits for the slowest worker (dist_async workers may finish far apart):
+  // no deadline, but a dead node still ends the wait (liveness).
+  return po_->Finalize(kJobLifetime);
+}
+
+}  // namespace kv
+}  // namespace kvtrain
