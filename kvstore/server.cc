@@ -361,7 +361,9 @@ struct ServerHandler::Gather {
   ps::RequestMeta meta;
   ps::Blob keys, lens;
   std::vector<size_t> offsets;  // per key, into `values` (one more at the end)
-  std::shared_ptr<char[]> values;  // offsets.back() bytes, not zeroed
+  // offsets.back() bytes, not zeroed; to a worker on this host, in the
+  // connection's shared memory (sent without a copy).
+  ps::SendBuffer values;
   int remaining = 0;
   Status error;
 };
@@ -377,7 +379,7 @@ void ServerHandler::Answer(const Deferred& d, KeyState* st, uint64_t key,
   if (!vals.ok()) {
     if (g.error.ok()) g.error = vals.status();
   } else if (bytes == vals->size()) {
-    std::memcpy(g.values.get() + off, vals->data(), bytes);
+    std::memcpy(g.values.data + off, vals->data(), bytes);
   } else if (g.error.ok()) {
     g.error = KeyError(Status::Code::kInvalidArgument, st->name,
                        "answer of " + std::to_string(bytes / 4) +
@@ -392,7 +394,7 @@ void ServerHandler::Answer(const Deferred& d, KeyState* st, uint64_t key,
   ps::KVPairs out;
   out.keys = g.keys;
   out.lens = g.lens;
-  out.vals = ps::Blob(g.values, g.values.get(), g.offsets.back());
+  out.vals = g.values.blob;
   server->Respond(g.meta, out);
 }
 
@@ -481,9 +483,9 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
     g->offsets.push_back(g->offsets.back() + answer);
   }
   if (recoded) g->lens = ps::Blob::FromVector(answer_lens);
-  // Every byte is written by its key's answer: no zeroing pass.
-  g->values =
-      std::shared_ptr<char[]>(new char[std::max<size_t>(g->offsets.back(), 1)]);
+  // Every byte is written by its key's answer: no zeroing pass. (A single
+  // key is answered with its value as it is: no gather.)
+  if (n > 1) g->values = server->NewAnswerBuffer(meta, g->offsets.back());
   g->remaining = static_cast<int>(n);
   for (size_t i = 0; i < n; ++i) {
     const uint64_t key = data.key(i);

@@ -21,6 +21,7 @@ constexpr uint64_t kArenaMagic = 0x31524e4148534b56ull;  // "VKSHANR1"
 constexpr uint64_t kSlotMagic = 0x31544f4c53534b56ull;   // "VKSSLOT1"
 constexpr uint32_t kSlotFree = 0;
 constexpr uint32_t kSlotInUse = 1;
+constexpr uint32_t kSlotReserved = 2;  // the sender's, not yet handed
 constexpr size_t kMaxSlots = 4096;
 constexpr char kTableMagic[4] = {'K', 'V', 'S', '1'};
 
@@ -120,22 +121,34 @@ StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(uint64_t bytes) {
   h->magic = kArenaMagic;
   h->id = m.id;
   h->bytes = bytes;
-  return std::unique_ptr<ShmArena>(new ShmArena(m.fd, m.base, bytes, m.id));
+  const uint64_t mapped = bytes;
+  std::shared_ptr<char> mapping(m.base,
+                                [mapped](char* base) { munmap(base, mapped); });
+  return std::unique_ptr<ShmArena>(
+      new ShmArena(m.fd, std::move(mapping), bytes, m.id));
 }
 
-ShmArena::ShmArena(int fd, char* base, uint64_t bytes, uint64_t id)
-    : fd_(fd), base_(base), bytes_(bytes), id_(id) {}
+ShmArena::ShmArena(int fd, std::shared_ptr<char> base, uint64_t bytes,
+                   uint64_t id)
+    : fd_(fd),
+      mapping_(std::move(base)),
+      base_(mapping_.get()),
+      bytes_(bytes),
+      id_(id) {}
 
 ShmArena::~ShmArena() {
-  // A receiver's mapping keeps the memory alive after this.
-  munmap(base_, bytes_);
+  // A receiver's mapping, or a reserved slot's owner, keeps the memory
+  // alive after this.
   close(fd_);
 }
 
 void ShmArena::Reclaim() {
   for (auto it = used_.begin(); it != used_.end();) {
     auto* slot = reinterpret_cast<SlotHeader*>(base_ + it->first);
-    if (__atomic_load_n(&slot->state, __ATOMIC_ACQUIRE) == kSlotFree) {
+    const uint32_t state = __atomic_load_n(&slot->state, __ATOMIC_ACQUIRE);
+    const bool sender_done =
+        it->second.held == nullptr || !it->second.held->load();
+    if (sender_done && (state == kSlotFree || state == kSlotReserved)) {
       it = used_.erase(it);
     } else {
       ++it;
@@ -148,35 +161,76 @@ size_t ShmArena::slots_in_use() {
   return used_.size();
 }
 
-bool ShmArena::Put(const void* data, size_t size, ShmRef* ref) {
-  const uint64_t need = kHeaderBytes + RoundUp(size, kHeaderBytes);
-  if (size == 0 || need > bytes_ - kHeaderBytes) return false;
+bool ShmArena::Place(uint64_t need, uint64_t* at) {
+  if (need > bytes_ - kHeaderBytes) return false;
   Reclaim();
   if (used_.size() >= kMaxSlots) return false;
   // First fit: the lowest gap that holds the slot, so that a long-held slot
   // does not keep the rest of the arena from being reused.
-  uint64_t at = kHeaderBytes;
-  bool found = false;
-  for (const auto& [offset, len] : used_) {
-    if (offset - at >= need) {
-      found = true;
-      break;
-    }
-    at = offset + len;
+  *at = kHeaderBytes;
+  for (const auto& [offset, slot] : used_) {
+    if (offset - *at >= need) return true;
+    *at = offset + slot.bytes;
   }
-  if (!found && bytes_ - at < need) return false;
-  auto* slot = reinterpret_cast<SlotHeader*>(base_ + at);
-  slot->magic = kSlotMagic;
-  slot->size = size;
-  std::memcpy(base_ + at + kHeaderBytes, data, size);
-  __atomic_store_n(&slot->state, kSlotInUse, __ATOMIC_RELEASE);
-  used_.emplace(at, need);
+  return bytes_ - *at >= need;
+}
+
+void ShmArena::Describe(uint64_t at, size_t size, ShmRef* ref) const {
   ref->pid = static_cast<int32_t>(getpid());
   ref->fd = fd_;
   ref->arena_id = id_;
   ref->arena_bytes = bytes_;
   ref->offset = at + kHeaderBytes;
   ref->size = size;
+}
+
+bool ShmArena::Put(const void* data, size_t size, ShmRef* ref) {
+  const uint64_t need = kHeaderBytes + RoundUp(size, kHeaderBytes);
+  uint64_t at;
+  if (size == 0 || !Place(need, &at)) return false;
+  auto* slot = reinterpret_cast<SlotHeader*>(base_ + at);
+  slot->magic = kSlotMagic;
+  slot->size = size;
+  std::memcpy(base_ + at + kHeaderBytes, data, size);
+  __atomic_store_n(&slot->state, kSlotInUse, __ATOMIC_RELEASE);
+  used_.emplace(at, Slot{need, nullptr});
+  Describe(at, size, ref);
+  return true;
+}
+
+bool ShmArena::Reserve(size_t size, ShmReserved* out) {
+  const uint64_t need = kHeaderBytes + RoundUp(size, kHeaderBytes);
+  uint64_t at;
+  if (size == 0 || !Place(need, &at)) return false;
+  auto* slot = reinterpret_cast<SlotHeader*>(base_ + at);
+  slot->magic = kSlotMagic;
+  slot->size = size;
+  __atomic_store_n(&slot->state, kSlotReserved, __ATOMIC_RELEASE);
+  auto held = std::make_shared<std::atomic<bool>>(true);
+  used_.emplace(at, Slot{need, held});
+  out->data = base_ + at + kHeaderBytes;
+  // The deleter only marks the slot: Reclaim, under the caller's
+  // serialisation, frees it.
+  out->owner = std::shared_ptr<const void>(
+      out->data,
+      [mapping = mapping_, held](const void*) { held->store(false); });
+  return true;
+}
+
+bool ShmArena::Hand(const void* data, size_t size, ShmRef* ref) {
+  const char* p = static_cast<const char*>(data);
+  if (size == 0 || p < base_ + 2 * kHeaderBytes || p >= base_ + bytes_)
+    return false;
+  const uint64_t at = static_cast<uint64_t>(p - base_) - kHeaderBytes;
+  auto it = used_.find(at);
+  if (it == used_.end() || it->second.held == nullptr) return false;
+  auto* slot = reinterpret_cast<SlotHeader*>(base_ + at);
+  if (slot->size != size ||
+      __atomic_load_n(&slot->state, __ATOMIC_ACQUIRE) != kSlotReserved) {
+    return false;
+  }
+  __atomic_store_n(&slot->state, kSlotInUse, __ATOMIC_RELEASE);
+  Describe(at, size, ref);
   return true;
 }
 

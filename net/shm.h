@@ -15,6 +15,7 @@
 #ifndef KVTRAIN_NET_SHM_H_
 #define KVTRAIN_NET_SHM_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -64,10 +65,17 @@ StatusOr<char*> MapPeerSharedMemory(int32_t pid, int32_t fd, uint64_t bytes,
 // Arena sizes a receiver accepts (a sender's descriptor names its size).
 inline constexpr uint64_t kMaxShmArenaBytes = uint64_t{1} << 32;
 
+// A slot reserved for the sender to fill (ShmArena::Reserve): `data` is
+// writable, `owner` keeps the slot and its mapping while the sender holds it.
+struct ShmReserved {
+  char* data = nullptr;
+  std::shared_ptr<const void> owner;
+};
+
 // The sender's side: one arena per outgoing same-host connection. Slots are
 // placed first-fit and come back free when the receiver releases them; a
 // frame that does not fit is the caller's to send another way. Not
-// thread-safe: the caller serialises Put.
+// thread-safe: the caller serialises Put, Reserve and Hand.
 class ShmArena {
  public:
   // A fresh arena of `bytes` (rounded up to 4 KiB) of shared memory, closed
@@ -80,20 +88,40 @@ class ShmArena {
   // Copies [data, data + size) into a free slot and describes it in *ref;
   // false (nothing copied) when no slot of that size is free.
   bool Put(const void* data, size_t size, ShmRef* ref);
+  // A slot of `size` bytes for the caller to write a frame into, to send
+  // without a copy (Hand); false when none is free. Until handed, the slot
+  // is the sender's: a receiver refuses a descriptor of it. It is free again
+  // once its owner is dropped and (if handed) its receiver released it.
+  bool Reserve(size_t size, ShmReserved* slot);
+  // If [data, data + size) is exactly a reserved slot not handed yet, makes
+  // it the receiver's to read (describing it in *ref); false otherwise (the
+  // frame is to be sent another way).
+  bool Hand(const void* data, size_t size, ShmRef* ref);
   // Slots handed out and not yet released by their receiver.
   size_t slots_in_use();
   uint64_t bytes() const { return bytes_; }
 
  private:
-  ShmArena(int fd, char* base, uint64_t bytes, uint64_t id);
+  struct Slot {
+    uint64_t bytes = 0;  // the slot's, header included
+    // Reserved slots: whether the sender still holds it (cleared by the
+    // owner's deleter, on any thread).
+    std::shared_ptr<std::atomic<bool>> held;
+  };
+  ShmArena(int fd, std::shared_ptr<char> base, uint64_t bytes, uint64_t id);
   void Reclaim();
+  // The lowest free gap of `need` bytes and its offset; false if none.
+  bool Place(uint64_t need, uint64_t* at);
+  void Describe(uint64_t at, size_t size, ShmRef* ref) const;
 
   const int fd_;
+  // The mapping; reserved slots' owners keep it alive past the arena.
+  const std::shared_ptr<char> mapping_;
   char* const base_;
   const uint64_t bytes_;
   const uint64_t id_;
-  // Slots handed out: offset of the slot's header -> the slot's bytes.
-  std::map<uint64_t, uint64_t> used_;
+  // Slots in use: offset of the slot's header -> the slot.
+  std::map<uint64_t, Slot> used_;
 };
 
 // The receiver's side: the arenas of its peers that it has mapped, kept

@@ -87,6 +87,76 @@ TEST(ShmTest, FreedSlotsAreReusedWhileAnEarlierOneIsHeld) {
   EXPECT_EQ(std::memcmp(kept->data, in.data(), in.size()), 0);
 }
 
+TEST(ShmTest, AReservedSlotIsHandedWithoutACopyAndFreedByBothSides) {
+  auto arena = NewArena(1 << 20);
+  ASSERT_NE(arena, nullptr);
+  ShmReserved slot;
+  ASSERT_TRUE(arena->Reserve(100000, &slot));
+  const std::vector<char> in = Bytes(100000, 5);
+  std::memcpy(slot.data, in.data(), in.size());
+  ShmMaps maps;
+  ShmRef ref, reserved;
+  ASSERT_TRUE(arena->Put(in.data(), 64, &ref));  // a copied frame beside it
+  EXPECT_FALSE(arena->Hand(slot.data, 100, &reserved));        // not its size
+  EXPECT_FALSE(arena->Hand(slot.data + 64, 1000, &reserved));  // not its start
+  EXPECT_FALSE(
+      arena->Hand(in.data(), in.size(), &reserved));  // not in the arena
+  EXPECT_EQ(arena->slots_in_use(), 2u);
+
+  ASSERT_TRUE(arena->Hand(slot.data, in.size(), &reserved));
+  EXPECT_FALSE(arena->Hand(slot.data, in.size(), &ref));  // handed once only
+  StatusOr<ShmMaps::View> v = maps.Open(reserved);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(std::memcmp(v->data, in.data(), in.size()), 0);
+  // The same memory, not a copy (a sender must not write after Hand; the
+  // test does, to show it).
+  slot.data[0] = static_cast<char>(in[0] + 1);
+  EXPECT_EQ(v->data[0], static_cast<char>(in[0] + 1));
+  // The receiver done, the sender still holding: the slot stays.
+  v->owner.reset();
+  EXPECT_EQ(arena->slots_in_use(), 2u);
+  slot.owner.reset();
+  EXPECT_EQ(arena->slots_in_use(), 1u);
+
+  // Dropped without being handed: free again; and the sender's owner keeps
+  // the memory mapped after the arena is gone.
+  ShmReserved unsent, outlives;
+  ASSERT_TRUE(arena->Reserve(5000, &unsent));
+  ASSERT_TRUE(arena->Reserve(5000, &outlives));
+  EXPECT_EQ(arena->slots_in_use(), 3u);
+  unsent.owner.reset();
+  EXPECT_EQ(arena->slots_in_use(), 2u);
+  EXPECT_FALSE(arena->Reserve(2 << 20, &unsent));  // larger than the arena
+  EXPECT_FALSE(arena->Reserve(0, &unsent));
+  arena.reset();
+  std::memset(outlives.data, 7, 5000);
+  EXPECT_EQ(outlives.data[4999], 7);
+}
+
+TEST(ShmTest, AReservedSlotIsRefusedUntilHanded) {
+  auto arena = NewArena(1 << 20);
+  ASSERT_NE(arena, nullptr);
+  ShmReserved slot;
+  ASSERT_TRUE(arena->Reserve(70000, &slot));
+  std::memset(slot.data, 1, 70000);
+  // A descriptor of the reserved slot (the arena's first: its frame lies
+  // past the arena's and the slot's headers, at 128), as a forger would
+  // make it from a copied frame's.
+  ShmRef ref;
+  ASSERT_TRUE(arena->Put(slot.data, 70000, &ref));
+  ShmRef forged = ref;
+  forged.offset = 128;
+  ShmMaps maps;
+  StatusOr<ShmMaps::View> v = maps.Open(forged);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("not a slot in use"), std::string::npos)
+      << v.status();
+  ShmRef handed;
+  ASSERT_TRUE(arena->Hand(slot.data, 70000, &handed));
+  EXPECT_EQ(handed.offset, 128u);
+  EXPECT_TRUE(maps.Open(handed).ok());
+}
+
 TEST(ShmTest, AnotherProcessReadsTheFrameAndFreesItsSlot) {
   auto arena = NewArena(1 << 20);
   ASSERT_NE(arena, nullptr);

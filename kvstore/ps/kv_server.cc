@@ -29,6 +29,9 @@ class KVServer::Impl : public Customer {
   void Accept(Message&& msg) override;
   Status Respond(const RequestMeta& req, const KVPairs& values);
   Status RespondError(const RequestMeta& req, const Status& error);
+  SendBuffer NewAnswerBuffer(const RequestMeta& req, size_t size) {
+    return po_->NewSendBuffer(req.sender_id, size);
+  }
 
  private:
   Status CheckKeys(const KVPairs& kv) const;
@@ -176,6 +179,10 @@ Status KVServer::Respond(const RequestMeta& req, const KVPairs& values) {
 
 Status KVServer::RespondError(const RequestMeta& req, const Status& error) {
   return impl_->RespondError(req, error);
+}
+
+SendBuffer KVServer::NewAnswerBuffer(const RequestMeta& req, size_t size) {
+  return impl_->NewAnswerBuffer(req, size);
 }
 
 }  // namespace ps

@@ -24,6 +24,15 @@ Blob Blob::Copy(const void* data, size_t size) {
   return Blob(owner, owner->data(), size);
 }
 
+SendBuffer SendBuffer::Heap(size_t size) {
+  // Every byte is the caller's to write: no zeroing pass.
+  std::shared_ptr<char[]> owner(new char[std::max<size_t>(size, 1)]);
+  SendBuffer b;
+  b.data = owner.get();
+  b.blob = Blob(std::move(owner), b.data, size);
+  return b;
+}
+
 Blob Blob::FromString(std::string s) {
   auto owner = std::make_shared<std::string>(std::move(s));
   return Blob(owner, owner->data(), owner->size());

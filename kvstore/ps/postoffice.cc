@@ -462,6 +462,10 @@ Status PostofficeImpl::SendTo(int to, Message* msg, int priority) {
   return s;
 }
 
+SendBuffer PostofficeImpl::NewSendBuffer(int to, size_t size) {
+  return van_->NewSendBuffer(ConnOf(to), size);
+}
+
 Status PostofficeImpl::SendData(int to, Message* msg) {
   return SendTo(to, msg, msg->meta.priority());
 }

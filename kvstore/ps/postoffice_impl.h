@@ -139,6 +139,8 @@ class PostofficeImpl {
   Status CheckRunning() const EXCLUDES(mu_);
   // Sends msg (DATA) to node `to`, filling sender, recipient and job id.
   Status SendData(int to, Message* msg);
+  // A buffer for values to send to node `to` (Van::NewSendBuffer).
+  SendBuffer NewSendBuffer(int to, size_t size);
 
   // For SchedulerCore and the control plane.
   Status SendTo(int to, Message* msg, int priority);

@@ -76,6 +76,19 @@ class Blob {
 // sum overflow.
 StatusOr<uint64_t> SumLens(const Blob& lens, size_t n, const std::string& what);
 
+// Bytes to fill and then send as a request's or an answer's values
+// (KVWorker::NewPushBuffer, KVServer::NewAnswerBuffer). To a peer on this
+// host it lies in the connection's shared memory (net/shm.h), and the
+// transport hands it over without copying it; elsewhere it is plain memory.
+// `blob` views [data, data + size) and keeps it alive; write every byte
+// before sending, and none after.
+struct SendBuffer {
+  char* data = nullptr;
+  Blob blob;
+  // Plain memory, not zeroed.
+  static SendBuffer Heap(size_t size);
+};
+
 // Keys with their values. Keys are uint64, sorted ascending and unique.
 // Values are raw bytes concatenated in key order; `lens` (int64, bytes per
 // key) is given when keys hold different sizes, else the values are split
@@ -281,6 +294,10 @@ class KVWorker {
   StatusOr<int64_t> PushPull(const KVPairs& kvs,
                              const RequestOptions& opts = {},
                              const PullDest& dest = {});
+  // A buffer for the values of a push of keys [first_key, last_key]: when
+  // one server holds them all, one the transport may send to it without a
+  // copy (SendBuffer); else plain memory.
+  SendBuffer NewPushBuffer(uint64_t first_key, uint64_t last_key, size_t size);
   // Waits for request `ts`. Errors name the server (role, rank, address):
   // a server's error response, a deadline, or the job failing. Ok or an
   // error other than a deadline completes the request (wait once). Pulls
@@ -336,6 +353,9 @@ class KVServer {
 
   // Answers `req`; for a pull, `values` holds the requested keys' values.
   Status Respond(const RequestMeta& req, const KVPairs& values = {});
+  // A buffer for the values of an answer to `req` (SendBuffer): the
+  // transport may send it to the requester without a copy.
+  SendBuffer NewAnswerBuffer(const RequestMeta& req, size_t size);
   // Fails `req`: the worker's Wait returns `error`, prefixed with this
   // server's name (so the message should name the key and the problem).
   Status RespondError(const RequestMeta& req, const Status& error);

@@ -51,6 +51,12 @@ class Van {
   // when the connection has a backlog. The blobs are referenced, not copied,
   // until written out.
   virtual Status Send(int conn, int priority, std::vector<Blob> frames) = 0;
+  // A buffer for a frame of `size` bytes to send on `conn` later: one the
+  // Van can send without copying it where it has such (ZmqVan: shared
+  // memory to a peer on this host), else plain memory.
+  virtual SendBuffer NewSendBuffer(int conn, size_t size) {
+    return SendBuffer::Heap(size);
+  }
   // Receives one message into *msg. Returns false when nothing arrived
   // within the Van's poll interval.
   virtual StatusOr<bool> Recv(RawMessage* msg) = 0;

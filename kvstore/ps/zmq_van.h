@@ -66,6 +66,9 @@ class ZmqVan : public Van {
                  const std::string& same_host) override;
   void Disconnect(int conn) override;
   Status Send(int conn, int priority, std::vector<Blob> frames) override;
+  // A slot of the connection's shared-memory arena, for frames of at least
+  // kShmMinFrameBytes to a peer on this host; plain memory otherwise.
+  SendBuffer NewSendBuffer(int conn, size_t size) override;
   StatusOr<bool> Recv(RawMessage* msg) override;
   void Flush(Duration timeout) override;
   void Close(Duration linger) override;
@@ -76,6 +79,8 @@ class ZmqVan : public Van {
 
   // Frames sent through shared memory so far (net/shm.h).
   int64_t shm_frames_sent() const { return shm_frames_sent_.load(); }
+  // Of those, frames sent from a NewSendBuffer slot without a copy.
+  int64_t shm_frames_handed() const { return shm_frames_handed_.load(); }
   // Messages sent through shared-memory rings so far (net/shm_ring.h), and
   // of those, how many were too large for a ring and took the socket.
   int64_t ring_messages_sent() EXCLUDES(conns_mu_);
@@ -90,6 +95,8 @@ class ZmqVan : public Van {
   static void CloseConn(Conn* c, int linger_ms);
   // Moves m's large frames into c's shared memory (c->mu held).
   void PlaceInShm(Conn* c, OutMessage* m);
+  // c->shm, created on first use; false if it cannot be (c->mu held).
+  bool EnsureArena(Conn* c);
   // Replaces a received message's shared-memory table by the frames it
   // names.
   Status TakeShmFrames(std::vector<Blob>* frames);
@@ -133,6 +140,7 @@ class ZmqVan : public Van {
   bool closed_ = false;
   net::ShmMaps shm_maps_;
   std::atomic<int64_t> shm_frames_sent_{0};
+  std::atomic<int64_t> shm_frames_handed_{0};
   // Connections whose ring was full: the sender thread retries them.
   std::set<Conn*> ring_stalled_ GUARDED_BY(ready_mu_);
 

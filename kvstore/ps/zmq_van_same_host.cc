@@ -282,27 +282,56 @@ int64_t ZmqVan::ring_messages_by_socket() {
       [](const Conn& c) NO_THREAD_SAFETY_ANALYSIS { return c.ring_by_socket; });
 }
 
+bool ZmqVan::EnsureArena(Conn* c) {
+  if (c->shm != nullptr) return true;
+  if (c->shm_failed) return false;
+  StatusOr<std::unique_ptr<net::ShmArena>> a =
+      net::ShmArena::Create(static_cast<uint64_t>(options_.shm_bytes));
+  if (!a.ok()) {
+    c->shm_failed = true;
+    LOG(WARNING) << "no shared memory for " << c->endpoint << " ("
+                 << a.status().message()
+                 << "); its frames go through the socket";
+    return false;
+  }
+  c->shm = std::move(*a);
+  return true;
+}
+
+SendBuffer ZmqVan::NewSendBuffer(int conn, size_t size) {
+  Conn* c = size >= kShmMinFrameBytes &&
+                    size <= static_cast<size_t>(net::kMaxFramePayloadBytes)
+                ? FindConn(conn)
+                : nullptr;
+  if (c != nullptr && c->shm_ok) {
+    std::lock_guard<std::mutex> l(c->mu);
+    net::ShmReserved slot;
+    if (!c->closed && EnsureArena(c) && c->shm->Reserve(size, &slot)) {
+      SendBuffer b;
+      b.data = slot.data;
+      b.blob = Blob(std::move(slot.owner), slot.data, size);
+      return b;
+    }
+  }
+  return SendBuffer::Heap(size);
+}
+
 void ZmqVan::PlaceInShm(Conn* c, OutMessage* m) {
   net::ShmRef arena;
   std::vector<net::ShmPlaced> placed;
   for (size_t i = 0; i < m->frames.size(); ++i) {
     Blob& b = m->frames[i];
     if (b.size() < kShmMinFrameBytes) continue;
-    if (c->shm == nullptr) {
-      if (c->shm_failed) return;
-      StatusOr<std::unique_ptr<net::ShmArena>> a =
-          net::ShmArena::Create(static_cast<uint64_t>(options_.shm_bytes));
-      if (!a.ok()) {
-        c->shm_failed = true;
-        LOG(WARNING) << "no shared memory for " << c->endpoint << " ("
-                     << a.status().message()
-                     << "); its frames go through the socket";
-        return;
-      }
-      c->shm = std::move(*a);
-    }
+    if (!EnsureArena(c)) return;
     net::ShmRef ref;
-    if (!c->shm->Put(b.data(), b.size(), &ref)) continue;  // full: the socket
+    // A frame written into one of the arena's slots (NewSendBuffer) is
+    // handed over as it is; any other is copied in, or, with the arena
+    // full, goes through the socket.
+    if (c->shm->Hand(b.data(), b.size(), &ref)) {
+      ++shm_frames_handed_;
+    } else if (!c->shm->Put(b.data(), b.size(), &ref)) {
+      continue;
+    }
     arena = ref;
     placed.push_back({static_cast<uint32_t>(i), ref.offset, ref.size});
     b = Blob();
