@@ -148,17 +148,15 @@ Status DistKVStore::FlushBucket() {
   } else {
     size_t total = 0;
     for (const Bucket::Entry& e : b->entries) total += e.value.size();
-    // Every byte is copied in below. When one server holds every key, the
-    // copy goes straight into its connection's shared memory (on one host).
-    ps::SendBuffer all =
-        worker_->NewPushBuffer(keys.front(), keys.back(), total);
+    // Every byte is copied in below: no zeroing pass.
+    std::shared_ptr<char[]> all(new char[std::max<size_t>(total, 1)]);
     size_t off = 0;
     for (size_t i : b->order) {
       const ps::Blob& v = b->entries[i].value;
-      std::memcpy(all.data + off, v.data(), v.size());
+      std::memcpy(all.get() + off, v.data(), v.size());
       off += v.size();
     }
-    vals = std::move(all.blob);
+    vals = ps::Blob(all, all.get(), total);
   }
   for (Bucket::Entry& e : b->entries) e.value = ps::Blob();
   ps::RequestOptions opts;

@@ -50,15 +50,6 @@ class KVWorker::Impl : public Customer {
   StatusOr<int64_t> Request(const KVPairs& kvs, bool push, bool pull,
                             const RequestOptions& opts, const PullDest& dest);
   Status Wait(int64_t ts, Duration timeout, PullResult* result);
-  SendBuffer NewPushBuffer(uint64_t first_key, uint64_t last_key, size_t size) {
-    const std::vector<KeyRange> ranges = po_->ServerKeyRanges();
-    for (size_t r = 0; r < ranges.size(); ++r) {
-      if (!ranges[r].Contains(first_key)) continue;
-      if (!ranges[r].Contains(last_key)) break;
-      return po_->NewSendBuffer(ServerId(static_cast<int>(r)), size);
-    }
-    return SendBuffer::Heap(size);
-  }
   void Accept(Message&& msg) override;
   void Abort(const Status& reason) override;
 
@@ -460,11 +451,6 @@ StatusOr<int64_t> KVWorker::PushPull(const KVPairs& kvs,
                                      const RequestOptions& opts,
                                      const PullDest& dest) {
   return impl_->Request(kvs, true, true, opts, dest);
-}
-
-SendBuffer KVWorker::NewPushBuffer(uint64_t first_key, uint64_t last_key,
-                                   size_t size) {
-  return impl_->NewPushBuffer(first_key, last_key, size);
 }
 
 Status KVWorker::Wait(int64_t ts, Duration timeout, PullResult* result) {

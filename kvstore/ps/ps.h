@@ -76,8 +76,8 @@ class Blob {
 // sum overflow.
 StatusOr<uint64_t> SumLens(const Blob& lens, size_t n, const std::string& what);
 
-// Bytes to fill and then send as a request's or an answer's values
-// (KVWorker::NewPushBuffer, KVServer::NewAnswerBuffer). To a peer on this
+// Bytes to fill and then send as an answer's values
+// (KVServer::NewAnswerBuffer). To a peer on this
 // host it lies in the connection's shared memory (net/shm.h), and the
 // transport hands it over without copying it; elsewhere it is plain memory.
 // `blob` views [data, data + size) and keeps it alive; write every byte
@@ -294,10 +294,6 @@ class KVWorker {
   StatusOr<int64_t> PushPull(const KVPairs& kvs,
                              const RequestOptions& opts = {},
                              const PullDest& dest = {});
-  // A buffer for the values of a push of keys [first_key, last_key]: when
-  // one server holds them all, one the transport may send to it without a
-  // copy (SendBuffer); else plain memory.
-  SendBuffer NewPushBuffer(uint64_t first_key, uint64_t last_key, size_t size);
   // Waits for request `ts`. Errors name the server (role, rank, address):
   // a server's error response, a deadline, or the job failing. Ok or an
   // error other than a deadline completes the request (wait once). Pulls
