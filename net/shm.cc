@@ -40,6 +40,11 @@ struct SlotHeader {
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
+// A slot's bytes, its header included, for a frame of `size`.
+uint64_t SlotBytes(size_t size) {
+  return kHeaderBytes + RoundUp(size, kHeaderBytes);
+}
+
 std::string Errno(int err) { return std::strerror(err); }
 
 template <typename T>
@@ -184,31 +189,37 @@ void ShmArena::Describe(uint64_t at, size_t size, ShmRef* ref) const {
   ref->size = size;
 }
 
-bool ShmArena::Put(const void* data, size_t size, ShmRef* ref) {
-  const uint64_t need = kHeaderBytes + RoundUp(size, kHeaderBytes);
-  uint64_t at;
-  if (size == 0 || !Place(need, &at)) return false;
-  auto* slot = reinterpret_cast<SlotHeader*>(base_ + at);
+char* ShmArena::NewSlot(size_t size, uint64_t* at) {
+  if (size == 0 || !Place(SlotBytes(size), at)) return nullptr;
+  auto* slot = reinterpret_cast<SlotHeader*>(base_ + *at);
   slot->magic = kSlotMagic;
   slot->size = size;
-  std::memcpy(base_ + at + kHeaderBytes, data, size);
-  __atomic_store_n(&slot->state, kSlotInUse, __ATOMIC_RELEASE);
-  used_.emplace(at, Slot{need, nullptr});
+  return base_ + *at + kHeaderBytes;
+}
+
+void ShmArena::Publish(uint64_t at, size_t size, uint32_t state,
+                       std::shared_ptr<std::atomic<bool>> held) {
+  auto* slot = reinterpret_cast<SlotHeader*>(base_ + at);
+  __atomic_store_n(&slot->state, state, __ATOMIC_RELEASE);
+  used_.emplace(at, Slot{SlotBytes(size), std::move(held)});
+}
+
+bool ShmArena::Put(const void* data, size_t size, ShmRef* ref) {
+  uint64_t at;
+  char* dst = NewSlot(size, &at);
+  if (dst == nullptr) return false;
+  std::memcpy(dst, data, size);
+  Publish(at, size, kSlotInUse, nullptr);
   Describe(at, size, ref);
   return true;
 }
 
 bool ShmArena::Reserve(size_t size, ShmReserved* out) {
-  const uint64_t need = kHeaderBytes + RoundUp(size, kHeaderBytes);
   uint64_t at;
-  if (size == 0 || !Place(need, &at)) return false;
-  auto* slot = reinterpret_cast<SlotHeader*>(base_ + at);
-  slot->magic = kSlotMagic;
-  slot->size = size;
-  __atomic_store_n(&slot->state, kSlotReserved, __ATOMIC_RELEASE);
+  out->data = NewSlot(size, &at);
+  if (out->data == nullptr) return false;
   auto held = std::make_shared<std::atomic<bool>>(true);
-  used_.emplace(at, Slot{need, held});
-  out->data = base_ + at + kHeaderBytes;
+  Publish(at, size, kSlotReserved, held);
   // The deleter only marks the slot: Reclaim, under the caller's
   // serialisation, frees it.
   out->owner = std::shared_ptr<const void>(

@@ -113,6 +113,12 @@ class ShmArena {
   // The lowest free gap of `need` bytes and its offset; false if none.
   bool Place(uint64_t need, uint64_t* at);
   void Describe(uint64_t at, size_t size, ShmRef* ref) const;
+  // A placed slot for `size` bytes with its header written but its state
+  // not (the frame's first byte, its header at *at); null if none is free.
+  char* NewSlot(size_t size, uint64_t* at);
+  // Sets the slot's state (release: the frame is written) and records it.
+  void Publish(uint64_t at, size_t size, uint32_t state,
+               std::shared_ptr<std::atomic<bool>> held);
 
   const int fd_;
   // The mapping; reserved slots' owners keep it alive past the arena.
