@@ -77,11 +77,11 @@ class Blob {
 StatusOr<uint64_t> SumLens(const Blob& lens, size_t n, const std::string& what);
 
 // Bytes to fill and then send as an answer's values
-// (KVServer::NewAnswerBuffer). To a peer on this
-// host it lies in the connection's shared memory (net/shm.h), and the
-// transport hands it over without copying it; elsewhere it is plain memory.
-// `blob` views [data, data + size) and keeps it alive; write every byte
-// before sending, and none after.
+// (KVServer::NewAnswerBuffer). To a peer on this host it lies in the
+// connection's shared memory (net/shm.h), and the transport hands it over
+// without copying it; elsewhere it is plain memory. `blob` views
+// [data, data + size) and keeps it alive; write every byte before sending,
+// and none after.
 struct SendBuffer {
   char* data = nullptr;
   Blob blob;
