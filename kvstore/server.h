@@ -40,6 +40,15 @@ class ServerHandler {
 
  private:
   struct Gather;
+  // The received values as a float tensor, keeping the message alive.
+  static Tensor View(const ps::Blob& vals);
+  // A push's values as float32: as they arrived, or decoded when the worker
+  // compressed them (RequestInfo.compression). `n`: the key's elements here.
+  // Errors name the key and the sender.
+  static StatusOr<ps::Blob> PushedFloats(const proto::RequestInfo& info,
+                                         const ps::Blob& vals, int64_t n,
+                                         const std::string& name,
+                                         const std::string& sender);
   // A request waiting for a later step. For one key of a multi-key
   // push-pull, `gather` collects the answer and `index` is the key's place.
   struct Deferred {
