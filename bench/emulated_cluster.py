@@ -2,7 +2,8 @@
 """An emulated cluster on one machine: N "hosts", each a network namespace
 with its own sshd, joined through a bridge by veth pairs whose both
 directions are rate-limited with `tc ... tbf` (this kernel has tbf and htb,
-not netem). Traffic between namespaces is traffic between hosts: no
+not netem), and whose received packets keep their order (keep_order).
+Traffic between namespaces is traffic between hosts: no
 same-host socket, CURVE applies. The scheduler runs in this namespace, on
 the bridge's address. Root only.
 
@@ -47,6 +48,29 @@ def shape(dev, rate, netns=None):
     _tc(argv)
 
 
+def cpu_mask(n):
+    """The sysfs bitmap of CPUs 0..n-1: hex words of 32 CPUs, comma-joined."""
+    digits = "%x" % ((1 << n) - 1)
+    digits = digits.zfill(-(-len(digits) // 8) * 8)
+    return ",".join(digits[i:i + 8] for i in range(0, len(digits), 8))
+
+
+def keep_order(dev, netns=None):
+    """Steers what `dev` receives to one CPU per flow (RPS, by the flow's
+    hash), as a NIC's receive queue delivers a flow in order. Without it a
+    flow's packets, released by tbf now from the sender's CPU and now from
+    its timer on the other, are taken up by two CPUs' backlogs and arrive
+    out of order, which no real link does: TCP counts them lost and sends
+    them again (about a hundred spurious retransmits per 100 MB)."""
+    path = "/sys/class/net/%s/queues/rx-0/rps_cpus" % dev
+    argv = ["sh", "-c", 'echo "$1" > "$2"', "sh", cpu_mask(os.cpu_count() or 1), path]
+    if netns:
+        argv = ["ip", "netns", "exec", netns] + argv
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("cannot steer %s's packets (RPS, %s): %s" % (dev, path, r.stderr.strip()))
+
+
 class Cluster:
     """`hosts` namespaces with links of `rate`; up() / down()."""
 
@@ -63,8 +87,11 @@ class Cluster:
         self.bed.setup()
         try:
             for i, (ns, addr) in enumerate(zip(self.bed.namespaces, self.bed.addrs), 1):
-                shape(self.bed.ifname, self.rate, netns=ns)      # host -> bridge
-                shape("kvth%s%d" % (self.bed.tag, i), self.rate)  # bridge -> host
+                host_end = "kvth%s%d" % (self.bed.tag, i)
+                shape(self.bed.ifname, self.rate, netns=ns)  # host -> bridge
+                shape(host_end, self.rate)                   # bridge -> host
+                keep_order(self.bed.ifname, netns=ns)
+                keep_order(host_end)
                 self.sshd.append(testbed.SshServer(self.workdir, addr=addr, port=22,
                                                    netns=ns).start())
             with open(self.hostfile, "w") as f:

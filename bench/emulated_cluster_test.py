@@ -1,0 +1,97 @@
+"""The emulated cluster (bench/emulated_cluster.py) on this machine: every
+host's link is shaped both ways, a bulk TCP transfer between two of its
+hosts arrives in order (no reordering, no retransmits: RPS keeps a flow on
+one CPU), and down() leaves no namespace behind. Root only; skipped where
+namespaces cannot be made."""
+
+import os
+import subprocess
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import emulated_cluster  # noqa: E402
+from tools import pyunit  # noqa: E402
+
+# Sends MIB mebibytes to ADDR:PORT, or receives them on PORT.
+BULK = r"""
+import socket, sys
+mode, addr, port, mib = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if mode == "recv":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port)); s.listen(); print("ready", flush=True)
+    c, _ = s.accept(); n = 0; buf = bytearray(1 << 20)
+    while True:
+        k = c.recv_into(buf)
+        if not k: break
+        n += k
+    print(n)
+else:
+    c = socket.create_connection((addr, port)); block = bytes(1 << 20)
+    for _ in range(mib): c.sendall(block)
+    c.close()
+"""
+
+
+def snmp(netns):
+    """Tcp counters and TcpExt counters of a namespace, by name."""
+    out = {}
+    for path in ("/proc/net/snmp", "/proc/net/netstat"):
+        text = subprocess.run(["ip", "netns", "exec", netns, "cat", path], check=True,
+                              capture_output=True, text=True).stdout.splitlines()
+        for names, values in zip(text[::2], text[1::2]):
+            prefix = names.split(":")[0]
+            for k, v in zip(names.split()[1:], values.split()[1:]):
+                out[prefix + k] = int(v)
+    return out
+
+
+@unittest.skipUnless(emulated_cluster.available(),
+                     "network namespaces cannot be made here (needs root, iproute2 and tc)")
+class EmulatedClusterTest(unittest.TestCase):
+    def test_links_are_shaped_and_deliver_in_order(self):
+        c = emulated_cluster.Cluster(hosts=2, rate="1gbit").up()
+        try:
+            (ns1, ns2), (addr1, _) = c.bed.namespaces, c.bed.addrs
+            for ns in (ns1, ns2):
+                qdisc = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev",
+                                        c.bed.ifname], capture_output=True, text=True).stdout
+                self.assertIn("tbf", qdisc)
+                self.assertIn("rate 1Gbit", qdisc)
+                rps = subprocess.run(["ip", "netns", "exec", ns, "cat", "/sys/class/net/%s/queues/"
+                                      "rx-0/rps_cpus" % c.bed.ifname],
+                                     capture_output=True, text=True).stdout
+                self.assertNotEqual(int(rps.replace(",", ""), 16), 0, rps)
+            before = snmp(ns2)
+            recv = subprocess.Popen(["ip", "netns", "exec", ns1, sys.executable, "-c", BULK,
+                                     "recv", addr1, "7391", "64"],
+                                    stdout=subprocess.PIPE, text=True)
+            self.assertEqual(recv.stdout.readline().strip(), "ready")
+            subprocess.run(["ip", "netns", "exec", ns2, sys.executable, "-c", BULK, "send",
+                            addr1, "7391", "64"], check=True, timeout=60)
+            got = recv.stdout.read().strip()
+            recv.wait(timeout=30)
+            self.assertEqual(got, str(64 << 20))
+            after = snmp(ns2)
+            sent = after["TcpOutSegs"] - before["TcpOutSegs"]
+            self.assertGreater(sent, 40000)  # 64 MiB of 1448-byte segments
+            # Reordered packets would show as reordering seen and resent.
+            self.assertEqual(after["TcpRetransSegs"] - before["TcpRetransSegs"], 0)
+            self.assertEqual(after["TcpExtTCPSACKReorder"] - before["TcpExtTCPSACKReorder"], 0)
+        finally:
+            c.down()
+        names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        for ns in c.bed.namespaces:
+            self.assertNotIn(ns, names)
+
+    def test_cpu_mask(self):
+        self.assertEqual(emulated_cluster.cpu_mask(1), "00000001")
+        self.assertEqual(emulated_cluster.cpu_mask(2), "00000003")
+        self.assertEqual(emulated_cluster.cpu_mask(36), "0000000f,ffffffff")
+
+
+if __name__ == "__main__":
+    pyunit.main()
