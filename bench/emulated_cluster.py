@@ -68,7 +68,8 @@ def keep_order(dev, netns=None):
         argv = ["ip", "netns", "exec", netns] + argv
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError("cannot steer %s's packets (RPS, %s): %s" % (dev, path, r.stderr.strip()))
+        raise RuntimeError("cannot steer %s's packets (RPS, %s): %s"
+                           % (dev, path, r.stderr.strip()))
 
 
 class Cluster:
