@@ -155,6 +155,14 @@ class DistKVStore : public KVStore {
                      int priority, Pending* pending) EXCLUDES(bucket_mu_);
   // Sends the open bucket, if any: one request per server.
   Status FlushBucket() EXCLUDES(bucket_mu_);
+  // FlushBucket's request: the bucket's keys in server-key order (into
+  // b->order), their value lengths, and each key's step and encoding.
+  proto::RequestInfo BucketRequest(Bucket* b, std::vector<uint64_t>* keys,
+                                   std::vector<int64_t>* lens,
+                                   CompressionType* compression) const;
+  // The bucket's values in b->order: one entry's as it is, several copied
+  // into one buffer (so callers may reuse theirs once Wait returns).
+  static ps::Blob JoinValues(const Bucket& b);
   // The bucket's answer, written into every entry's outs (first call),
   // waiting at most `timeout`.
   Status WaitBucket(Bucket* b, ps::Duration timeout);

@@ -105,6 +105,51 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
   return Status::OK();
 }
 
+proto::RequestInfo DistKVStore::BucketRequest(
+    Bucket* b, std::vector<uint64_t>* keys, std::vector<int64_t>* lens,
+    CompressionType* compression) const {
+  const size_t n = b->entries.size();
+  b->order.resize(n);
+  for (size_t i = 0; i < n; ++i) b->order[i] = i;
+  std::sort(b->order.begin(), b->order.end(), [&](size_t x, size_t y) {
+    return b->entries[x].server_key < b->entries[y].server_key;
+  });
+  proto::RequestInfo info;
+  info.set_mode(sync_ ? proto::KV_SYNC : proto::KV_ASYNC);
+  // Each key says its encoding (keys below min_bytes travel as float32).
+  *compression = proto::GradientCompression::NONE;
+  for (size_t i : b->order) {
+    const Bucket::Entry& e = b->entries[i];
+    keys->push_back(e.server_key);
+    lens->push_back(static_cast<int64_t>(e.value.size()));
+    proto::KeyEntry* k = info.add_keys();
+    k->set_key(e.server_key);
+    k->set_step(e.step);
+    k->set_compression(e.compression);
+    k->set_half_answer(e.half);
+    k->set_level_bits(static_cast<uint32_t>(e.levels));
+    if (e.compression != proto::GradientCompression::NONE)
+      *compression = e.compression;
+  }
+  return info;
+}
+
+ps::Blob DistKVStore::JoinValues(const Bucket& b) {
+  // One entry (a large key's piece) goes out as it is.
+  if (b.entries.size() == 1) return b.entries[0].value;
+  size_t total = 0;
+  for (const Bucket::Entry& e : b.entries) total += e.value.size();
+  // Every byte is copied in below: no zeroing pass.
+  std::shared_ptr<char[]> all(new char[std::max<size_t>(total, 1)]);
+  size_t off = 0;
+  for (size_t i : b.order) {
+    const ps::Blob& v = b.entries[i].value;
+    std::memcpy(all.get() + off, v.data(), v.size());
+    off += v.size();
+  }
+  return ps::Blob(all, all.get(), total);
+}
+
 Status DistKVStore::FlushBucket() {
   std::shared_ptr<Bucket> b;
   std::unique_lock<std::mutex> l;
@@ -117,47 +162,12 @@ Status DistKVStore::FlushBucket() {
     l = std::unique_lock<std::mutex>(b->mu);
   }
   const size_t n = b->entries.size();
-  b->order.resize(n);
-  for (size_t i = 0; i < n; ++i) b->order[i] = i;
-  std::sort(b->order.begin(), b->order.end(), [&](size_t x, size_t y) {
-    return b->entries[x].server_key < b->entries[y].server_key;
-  });
   std::vector<uint64_t> keys;
   std::vector<int64_t> lens;
-  proto::RequestInfo info;
-  info.set_mode(sync_ ? proto::KV_SYNC : proto::KV_ASYNC);
-  // Each key says its encoding (keys below min_bytes travel as float32).
-  CompressionType compression = proto::GradientCompression::NONE;
-  for (size_t i : b->order) {
-    const Bucket::Entry& e = b->entries[i];
-    keys.push_back(e.server_key);
-    lens.push_back(static_cast<int64_t>(e.value.size()));
-    proto::KeyEntry* k = info.add_keys();
-    k->set_key(e.server_key);
-    k->set_step(e.step);
-    k->set_compression(e.compression);
-    k->set_half_answer(e.half);
-    k->set_level_bits(static_cast<uint32_t>(e.levels));
-    if (e.compression != proto::GradientCompression::NONE) compression = e.compression;
-  }
-  // One entry (a large key's piece) goes out as it is; several are copied
-  // together, and the caller may reuse its values once Wait returns.
-  ps::Blob vals;
-  if (n == 1) {
-    vals = b->entries[0].value;
-  } else {
-    size_t total = 0;
-    for (const Bucket::Entry& e : b->entries) total += e.value.size();
-    // Every byte is copied in below: no zeroing pass.
-    std::shared_ptr<char[]> all(new char[std::max<size_t>(total, 1)]);
-    size_t off = 0;
-    for (size_t i : b->order) {
-      const ps::Blob& v = b->entries[i].value;
-      std::memcpy(all.get() + off, v.data(), v.size());
-      off += v.size();
-    }
-    vals = ps::Blob(all, all.get(), total);
-  }
+  CompressionType compression;
+  const proto::RequestInfo info =
+      BucketRequest(b.get(), &keys, &lens, &compression);
+  ps::Blob vals = JoinValues(*b);
   for (Bucket::Entry& e : b->entries) e.value = ps::Blob();
   ps::RequestOptions opts;
   opts.head = proto::KV_PUSH;

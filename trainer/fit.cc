@@ -70,23 +70,9 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_k
   return Status::OK();
 }
 
-StatusOr<std::vector<Completion>> Module::StartStep(const Batch& batch,
-                                                    const RowWriter& rows,
-                                                    KVStore* kv,
-                                                    std::string label) {
+std::vector<Engine::Var*> Module::PushStoreOps(
+    KVStore* kv, const std::shared_ptr<std::vector<KVHandle>>& handles) {
   Optimizer* const local_optimizer = local_optimizer_.get();
-  trace::Scope span("trainer", "step");
-  {
-    // Not waited for: the writer and the label array hold what they read.
-    trace::Scope feed("trainer", "feed");
-    KV_RETURN_IF_ERROR(PushFeed(batch, &rows).status());
-  }
-  std::vector<Completion> forwards;
-  for (auto& e : execs_) {
-    KV_ASSIGN_OR_RETURN(Completion c, e->StartForward(true));
-    forwards.push_back(c);
-  }
-  for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartBackward().status());
   // One engine op per parameter: it runs once every device has that
   // gradient, while earlier layers' backward still computes, and hands the
   // gradients to the store (PushPullAsync never waits on the network). A
@@ -98,7 +84,6 @@ StatusOr<std::vector<Completion>> Module::StartStep(const Batch& batch,
   // weights are back, and goes on into the next forward without a wake-up.
   // The op that issues the step's last call sends the store's open bucket
   // (KVStore::Flush) the moment backward is done.
-  auto handles = std::make_shared<std::vector<KVHandle>>(param_names_.size(), 0);
   auto unissued = std::make_shared<std::atomic<size_t>>(param_names_.size());
   std::vector<Engine::Var*> step_vars;
   for (size_t p = 0; p < param_names_.size(); ++p) {
@@ -130,6 +115,28 @@ StatusOr<std::vector<Completion>> Module::StartStep(const Batch& batch,
     engine_->Push(std::move(fn), reads, writes, Device::CPU(), Engine::Queue::kInline,
                   "kvstore " + param_names_[p]);
   }
+  return step_vars;
+}
+
+StatusOr<std::vector<Completion>> Module::StartStep(const Batch& batch,
+                                                    const RowWriter& rows,
+                                                    KVStore* kv,
+                                                    std::string label) {
+  trace::Scope span("trainer", "step");
+  {
+    // Not waited for: the writer and the label array hold what they read.
+    trace::Scope feed("trainer", "feed");
+    KV_RETURN_IF_ERROR(PushFeed(batch, &rows).status());
+  }
+  std::vector<Completion> forwards;
+  for (auto& e : execs_) {
+    KV_ASSIGN_OR_RETURN(Completion c, e->StartForward(true));
+    forwards.push_back(c);
+  }
+  for (auto& e : execs_) KV_RETURN_IF_ERROR(e->StartBackward().status());
+  auto handles =
+      std::make_shared<std::vector<KVHandle>>(param_names_.size(), 0);
+  const std::vector<Engine::Var*> step_vars = PushStoreOps(kv, handles);
   // Reads and writes: an error of a store op above skips it and passes on.
   Engine::Fn results = [this, kv, handles] {
     // Waiting on servers: the CPU pool's polling threads would take the
@@ -205,7 +212,22 @@ Status Module::RoundAnsweredParams(const proto::GradientCompression& gc) {
   return Status::OK();
 }
 
-Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOptions& o) {
+// What one Fit call carries from epoch to epoch.
+struct Module::FitRun {
+  DataIter* train;
+  DataIter* eval;
+  KVStore* kv;
+  const FitOptions& o;
+  bool report;     // this rank has the output (model parallelism: one does)
+  bool residuals;  // the store keeps error feedback: checkpoints save it
+  MetricSet metrics;
+  MetricSet batch_loss;
+  Progress progress;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> loss_file{nullptr,
+                                                            &std::fclose};
+};
+
+Status Module::CheckFit(KVStore* kv, const FitOptions& o) const {
   if (kv == nullptr) return Status::InvalidArgument("Fit needs a KVStore");
   if (!kv->is_worker()) {
     return Status::FailedPrecondition("Fit called in a " + std::string(RoleName(kv->role())) +
@@ -222,7 +244,10 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
   if (execs_.empty()) {
     return Status::FailedPrecondition("Fit before Bind and InitParams");
   }
-  KV_ASSIGN_OR_RETURN(MetricSet metrics, MetricSet::Create(o.metrics));
+  return Status::OK();
+}
+
+StatusOr<bool> Module::PrepareFit(KVStore* kv, const FitOptions& o) {
   KV_RETURN_IF_ERROR(SyncParams(kv));
   // Unset: the workers update where the servers answer summed codes as
   // levels, so both directions travel compressed and nothing is rounded.
@@ -249,24 +274,40 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
     }
     KV_RETURN_IF_ERROR(kv->LoadResiduals(o.resume_residuals));
   }
-  const bool dist = kv->is_distributed();
-  if (o.begin_epoch > 0 && update_on_kvstore && dist &&
+  if (o.begin_epoch > 0 && update_on_kvstore && kv->is_distributed() &&
       kv::HalfPulls(kv->gradient_compression())) {
     // Resuming with half pulls: the checkpoint holds the servers' exact
     // weights, and an uninterrupted job's workers would hold them as the
     // last answer brought them, rounded to halves.
     KV_RETURN_IF_ERROR(RoundAnsweredParams(kv->gradient_compression()));
   }
+  return residuals;
+}
+
+Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv,
+                   const FitOptions& o) {
+  KV_RETURN_IF_ERROR(CheckFit(kv, o));
+  KV_ASSIGN_OR_RETURN(MetricSet metrics, MetricSet::Create(o.metrics));
+  KV_ASSIGN_OR_RETURN(const bool residuals, PrepareFit(kv, o));
   // With model parallelism only the rank with the output reports.
   const bool report = has_output();
   KV_ASSIGN_OR_RETURN(Progress progress,
                       Progress::Create(report ? o.disp_batches : 0,
-                                       report ? o.metrics_file : "", dist ? kv->rank() : -1));
+                                       report ? o.metrics_file : "",
+                                       kv->is_distributed() ? kv->rank() : -1));
   KV_ASSIGN_OR_RETURN(MetricSet batch_loss, MetricSet::Create({"cross-entropy"}));
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> loss_file(nullptr, &std::fclose);
+  FitRun run{train,
+             eval,
+             kv,
+             o,
+             report,
+             residuals,
+             std::move(metrics),
+             std::move(batch_loss),
+             std::move(progress)};
   if (report && !o.loss_file.empty()) {
-    loss_file.reset(std::fopen(o.loss_file.c_str(), "w"));
-    if (loss_file == nullptr) {
+    run.loss_file.reset(std::fopen(o.loss_file.c_str(), "w"));
+    if (run.loss_file == nullptr) {
       return Status::NotFound("cannot write the loss file " + o.loss_file + ": " +
                               std::strerror(errno));
     }
@@ -278,83 +319,111 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOption
     ~DrainOnExit() { (void)m->Drain(); }
   } drain_on_exit{this};
   for (int epoch = o.begin_epoch; epoch < o.num_epochs; ++epoch) {
-    metrics.Reset();
-    KV_RETURN_IF_ERROR(train->StartEpoch(epoch));
-    // Workers of a synchronous store must run the same number of steps:
-    // as many as the largest part has.
-    const int64_t batches = o.epoch_size > 0   ? o.epoch_size
-                            : kv->sums_workers() ? train->max_part_batches()
-                                                 : train->num_batches();
-    if (report) progress.StartEpoch(epoch, batches);
-    Batch batch;
-    RowWriter rows;
-    for (int64_t n = 0; n < batches; ++n) {
-      if (o.stop && o.stop()) {
-        return Status::Aborted("training stopped at epoch " + std::to_string(epoch) +
-                               " batch " + std::to_string(n));
-      }
-      bool more;
-      {
-        trace::Scope span("trainer", "next batch");
-        KV_ASSIGN_OR_RETURN(more, train->NextRows(&batch, &rows));
-      }
-      if (!more) {
-        // This worker's part is shorter than the epoch: start it over, so
-        // every worker runs the same number of steps.
-        KV_RETURN_IF_ERROR(train->StartEpoch(epoch));
-        KV_ASSIGN_OR_RETURN(more, train->NextRows(&batch, &rows));
-        if (!more) return Status::InvalidArgument("the training data yields no batch");
-      }
-      // Two steps in flight: this thread copies in, and pushes the ops of,
-      // the next batch while this one's backward and store round trip run,
-      // so the engine goes from the store's answer straight into the next
-      // forward without waiting for this thread. (Its own errors name it.)
-      while (in_flight_.size() >= 2) KV_RETURN_IF_ERROR(FinishOldestStep());
-      const std::string label = "epoch " + std::to_string(epoch) + " batch " + std::to_string(n);
-      StatusOr<std::vector<Completion>> forwards =
-          StartStep(batch, rows, kv, label);
-      if (!forwards.ok()) return forwards.status().Annotate(label);
-      for (const Completion& c : *forwards) {
-        const Status s = c.Wait(kStepTimeout);
-        if (s.ok()) continue;
-        // An error an earlier step left on the weights is that step's:
-        // report it with its batch.
-        while (!in_flight_.empty()) KV_RETURN_IF_ERROR(FinishOldestStep());
-        return s.Annotate(label);
-      }
-      {
-        trace::Scope span("trainer", "metrics");
-        KV_RETURN_IF_ERROR(UpdateMetrics(&metrics, batch));
-      }
-      if (loss_file != nullptr) {
-        batch_loss.Reset();
-        KV_RETURN_IF_ERROR(UpdateMetrics(&batch_loss, batch));
-        std::fprintf(loss_file.get(), "%.9g\n", batch_loss.Get()[0].second);
-      }
-      if (report) progress.Batch(n, batch_size_ - batch.pad, metrics.Get());
-      if (o.batch_end) KV_RETURN_IF_ERROR(o.batch_end(epoch, n, metrics.Get()));
-    }
-    KV_RETURN_IF_ERROR(Drain());
-    if (report) progress.EndTraining();
-    MetricValues validation;
-    if (eval != nullptr) {
-      KV_ASSIGN_OR_RETURN(validation, Score(eval, o.metrics));
-    }
-    if (report) progress.EndEpoch(metrics.Get(), validation);
-    const bool checkpoint = !o.model_prefix.empty() && (epoch + 1) % o.checkpoint_period == 0;
-    if (checkpoint && residuals) {
-      // Every worker's residuals are on disk before rank 0 writes the
-      // params file, which completes a checkpoint.
-      KV_RETURN_IF_ERROR(kv->SaveResiduals(ResidualsPath(o.model_prefix, epoch + 1, kv->rank()))
-                             .Annotate("checkpoint of epoch " + std::to_string(epoch + 1)));
-      KV_RETURN_IF_ERROR(kv->Barrier());
-    }
-    if (checkpoint && kv->rank() == 0) {
-      KV_RETURN_IF_ERROR(SaveCheckpoint(o.model_prefix, epoch + 1, kv)
-                             .Annotate("checkpoint of epoch " + std::to_string(epoch + 1)));
-    }
-    if (o.epoch_end) KV_RETURN_IF_ERROR(o.epoch_end(epoch));
+    KV_RETURN_IF_ERROR(TrainEpoch(epoch, &run));
+    KV_RETURN_IF_ERROR(EndEpoch(epoch, &run));
   }
+  return Status::OK();
+}
+
+Status Module::NextTrainBatch(DataIter* train, int epoch, Batch* batch,
+                              RowWriter* rows) {
+  bool more;
+  {
+    trace::Scope span("trainer", "next batch");
+    KV_ASSIGN_OR_RETURN(more, train->NextRows(batch, rows));
+  }
+  if (more) return Status::OK();
+  // This worker's part is shorter than the epoch: start it over, so every
+  // worker runs the same number of steps.
+  KV_RETURN_IF_ERROR(train->StartEpoch(epoch));
+  KV_ASSIGN_OR_RETURN(more, train->NextRows(batch, rows));
+  if (!more)
+    return Status::InvalidArgument("the training data yields no batch");
+  return Status::OK();
+}
+
+Status Module::TrainEpoch(int epoch, FitRun* run) {
+  const FitOptions& o = run->o;
+  KVStore* const kv = run->kv;
+  run->metrics.Reset();
+  KV_RETURN_IF_ERROR(run->train->StartEpoch(epoch));
+  // Workers of a synchronous store must run the same number of steps: as
+  // many as the largest part has.
+  const int64_t batches = o.epoch_size > 0     ? o.epoch_size
+                          : kv->sums_workers() ? run->train->max_part_batches()
+                                               : run->train->num_batches();
+  if (run->report) run->progress.StartEpoch(epoch, batches);
+  Batch batch;
+  RowWriter rows;
+  for (int64_t n = 0; n < batches; ++n) {
+    if (o.stop && o.stop()) {
+      return Status::Aborted("training stopped at epoch " +
+                             std::to_string(epoch) + " batch " +
+                             std::to_string(n));
+    }
+    KV_RETURN_IF_ERROR(NextTrainBatch(run->train, epoch, &batch, &rows));
+    // Two steps in flight: this thread copies in, and pushes the ops of,
+    // the next batch while this one's backward and store round trip run,
+    // so the engine goes from the store's answer straight into the next
+    // forward without waiting for this thread. (Its own errors name it.)
+    while (in_flight_.size() >= 2) KV_RETURN_IF_ERROR(FinishOldestStep());
+    const std::string label =
+        "epoch " + std::to_string(epoch) + " batch " + std::to_string(n);
+    StatusOr<std::vector<Completion>> forwards =
+        StartStep(batch, rows, kv, label);
+    if (!forwards.ok()) return forwards.status().Annotate(label);
+    for (const Completion& c : *forwards) {
+      const Status s = c.Wait(kStepTimeout);
+      if (s.ok()) continue;
+      // An error an earlier step left on the weights is that step's:
+      // report it with its batch.
+      while (!in_flight_.empty()) KV_RETURN_IF_ERROR(FinishOldestStep());
+      return s.Annotate(label);
+    }
+    {
+      trace::Scope span("trainer", "metrics");
+      KV_RETURN_IF_ERROR(UpdateMetrics(&run->metrics, batch));
+    }
+    if (run->loss_file != nullptr) {
+      run->batch_loss.Reset();
+      KV_RETURN_IF_ERROR(UpdateMetrics(&run->batch_loss, batch));
+      std::fprintf(run->loss_file.get(), "%.9g\n",
+                   run->batch_loss.Get()[0].second);
+    }
+    if (run->report)
+      run->progress.Batch(n, batch_size_ - batch.pad, run->metrics.Get());
+    if (o.batch_end)
+      KV_RETURN_IF_ERROR(o.batch_end(epoch, n, run->metrics.Get()));
+  }
+  return Status::OK();
+}
+
+Status Module::EndEpoch(int epoch, FitRun* run) {
+  const FitOptions& o = run->o;
+  KVStore* const kv = run->kv;
+  KV_RETURN_IF_ERROR(Drain());
+  if (run->report) run->progress.EndTraining();
+  MetricValues validation;
+  if (run->eval != nullptr) {
+    KV_ASSIGN_OR_RETURN(validation, Score(run->eval, o.metrics));
+  }
+  if (run->report) run->progress.EndEpoch(run->metrics.Get(), validation);
+  const bool checkpoint =
+      !o.model_prefix.empty() && (epoch + 1) % o.checkpoint_period == 0;
+  const std::string what = "checkpoint of epoch " + std::to_string(epoch + 1);
+  if (checkpoint && run->residuals) {
+    // Every worker's residuals are on disk before rank 0 writes the params
+    // file, which completes a checkpoint.
+    KV_RETURN_IF_ERROR(
+        kv->SaveResiduals(ResidualsPath(o.model_prefix, epoch + 1, kv->rank()))
+            .Annotate(what));
+    KV_RETURN_IF_ERROR(kv->Barrier());
+  }
+  if (checkpoint && kv->rank() == 0) {
+    KV_RETURN_IF_ERROR(
+        SaveCheckpoint(o.model_prefix, epoch + 1, kv).Annotate(what));
+  }
+  if (o.epoch_end) KV_RETURN_IF_ERROR(o.epoch_end(epoch));
   return Status::OK();
 }
 

@@ -179,6 +179,10 @@ class Module {
   StatusOr<std::vector<Completion>> StartStep(const Batch& batch,
                                               const RowWriter& rows,
                                               KVStore* kv, std::string label);
+  // StartStep's store ops, one per parameter, each writing its handle into
+  // `handles`; returns the variables the step's last op holds.
+  std::vector<Engine::Var*> PushStoreOps(
+      KVStore* kv, const std::shared_ptr<std::vector<KVHandle>>& handles);
   // Waits for the oldest step in flight; its error names its batch.
   Status FinishOldestStep();
   // Waits for every step in flight and every executor pass.
@@ -193,6 +197,18 @@ class Module {
   // The store's optimizer, or with update_on_kvstore off the workers' own
   // (local_optimizer_), from o.optimizer and the resumed states.
   Status SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_kvstore);
+  // Fit's parts: its arguments checked; the store and optimizer set up
+  // (returns whether the store keeps residuals); one epoch's steps; the
+  // epoch's end (validation, report, checkpoint).
+  struct FitRun;
+  Status CheckFit(KVStore* kv, const FitOptions& o) const;
+  StatusOr<bool> PrepareFit(KVStore* kv, const FitOptions& o);
+  Status TrainEpoch(int epoch, FitRun* run);
+  Status EndEpoch(int epoch, FitRun* run);
+  // The epoch's next batch, starting this worker's part over when it is
+  // shorter than the epoch (an error if the data has no batch at all).
+  Status NextTrainBatch(DataIter* train, int epoch, Batch* batch,
+                        RowWriter* rows);
   int ParamIndex(const std::string& name) const;
 
   Symbol symbol_;
