@@ -49,6 +49,12 @@ void AttrReader::Record(const std::string& key, std::string kind,
   recorder_->push_back({key, std::move(kind), std::move(fallback), required});
 }
 
+bool AttrReader::Absent(const std::string& key) {
+  if (attrs_.count(key) != 0) return false;
+  asked_.push_back(key);
+  return true;
+}
+
 namespace {
 
 std::string RangeText(int64_t min, int64_t max) {
@@ -66,8 +72,7 @@ Status AttrReader::Int(const std::string& key, int64_t* out, int64_t min,
                        int64_t max) {
   if (recorder_ != nullptr) {
     Record(key, RangeText(min, max), "", true);
-    if (attrs_.count(key) == 0) {
-      asked_.push_back(key);
+    if (Absent(key)) {
       *out = std::max<int64_t>(min, std::min<int64_t>(max, 1));
       return Status::OK();
     }
@@ -91,8 +96,7 @@ Status AttrReader::Int(const std::string& key, int64_t* out, int64_t min,
                        int64_t max, int64_t fallback) {
   if (recorder_ != nullptr)
     Record(key, RangeText(min, max), std::to_string(fallback), false);
-  if (attrs_.count(key) == 0) {
-    asked_.push_back(key);
+  if (Absent(key)) {
     *out = fallback;
     return Status::OK();
   }
@@ -107,8 +111,7 @@ Status AttrReader::Float(const std::string& key, double* out, double min,
     std::ostringstream f;
     if (!required) f << fallback;
     Record(key, "float", f.str(), required);
-    if (required && attrs_.count(key) == 0) {
-      asked_.push_back(key);
+    if (required && Absent(key)) {
       *out = std::min(max, std::max(min, 1.0));
       return Status::OK();
     }
@@ -162,8 +165,7 @@ Status AttrReader::Enum(const std::string& key,
     const bool required =
         fallback < 0 || fallback >= static_cast<int>(choices.size());
     Record(key, "one of " + list, required ? "" : choices[fallback], required);
-    if (required && attrs_.count(key) == 0) {
-      asked_.push_back(key);
+    if (required && Absent(key)) {
       *out = 0;
       return Status::OK();
     }
@@ -213,8 +215,7 @@ Status AttrReader::IntList(const std::string& key, int64_t min,
                            std::vector<int64_t>* out, bool* present) {
   if (recorder_ != nullptr) {
     Record(key, "list of ints >= " + std::to_string(min), "", false);
-    if (attrs_.count(key) == 0) {
-      asked_.push_back(key);
+    if (Absent(key)) {
       *present = true;
       out->assign(1, std::max<int64_t>(min, 1));
       return Status::OK();
@@ -237,10 +238,9 @@ Status AttrReader::Tuple(const std::string& key, int n, int64_t min,
     Record(key,
            "tuple of " + std::to_string(n) + " ints >= " + std::to_string(min),
            "", false);
-    if (attrs_.count(key) == 0) {
-      // A placeholder, so that the factory reads on (it decides whether
-      // the key is required; the docs say "optional" for every tuple).
-      asked_.push_back(key);
+    // A placeholder, so that the factory reads on (it decides whether the
+    // key is required; the docs say "optional" for every tuple).
+    if (Absent(key)) {
       *present = true;
       out->assign(n, std::max<int64_t>(min, 0));
       return Status::OK();

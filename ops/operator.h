@@ -248,6 +248,9 @@ class AttrReader {
   // keys read as placeholders so the factory goes on to the next ones.
   void Record(const std::string& key, std::string kind, std::string fallback,
               bool required);
+  // True when the attributes lack `key`, which then counts as asked for
+  // (the caller answers its fallback, or in describe mode a placeholder).
+  bool Absent(const std::string& key);
   friend StatusOr<OpDoc> DescribeOperator(const std::string& type);
   static thread_local std::vector<AttrDoc>* recorder_;
 
