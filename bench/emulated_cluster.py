@@ -61,7 +61,7 @@ def keep_order(dev, netns=None):
     flow's packets, released by tbf now from the sender's CPU and now from
     its timer on the other, are taken up by two CPUs' backlogs and arrive
     out of order, which no real link does: TCP counts them lost and sends
-    them again (about a hundred spurious retransmits per 100 MB)."""
+    them again (here 32-116 spurious retransmits per 64-200 MiB)."""
     path = "/sys/class/net/%s/queues/rx-0/rps_cpus" % dev
     argv = ["sh", "-c", 'echo "$1" > "$2"', "sh", cpu_mask(os.cpu_count() or 1), path]
     if netns:
