@@ -12,7 +12,10 @@ median over rounds of the ratio within a round (a slow spell of the machine
 then weighs on both sides of it). With --link=1gbit|10gbit every process runs in its own network
 namespace joined through a rate-limited bridge (bench/emulated_cluster.py)
 and each row is also shown against its ideal: compute time plus the bytes
-on the busiest link over the link's rate.
+on the busiest link over the link's rate; dist_sync rows also against
+bench/tcp_replay, the same step's messages over plain TCP on the same links
+(each server answers a message once every worker's is in), with the ideal's
+compute between steps.
 
 Python stdlib only. Example:
   bench/dist_train_bench.py --train bazel-bin/examples/train_mnist
@@ -62,6 +65,34 @@ def server_floats(net, servers):
         else:
             held[held.index(min(held))] += n
     return held
+PIECE_FLOATS = 16384   # KVTRAIN_PS_BUCKET_BYTES' default between hosts, in floats
+PIECES_PER_SLICE = 4   # kv::Placement::kPiecesPerSlice
+
+
+def step_messages(net, servers):
+    """A worker's push messages of one step as (server, bytes), in the order
+    the stores send them: each server's small arrays together (one bucket),
+    then each large array's slices, server by server, in pieces of at least
+    PIECE_FLOATS, at most PIECES_PER_SLICE of them (kvstore/placement.h).
+    The answers are as large."""
+    small = [0] * servers
+    large = []
+    for n in sorted(PARAMS[net], reverse=True):
+        if n >= BIGARRAY_BOUND and servers > 1:
+            large += [(s, n // servers) for s in range(servers)]
+        elif n >= PIECE_FLOATS:
+            s = min(range(servers), key=lambda i: small[i] + sum(c for j, c in large if j == i))
+            large.append((s, n))
+        else:
+            s = min(range(servers), key=lambda i: small[i] + sum(c for j, c in large if j == i))
+            small[s] += n
+    out = [(s, 4 * small[s]) for s in range(servers) if small[s]]
+    for s, count in large:
+        pieces = max(1, min(-(-count // PIECE_FLOATS), PIECES_PER_SLICE))
+        out += [(s, 4 * (count // pieces))] * pieces
+    return out
+
+
 TIME_COST = re.compile(r"^(?:\[(\w+) (\d+)\] )?Epoch\[(\d+)\].* Time cost=([0-9.]+)")
 
 
@@ -96,6 +127,9 @@ def parse_args(argv):
                     help="the 2bit threshold (train_mnist --gc-threshold)")
     ap.add_argument("--gc-min-bytes", type=int, default=65536,
                     help="arrays of fewer bytes travel uncompressed (train_mnist --gc-min-bytes)")
+    ap.add_argument("--replay", default=os.path.join(ROOT, "bazel-bin/bench/tcp_replay"),
+                    help="the tcp_replay binary (--link: the plain-TCP baseline of the "
+                    "dist_sync rows; skipped when it is not built)")
     ap.add_argument("--verbose", action="store_true", help="print every job's command")
     return ap.parse_args(argv)
 
@@ -155,6 +189,40 @@ class Job:
             raise RuntimeError("expected Time cost lines from %d workers, got %d:\n%s" %
                                (workers, len(times), p.stdout[-2000:]))
         return times
+
+
+def replay_rate(args, cluster, net, workers, servers, local_rate):
+    """Samples/s of bench/tcp_replay on the cluster's links: `workers`
+    replaying the step's messages to `servers` (hosts 0.. are the servers,
+    the next ones the workers), with the `local` step's compute between
+    steps. None when tcp_replay is not built."""
+    if not os.access(args.replay, os.X_OK) or not local_rate:
+        return None
+    compute_us = int(1e6 * args.batch_size / local_rate)
+    port = 7390
+    srv = [cluster.popen(h, [args.replay, "--role=server", "--port=%d" % port,
+                             "--workers=%d" % workers]) for h in range(servers)]
+    try:
+        addrs = ",".join("%s:%d" % (cluster.bed.addrs[h], port) for h in range(servers))
+        msgs = ",".join("%d:%d" % m for m in step_messages(net, servers))
+        wk = [cluster.popen(servers + w, [args.replay, "--role=worker", "--servers=" + addrs,
+                                          "--messages=" + msgs, "--steps=300",
+                                          "--compute_us=%d" % compute_us],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+              for w in range(workers)]
+        comm = []
+        for w in wk:
+            out = w.communicate(timeout=args.timeout)[0]
+            m = re.search(r"comm_us median (\d+)", out)
+            if w.returncode != 0 or not m:
+                raise RuntimeError("tcp_replay failed: %s" % out.strip())
+            comm.append(float(m.group(1)))
+    finally:
+        for p in srv:
+            p.kill()
+            p.wait()
+    step_us = compute_us + statistics.median(comm)
+    return workers * args.batch_size * 1e6 / step_us
 
 
 def samples_per_epoch(args, net):
@@ -325,8 +393,16 @@ def report(args, nets, rows, modes, cluster):
             head += " | %8s  vs local" % m
         if len(modes) == 2:
             head += " | default/insecure"
+        replay = {}
+        if cluster and local:
+            for name in rows:
+                store, w, s = spec[name]
+                if store == "dist_sync":
+                    replay[name] = replay_rate(args, cluster, net, w, s, local)
         if cluster:
             head += " |    ideal  default/ideal"
+        if any(replay.values()):
+            head += " | plain TCP  default/plain"
         print(head)
         for name in rows:
             store, w, s = spec[name]
@@ -344,6 +420,10 @@ def report(args, nets, rows, modes, cluster):
                 d = results.get((net, name, "default"))
                 line += " | %s %13s" % (fmt_rate(ideal),
                                         fmt_ratio(d / ideal if d and ideal else None).strip())
+            if any(replay.values()):
+                r = replay.get(name)
+                line += " |  %s %14s" % (fmt_rate(r),
+                                         fmt_ratio(d / r if d and r else None).strip())
             print(line)
         for m in modes:
             sync_ar = ratio((net, "dist_sync 2w2s", m), (net, "dist_allreduce 2w", m))

@@ -108,6 +108,11 @@ class Cluster:
                  "--env", "DMLC_INTERFACE=" + self.bed.ifname]
                 + ["--ssh-arg=%s" % a for a in self.sshd[0].client_args()])
 
+    def popen(self, host, argv, **kwargs):
+        """Runs `argv` on host `host` (0-based) of the cluster, as root."""
+        return subprocess.Popen(["ip", "netns", "exec", self.bed.namespaces[host]] + argv,
+                                **kwargs)
+
     def down(self):
         for s in self.sshd:
             s.stop()
