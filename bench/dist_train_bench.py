@@ -52,19 +52,6 @@ LINKS = {"loopback": None, "1gbit": 1e9, "10gbit": 10e9}
 PARAMS = {"mlp": [784 * 128, 128, 128 * 64, 64, 64 * 10, 10],
           "lenet": [20 * 25, 20, 50 * 20 * 25, 50, 800 * 500, 500, 500 * 10, 10]}
 BIGARRAY_BOUND = 65536  # KVTRAIN_BIGARRAY_BOUND's default
-
-
-def server_floats(net, servers):
-    """Elements each server holds, by the stores' placement rule: arrays of
-    at least BIGARRAY_BOUND split evenly, the others whole to the server
-    holding the fewest, largest first."""
-    held = [0.0] * servers
-    for n in sorted(PARAMS[net], reverse=True):
-        if n >= BIGARRAY_BOUND:
-            held = [h + n / servers for h in held]
-        else:
-            held[held.index(min(held))] += n
-    return held
 PIECE_FLOATS = 16384   # KVTRAIN_PS_BUCKET_BYTES' default between hosts, in floats
 PIECES_PER_SLICE = 4   # kv::Placement::kPiecesPerSlice
 
@@ -79,18 +66,25 @@ def step_messages(net, servers):
     large = []
     for n in sorted(PARAMS[net], reverse=True):
         if n >= BIGARRAY_BOUND and servers > 1:
-            large += [(s, n // servers) for s in range(servers)]
-        elif n >= PIECE_FLOATS:
-            s = min(range(servers), key=lambda i: small[i] + sum(c for j, c in large if j == i))
+            # Even split; the first n % servers slices take one element more.
+            large += [(s, n // servers + (s < n % servers)) for s in range(servers)]
+            continue
+        # Whole, to the server holding the fewest so far.
+        s = min(range(servers), key=lambda i: small[i] + sum(c for j, c in large if j == i))
+        if n >= PIECE_FLOATS:
             large.append((s, n))
         else:
-            s = min(range(servers), key=lambda i: small[i] + sum(c for j, c in large if j == i))
             small[s] += n
     out = [(s, 4 * small[s]) for s in range(servers) if small[s]]
     for s, count in large:
         pieces = max(1, min(-(-count // PIECE_FLOATS), PIECES_PER_SLICE))
-        out += [(s, 4 * (count // pieces))] * pieces
+        out += [(s, 4 * (count // pieces + (j < count % pieces))) for j in range(pieces)]
     return out
+
+
+def server_floats(net, servers):
+    """Elements each server holds: what a worker's step sends it."""
+    return [sum(b for s, b in step_messages(net, servers) if s == i) / 4 for i in range(servers)]
 
 
 TIME_COST = re.compile(r"^(?:\[(\w+) (\d+)\] )?Epoch\[(\d+)\].* Time cost=([0-9.]+)")
