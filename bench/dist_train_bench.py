@@ -12,9 +12,10 @@ median over rounds of the ratio within a round (a slow spell of the machine
 then weighs on both sides of it). With --link=1gbit|10gbit every process runs in its own network
 namespace joined through a rate-limited bridge (bench/emulated_cluster.py)
 and each row is also shown against its ideal: compute time plus the bytes
-on the busiest link over the link's rate; dist_sync rows also against
+on the busiest link over the link's rate; dist_sync and dist_async rows also against
 bench/tcp_replay, the same step's messages over plain TCP on the same links
-(each server answers a message once every worker's is in), with the ideal's
+(dist_sync: each server answers a message once every worker's is in;
+dist_async: each worker's as it comes in), with the ideal's
 compute between steps.
 
 Python stdlib only. Example:
@@ -123,7 +124,7 @@ def parse_args(argv):
                     help="arrays of fewer bytes travel uncompressed (train_mnist --gc-min-bytes)")
     ap.add_argument("--replay", default=os.path.join(ROOT, "bazel-bin/bench/tcp_replay"),
                     help="the tcp_replay binary (--link: the plain-TCP baseline of the "
-                    "dist_sync rows; skipped when it is not built)")
+                    "dist_sync and dist_async rows; skipped when it is not built)")
     ap.add_argument("--verbose", action="store_true", help="print every job's command")
     return ap.parse_args(argv)
 
@@ -185,17 +186,19 @@ class Job:
         return times
 
 
-def replay_rate(args, cluster, net, workers, servers, local_rate):
+def replay_rate(args, cluster, net, workers, servers, local_rate, answer="all"):
     """Samples/s of bench/tcp_replay on the cluster's links: `workers`
     replaying the step's messages to `servers` (hosts 0.. are the servers,
     the next ones the workers), with the `local` step's compute between
-    steps. None when tcp_replay is not built."""
+    steps; the servers answer as `answer` says (all: dist_sync, each:
+    dist_async). None when tcp_replay is not built."""
     if not os.access(args.replay, os.X_OK) or not local_rate:
         return None
     compute_us = int(1e6 * args.batch_size / local_rate)
     port = 7390
     srv = [cluster.popen(h, [args.replay, "--role=server", "--port=%d" % port,
-                             "--workers=%d" % workers]) for h in range(servers)]
+                             "--workers=%d" % workers, "--answer=" + answer])
+           for h in range(servers)]
     try:
         addrs = ",".join("%s:%d" % (cluster.bed.addrs[h], port) for h in range(servers))
         msgs = ",".join("%d:%d" % m for m in step_messages(net, servers))
@@ -391,8 +394,9 @@ def report(args, nets, rows, modes, cluster):
         if cluster and local:
             for name in rows:
                 store, w, s = spec[name]
-                if store == "dist_sync":
-                    replay[name] = replay_rate(args, cluster, net, w, s, local)
+                if store in ("dist_sync", "dist_async"):
+                    replay[name] = replay_rate(args, cluster, net, w, s, local,
+                                               "all" if store == "dist_sync" else "each")
         if cluster:
             head += " |    ideal  default/ideal"
         if any(replay.values()):

@@ -34,12 +34,12 @@ class LinkModeTest(unittest.TestCase):
             [sys.executable, os.path.join(HERE, "dist_train_bench.py"), "--link=1gbit",
              "--train", built("examples/train_mnist"), "--replay", built("bench/tcp_replay"),
              "--launch", os.path.join(ROOT, "tracker/launch.py"), "--nets", "mlp",
-             "--rows", "local,sync1w1s,sync2w2s", "--security", "default", "--runs", "1",
+             "--rows", "local,sync1w1s,sync2w2s,async2w2s", "--security", "default", "--runs", "1",
              "--epochs", "2", "--num-examples", "2000", "--timeout", "120"],
             capture_output=True, text=True, timeout=600)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
         self.assertIn("ideal  default/ideal | plain TCP  default/plain", out.stdout)
-        for row in ("dist_sync 1w1s", "dist_sync 2w2s"):
+        for row in ("dist_sync 1w1s", "dist_sync 2w2s", "dist_async 2w2s"):
             m = re.search(r"^%s *\| *(\d+) .*\| *(\d+) +[0-9.]+x \| *(\d+) +[0-9.]+x$" % row,
                           out.stdout, re.M)
             self.assertIsNotNone(m, "no %s row with ideal and plain TCP:\n%s" % (row, out.stdout))

@@ -2,11 +2,12 @@
 // the baseline that dist_train_bench --link measures on the same emulated
 // links. Each worker sends its step's messages (server, bytes) in order on
 // one connection per server; a server answers message i of a step with as
-// many bytes once every worker's message i is in (dist_sync's rule); the
-// worker then spins for the step's compute and goes on. Prints the median
-// time from a step's first send to its last answer.
+// many bytes once every worker's message i is in (--answer=all, dist_sync's
+// rule), or each worker's message as it comes in (--answer=each,
+// dist_async's); the worker then spins for the step's compute and goes on.
+// Prints the median time from a step's first send to its last answer.
 //
-//   tcp_replay --role=server --port=P --workers=N
+//   tcp_replay --role=server --port=P --workers=N [--answer=all|each]
 //   tcp_replay --role=worker --servers=H:P,H:P --messages=S:BYTES,...
 //              --steps=300 --compute_us=420
 #include <arpa/inet.h>
@@ -34,6 +35,10 @@
 DEFINE_string(role, "", "server or worker");
 DEFINE_int32(port, 0, "server: the port to listen on");
 DEFINE_int32(workers, 1, "server: the workers that connect");
+DEFINE_string(answer, "all",
+              "server: answer message i once every worker's copy is in "
+              "(all: dist_sync) or each worker's as it comes in (each: "
+              "dist_async)");
 DEFINE_string(servers, "", "worker: the servers, host:port, comma-separated");
 DEFINE_string(
     messages, "",
@@ -125,6 +130,7 @@ int Serve() {
         std::strerror(errno));
   }
   const int n = FLAGS_workers;
+  const bool each = FLAGS_answer == "each";
   std::vector<int> fds;
   for (int i = 0; i < n; ++i) {
     const int fd = accept(listener, nullptr, nullptr);
@@ -144,6 +150,12 @@ int Serve() {
       while (ReadAll(fds[w], &h, sizeof h)) {
         body.resize(h.bytes);
         if (!ReadAll(fds[w], body.data(), h.bytes)) break;
+        if (each) {
+          std::lock_guard<std::mutex> l(write_mu[w]);
+          WriteAll(fds[w], &h, sizeof h);
+          WriteAll(fds[w], body.data(), h.bytes);
+          continue;
+        }
         bool all = false;
         {
           std::lock_guard<std::mutex> l(mu);
@@ -261,6 +273,8 @@ int main(int argc, char** argv) {
   if (FLAGS_role == "server") {
     if (FLAGS_port <= 0 || FLAGS_workers <= 0)
       Die("--port and --workers must be positive");
+    if (FLAGS_answer != "all" && FLAGS_answer != "each")
+      Die("--answer: expected all or each, got \"" + FLAGS_answer + "\"");
     return Serve();
   }
   if (FLAGS_role == "worker") {

@@ -23,6 +23,18 @@ err=$("$bin" --role=worker --servers=$servers --messages=0:x 2>&1 || true)
 grep -q -- '--messages: "0:x" is not NAME:NUMBER' <<< "$err" || { echo "bad message accepted: $err"; exit 1; }
 err=$("$bin" --role=worker --servers=$servers --messages=5:10 2>&1 || true)
 grep -q "server out of range" <<< "$err" || { echo "bad server accepted: $err"; exit 1; }
+# --answer=each (dist_async's rule): a server of 2 workers answers the one
+# that sends while the other, connected, sends nothing (--answer=all would
+# wait for it forever).
+"$bin" --role=server --port=$((port + 2)) --workers=2 --answer=each & s2=$!
+trap 'kill $s0 $s1 $s2 2>/dev/null || true' EXIT
+for _ in $(seq 100); do { exec 3<>/dev/tcp/127.0.0.1/$((port + 2)); } 2>/dev/null && break; sleep 0.1; done
+out=$(timeout 20 "$bin" --role=worker --servers=127.0.0.1:$((port + 2)) --messages=0:1000 \
+      --steps=10 --compute_us=0)
+exec 3>&-
+grep -qE "^comm_us median [0-9]+ p10" <<< "$out" || { echo "each: no median line: $out"; exit 1; }
+err=$("$bin" --role=server --port=$((port + 3)) --answer=some 2>&1 || true)
+grep -q -- '--answer: expected all or each, got "some"' <<< "$err" || { echo "bad answer accepted: $err"; exit 1; }
 err=$("$bin" --role=nobody 2>&1 || true)
 grep -q -- '--role: expected server or worker' <<< "$err" || { echo "bad role accepted: $err"; exit 1; }
 echo "tcp_replay smoke: ok"
