@@ -2,15 +2,12 @@
 #include "kvstore/compression.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "kvstore/compression_simd.h"
 
 namespace kvtrain {
 namespace kv {
@@ -28,19 +25,6 @@ float FromBits(uint32_t u) {
   return f;
 }
 
-void PutWord(char* out, uint32_t w) {
-  const unsigned char b[4] = {static_cast<unsigned char>(w), static_cast<unsigned char>(w >> 8),
-                              static_cast<unsigned char>(w >> 16),
-                              static_cast<unsigned char>(w >> 24)};
-  std::memcpy(out, b, 4);
-}
-
-uint32_t GetWord(const char* in) {
-  unsigned char b[4];
-  std::memcpy(b, in, 4);
-  return uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
-}
-
 // A float as %g: "0.5", "1e-09", "nan".
 std::string Fmt(float f) {
   char buf[32];
@@ -49,192 +33,6 @@ std::string Fmt(float f) {
 }
 
 int64_t Words(int64_t n, int per_word) { return (n + per_word - 1) / per_word; }
-
-#if defined(__x86_64__)
-// IEEE halves with the CPU's F16C instructions where it has them (round to
-// nearest even, as the portable code); `in`/`out` may be unaligned.
-__attribute__((target("f16c"))) void FloatsToHalvesF16c(const float* in, int64_t n, char* out) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), h);
-  }
-  for (; i < n; ++i) {
-    const uint16_t h = FloatToHalf(in[i]);
-    std::memcpy(out + 2 * i, &h, 2);
-  }
-}
-
-__attribute__((target("avx"))) void AddIntoAvx(float* sum, const float* v, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(sum + i, _mm256_add_ps(_mm256_loadu_ps(sum + i), _mm256_loadu_ps(v + i)));
-  }
-  for (; i < n; ++i) sum[i] += v[i];
-}
-
-__attribute__((target("f16c"))) void AddHalvesF16c(const char* in, int64_t n, float* sum) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
-    _mm256_storeu_ps(sum + i, _mm256_add_ps(_mm256_loadu_ps(sum + i), _mm256_cvtph_ps(h)));
-  }
-  for (; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, in + 2 * i, 2);
-    sum[i] += HalfToFloat(h);
-  }
-}
-
-__attribute__((target("f16c"))) void HalvesToFloatsF16c(const char* in, int64_t n, float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
-  }
-  for (; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, in + 2 * i, 2);
-    out[i] = HalfToFloat(h);
-  }
-}
-
-// AVX2 forms of the 2bit and 1bit loops over whole words: the same float
-// operations as the portable code, 8 values at a time, so the same bits.
-__attribute__((target("avx2"))) void TwoBitWordsAvx2(float t, const float* grad, float* residual,
-                                                      int64_t words, char* out) {
-  const __m256 vt = _mm256_set1_ps(t), vnt = _mm256_set1_ps(-t);
-  const __m256 max = _mm256_set1_ps(std::numeric_limits<float>::max());
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256i three = _mm256_set1_epi32(3), two = _mm256_set1_epi32(2),
-                one = _mm256_set1_epi32(1);
-  const __m256i shift_lo = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-  const __m256i shift_hi = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
-  for (int64_t w = 0; w < words; ++w) {
-    __m256i packed = _mm256_setzero_si256();
-    for (int half = 0; half < 2; ++half) {
-      const int64_t i = 16 * w + 8 * half;
-      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(grad + i), _mm256_loadu_ps(residual + i));
-      const __m256 finite = _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), max, _CMP_LE_OQ);
-      const __m256 pos = _mm256_cmp_ps(v, vt, _CMP_GE_OQ);
-      const __m256 neg = _mm256_cmp_ps(v, vnt, _CMP_LE_OQ);
-      const __m256 sent = _mm256_or_ps(_mm256_and_ps(pos, vt), _mm256_and_ps(neg, vnt));
-      _mm256_storeu_ps(residual + i, _mm256_and_ps(finite, _mm256_sub_ps(v, sent)));
-      __m256i code = _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(pos), three),
-                                     _mm256_and_si256(_mm256_castps_si256(neg), two));
-      code = _mm256_blendv_epi8(one, code, _mm256_castps_si256(finite));
-      packed = _mm256_or_si256(packed, _mm256_sllv_epi32(code, half ? shift_hi : shift_lo));
-    }
-    __m128i x = _mm_or_si128(_mm256_castsi256_si128(packed), _mm256_extracti128_si256(packed, 1));
-    x = _mm_or_si128(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
-    x = _mm_or_si128(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
-    PutWord(out + 4 * w, static_cast<uint32_t>(_mm_cvtsi128_si32(x)));
-  }
-}
-
-__attribute__((target("avx2"))) void TwoBitDecodeAvx2(float t, const char* in, int64_t words,
-                                                       float* out) {
-  const __m256 vt = _mm256_set1_ps(t), vnt = _mm256_set1_ps(-t);
-  const __m256 nan = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
-  const __m256i three = _mm256_set1_epi32(3), two = _mm256_set1_epi32(2),
-                one = _mm256_set1_epi32(1);
-  const __m256i shift_lo = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-  const __m256i shift_hi = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
-  for (int64_t w = 0; w < words; ++w) {
-    const __m256i word = _mm256_set1_epi32(static_cast<int>(GetWord(in + 4 * w)));
-    for (int half = 0; half < 2; ++half) {
-      const __m256i code = _mm256_and_si256(_mm256_srlv_epi32(word, half ? shift_hi : shift_lo),
-                                            three);
-      const __m256 p = _mm256_castsi256_ps(_mm256_cmpeq_epi32(code, three));
-      const __m256 n = _mm256_castsi256_ps(_mm256_cmpeq_epi32(code, two));
-      const __m256 q = _mm256_castsi256_ps(_mm256_cmpeq_epi32(code, one));
-      const __m256 v = _mm256_or_ps(_mm256_or_ps(_mm256_and_ps(p, vt), _mm256_and_ps(n, vnt)),
-                                    _mm256_and_ps(q, nan));
-      _mm256_storeu_ps(out + 16 * w + 8 * half, v);
-    }
-  }
-}
-
-// 1bit's first pass over `n` (a multiple of 8) values: v = g + r into
-// `residual`, |v| added to partial[i % 8]. Whether every v is finite.
-__attribute__((target("avx2"))) bool OneBitSumAvx2(const float* grad, float* residual, int64_t n,
-                                                   double* partial) {
-  const __m256 max = _mm256_set1_ps(std::numeric_limits<float>::max());
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-  __m256 finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-  for (int64_t i = 0; i < n; i += 8) {
-    const __m256 v = _mm256_add_ps(_mm256_loadu_ps(grad + i), _mm256_loadu_ps(residual + i));
-    _mm256_storeu_ps(residual + i, v);
-    const __m256 a = _mm256_and_ps(v, abs_mask);
-    finite = _mm256_and_ps(finite, _mm256_cmp_ps(a, max, _CMP_LE_OQ));
-    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(a)));
-    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
-  }
-  _mm256_storeu_pd(partial, lo);
-  _mm256_storeu_pd(partial + 4, hi);
-  return _mm256_movemask_ps(finite) == 0xff;
-}
-
-// 1bit's second pass over whole words, v already in `residual`, the scale
-// finite.
-__attribute__((target("avx2"))) void OneBitWordsAvx2(float scale, float* residual, int64_t words,
-                                                      char* out) {
-  const __m256 s = _mm256_set1_ps(scale), ns = _mm256_set1_ps(-scale);
-  const __m256 zero = _mm256_setzero_ps();
-  for (int64_t w = 0; w < words; ++w) {
-    uint32_t word = 0;
-    for (int q = 0; q < 4; ++q) {
-      float* r = residual + 32 * w + 8 * q;
-      const __m256 v = _mm256_loadu_ps(r);
-      const __m256 pos = _mm256_cmp_ps(v, zero, _CMP_GE_OQ);
-      _mm256_storeu_ps(r, _mm256_sub_ps(v, _mm256_blendv_ps(ns, s, pos)));
-      word |= static_cast<uint32_t>(_mm256_movemask_ps(pos)) << (8 * q);
-    }
-    PutWord(out + 4 * w, word);
-  }
-}
-
-__attribute__((target("avx2"))) void OneBitDecodeAvx2(float scale, const char* in, int64_t words,
-                                                       float* out) {
-  const __m256 s = _mm256_set1_ps(scale), ns = _mm256_set1_ps(-scale);
-  const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  for (int64_t w = 0; w < words; ++w) {
-    const uint32_t word = GetWord(in + 4 * w);
-    for (int q = 0; q < 4; ++q) {
-      const __m256i b = _mm256_set1_epi32(static_cast<int>((word >> (8 * q)) & 0xffu));
-      const __m256 set = _mm256_castsi256_ps(
-          _mm256_cmpeq_epi32(_mm256_and_si256(b, bits), bits));
-      _mm256_storeu_ps(out + 32 * w + 8 * q, _mm256_blendv_ps(ns, s, set));
-    }
-  }
-}
-
-std::atomic<bool> portable_only{false};
-
-bool HasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has && !portable_only.load(std::memory_order_relaxed);
-}
-
-bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("f16c");
-  return has && !portable_only.load(std::memory_order_relaxed);
-}
-#else
-std::atomic<bool> portable_only{false};
-bool HasF16c() { return false; }
-bool HasAvx2() { return false; }
-void TwoBitWordsAvx2(float, const float*, float*, int64_t, char*) {}
-void TwoBitDecodeAvx2(float, const char*, int64_t, float*) {}
-void OneBitWordsAvx2(float, float*, int64_t, char*) {}
-bool OneBitSumAvx2(const float*, float*, int64_t, double*) { return true; }
-void OneBitDecodeAvx2(float, const char*, int64_t, float*) {}
-void FloatsToHalvesF16c(const float*, int64_t, char*) {}
-void HalvesToFloatsF16c(const char*, int64_t, float*) {}
-void AddHalvesF16c(const char*, int64_t, float*) {}
-void AddIntoAvx(float*, const float*, int64_t) {}
-#endif
 
 // One value of a 2bit word: its code, and the residual that stays. Written
 // without branches (selects), so that the compiler vectorizes the loops.
@@ -252,8 +50,8 @@ void EncodeTwoBit(float t, const float* grad, float* residual, int64_t n, char* 
   char* words = out + 4;
   const int64_t full = n / 16;
   int64_t w = 0;
-  if (HasAvx2()) {
-    TwoBitWordsAvx2(t, grad, residual, full, words);
+  if (simd::HasAvx2()) {
+    simd::TwoBitWordsAvx2(t, grad, residual, full, words);
     w = full;
   }
   for (; w < full; ++w) {
@@ -261,14 +59,14 @@ void EncodeTwoBit(float t, const float* grad, float* residual, int64_t n, char* 
     float* r = residual + 16 * w;
     uint32_t word = 0;
     for (int j = 0; j < 16; ++j) word |= TwoBitCode(t, g[j] + r[j], &r[j]) << (2 * j);
-    PutWord(words + 4 * w, word);
+    simd::PutWord(words + 4 * w, word);
   }
   if (n % 16 != 0) {
     uint32_t word = 0;
     for (int64_t i = 16 * full; i < n; ++i) {
       word |= TwoBitCode(t, grad[i] + residual[i], &residual[i]) << (2 * (i - 16 * full));
     }
-    PutWord(words + 4 * full, word);
+    simd::PutWord(words + 4 * full, word);
   }
 }
 
@@ -279,9 +77,9 @@ void EncodeOneBit(const float* grad, float* residual, int64_t n, char* out) {
   double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   bool finite = true;
   int64_t i = 0;
-  if (HasAvx2()) {
+  if (simd::HasAvx2()) {
     i = n / 8 * 8;
-    finite = OneBitSumAvx2(grad, residual, i, partial);
+    finite = simd::OneBitSumAvx2(grad, residual, i, partial);
   }
   for (; i < n; ++i) {
     const float v = grad[i] + residual[i];
@@ -296,8 +94,8 @@ void EncodeOneBit(const float* grad, float* residual, int64_t n, char* out) {
   std::memcpy(out, &scale, 4);
   char* words = out + 4;
   int64_t w = 0;
-  if (finite && HasAvx2()) {
-    OneBitWordsAvx2(scale, residual, n / 32, words);
+  if (finite && simd::HasAvx2()) {
+    simd::OneBitWordsAvx2(scale, residual, n / 32, words);
     w = n / 32;
   }
   for (; w < (n + 31) / 32; ++w) {
@@ -315,13 +113,13 @@ void EncodeOneBit(const float* grad, float* residual, int64_t n, char* out) {
         r[j] = std::fabs(v) <= std::numeric_limits<float>::max() ? v : 0.0f;
       }
     }
-    PutWord(words + 4 * w, word);
+    simd::PutWord(words + 4 * w, word);
   }
 }
 
 
 void EncodeHalves(const float* in, int64_t n, char* out) {
-  if (HasF16c()) return FloatsToHalvesF16c(in, n, out);
+  if (simd::HasF16c()) return simd::FloatsToHalvesF16c(in, n, out);
   for (int64_t i = 0; i < n; ++i) {
     const uint16_t h = FloatToHalf(in[i]);
     std::memcpy(out + 2 * i, &h, 2);
@@ -329,7 +127,7 @@ void EncodeHalves(const float* in, int64_t n, char* out) {
 }
 
 void DecodeHalves(const char* in, int64_t n, float* out) {
-  if (HasF16c()) return HalvesToFloatsF16c(in, n, out);
+  if (simd::HasF16c()) return simd::HalvesToFloatsF16c(in, n, out);
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, in + 2 * i, 2);
@@ -339,13 +137,11 @@ void DecodeHalves(const char* in, int64_t n, float* out) {
 
 // sum += v, element by element.
 void AddInto(float* sum, const float* v, int64_t n) {
-  if (HasAvx2()) return AddIntoAvx(sum, v, n);
+  if (simd::HasAvx2()) return simd::AddIntoAvx(sum, v, n);
   for (int64_t i = 0; i < n; ++i) sum[i] += v[i];
 }
 
 }  // namespace
-
-void UsePortableKernels(bool on) { portable_only = on; }
 
 void RoundToHalves(float* v, int64_t n) {
   constexpr int64_t kChunk = 4096;
@@ -410,12 +206,12 @@ Status Decode(CompressionType type, const char* in, size_t bytes, int64_t n, flo
       }
       const float table[4] = {0.0f, std::numeric_limits<float>::quiet_NaN(), -t, t};
       int64_t w = 0;
-      if (HasAvx2()) {
-        TwoBitDecodeAvx2(t, in + 4, n / 16, out);
+      if (simd::HasAvx2()) {
+        simd::TwoBitDecodeAvx2(t, in + 4, n / 16, out);
         w = n / 16;
       }
       for (; w < Words(n, 16); ++w) {
-        const uint32_t word = GetWord(in + 4 + 4 * w);
+        const uint32_t word = simd::GetWord(in + 4 + 4 * w);
         const int64_t end = std::min<int64_t>(n, (w + 1) * 16);
         for (int64_t i = w * 16; i < end; ++i) out[i] = table[(word >> (2 * (i - w * 16))) & 3];
       }
@@ -425,12 +221,12 @@ Status Decode(CompressionType type, const char* in, size_t bytes, int64_t n, flo
       float s;
       std::memcpy(&s, in, 4);
       int64_t w = 0;
-      if (HasAvx2()) {
-        OneBitDecodeAvx2(s, in + 4, n / 32, out);
+      if (simd::HasAvx2()) {
+        simd::OneBitDecodeAvx2(s, in + 4, n / 32, out);
         w = n / 32;
       }
       for (; w < Words(n, 32); ++w) {
-        const uint32_t word = GetWord(in + 4 + 4 * w);
+        const uint32_t word = simd::GetWord(in + 4 + 4 * w);
         const int64_t begin = 32 * w, count = std::min<int64_t>(32, n - begin);
         float* o = out + begin;
         for (int64_t j = 0; j < count; ++j) o[j] = (word >> j) & 1u ? s : -s;
@@ -457,8 +253,8 @@ Status DecodeAdd(CompressionType type, const char* in, size_t bytes, int64_t n, 
           std::memcpy(&v, in + 4 * i, 4);
           sum[i] += v;
         }
-      } else if (HasF16c()) {
-        AddHalvesF16c(in, n, sum);
+      } else if (simd::HasF16c()) {
+        simd::AddHalvesF16c(in, n, sum);
       } else {
         for (int64_t i = 0; i < n; ++i) {
           uint16_t h;

@@ -1,0 +1,235 @@
+// The AVX2 and F16C kernels of gradient compression (see compression_simd.h).
+#include "kvstore/compression_simd.h"
+
+#include <atomic>
+#include <limits>
+
+#include "kvstore/compression.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace kvtrain {
+namespace kv {
+
+namespace {
+std::atomic<bool> portable_only{false};
+}  // namespace
+
+void UsePortableKernels(bool on) { portable_only = on; }
+
+namespace simd {
+
+#if defined(__x86_64__)
+// IEEE halves with the CPU's F16C instructions where it has them (round to
+// nearest even, as the portable code); `in`/`out` may be unaligned.
+__attribute__((target("f16c"))) void FloatsToHalvesF16c(const float* in,
+                                                        int64_t n, char* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h =
+        _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), h);
+  }
+  for (; i < n; ++i) {
+    const uint16_t h = FloatToHalf(in[i]);
+    std::memcpy(out + 2 * i, &h, 2);
+  }
+}
+
+__attribute__((target("avx"))) void AddIntoAvx(float* sum, const float* v,
+                                               int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(sum + i, _mm256_add_ps(_mm256_loadu_ps(sum + i),
+                                            _mm256_loadu_ps(v + i)));
+  }
+  for (; i < n; ++i) sum[i] += v[i];
+}
+
+__attribute__((target("f16c"))) void AddHalvesF16c(const char* in, int64_t n,
+                                                   float* sum) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
+    _mm256_storeu_ps(
+        sum + i, _mm256_add_ps(_mm256_loadu_ps(sum + i), _mm256_cvtph_ps(h)));
+  }
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    sum[i] += HalfToFloat(h);
+  }
+}
+
+__attribute__((target("f16c"))) void HalvesToFloatsF16c(const char* in,
+                                                        int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    out[i] = HalfToFloat(h);
+  }
+}
+
+// AVX2 forms of the 2bit and 1bit loops over whole words: the same float
+// operations as the portable code, 8 values at a time, so the same bits.
+__attribute__((target("avx2"))) void TwoBitWordsAvx2(float t, const float* grad,
+                                                     float* residual,
+                                                     int64_t words, char* out) {
+  const __m256 vt = _mm256_set1_ps(t), vnt = _mm256_set1_ps(-t);
+  const __m256 max = _mm256_set1_ps(std::numeric_limits<float>::max());
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i three = _mm256_set1_epi32(3), two = _mm256_set1_epi32(2),
+                one = _mm256_set1_epi32(1);
+  const __m256i shift_lo = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m256i shift_hi = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
+  for (int64_t w = 0; w < words; ++w) {
+    __m256i packed = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const int64_t i = 16 * w + 8 * half;
+      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(grad + i),
+                                     _mm256_loadu_ps(residual + i));
+      const __m256 finite =
+          _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), max, _CMP_LE_OQ);
+      const __m256 pos = _mm256_cmp_ps(v, vt, _CMP_GE_OQ);
+      const __m256 neg = _mm256_cmp_ps(v, vnt, _CMP_LE_OQ);
+      const __m256 sent =
+          _mm256_or_ps(_mm256_and_ps(pos, vt), _mm256_and_ps(neg, vnt));
+      _mm256_storeu_ps(residual + i,
+                       _mm256_and_ps(finite, _mm256_sub_ps(v, sent)));
+      __m256i code =
+          _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(pos), three),
+                          _mm256_and_si256(_mm256_castps_si256(neg), two));
+      code = _mm256_blendv_epi8(one, code, _mm256_castps_si256(finite));
+      packed = _mm256_or_si256(
+          packed, _mm256_sllv_epi32(code, half ? shift_hi : shift_lo));
+    }
+    __m128i x = _mm_or_si128(_mm256_castsi256_si128(packed),
+                             _mm256_extracti128_si256(packed, 1));
+    x = _mm_or_si128(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
+    x = _mm_or_si128(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
+    PutWord(out + 4 * w, static_cast<uint32_t>(_mm_cvtsi128_si32(x)));
+  }
+}
+
+__attribute__((target("avx2"))) void TwoBitDecodeAvx2(float t, const char* in,
+                                                      int64_t words,
+                                                      float* out) {
+  const __m256 vt = _mm256_set1_ps(t), vnt = _mm256_set1_ps(-t);
+  const __m256 nan = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
+  const __m256i three = _mm256_set1_epi32(3), two = _mm256_set1_epi32(2),
+                one = _mm256_set1_epi32(1);
+  const __m256i shift_lo = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m256i shift_hi = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
+  for (int64_t w = 0; w < words; ++w) {
+    const __m256i word =
+        _mm256_set1_epi32(static_cast<int>(GetWord(in + 4 * w)));
+    for (int half = 0; half < 2; ++half) {
+      const __m256i code = _mm256_and_si256(
+          _mm256_srlv_epi32(word, half ? shift_hi : shift_lo), three);
+      const __m256 p = _mm256_castsi256_ps(_mm256_cmpeq_epi32(code, three));
+      const __m256 n = _mm256_castsi256_ps(_mm256_cmpeq_epi32(code, two));
+      const __m256 q = _mm256_castsi256_ps(_mm256_cmpeq_epi32(code, one));
+      const __m256 v = _mm256_or_ps(
+          _mm256_or_ps(_mm256_and_ps(p, vt), _mm256_and_ps(n, vnt)),
+          _mm256_and_ps(q, nan));
+      _mm256_storeu_ps(out + 16 * w + 8 * half, v);
+    }
+  }
+}
+
+// 1bit's first pass over `n` (a multiple of 8) values: v = g + r into
+// `residual`, |v| added to partial[i % 8]. Whether every v is finite.
+__attribute__((target("avx2"))) bool OneBitSumAvx2(const float* grad,
+                                                   float* residual, int64_t n,
+                                                   double* partial) {
+  const __m256 max = _mm256_set1_ps(std::numeric_limits<float>::max());
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  __m256 finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 v =
+        _mm256_add_ps(_mm256_loadu_ps(grad + i), _mm256_loadu_ps(residual + i));
+    _mm256_storeu_ps(residual + i, v);
+    const __m256 a = _mm256_and_ps(v, abs_mask);
+    finite = _mm256_and_ps(finite, _mm256_cmp_ps(a, max, _CMP_LE_OQ));
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(a)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
+  }
+  _mm256_storeu_pd(partial, lo);
+  _mm256_storeu_pd(partial + 4, hi);
+  return _mm256_movemask_ps(finite) == 0xff;
+}
+
+// 1bit's second pass over whole words, v already in `residual`, the scale
+// finite.
+__attribute__((target("avx2"))) void OneBitWordsAvx2(float scale,
+                                                     float* residual,
+                                                     int64_t words, char* out) {
+  const __m256 s = _mm256_set1_ps(scale), ns = _mm256_set1_ps(-scale);
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t w = 0; w < words; ++w) {
+    uint32_t word = 0;
+    for (int q = 0; q < 4; ++q) {
+      float* r = residual + 32 * w + 8 * q;
+      const __m256 v = _mm256_loadu_ps(r);
+      const __m256 pos = _mm256_cmp_ps(v, zero, _CMP_GE_OQ);
+      _mm256_storeu_ps(r, _mm256_sub_ps(v, _mm256_blendv_ps(ns, s, pos)));
+      word |= static_cast<uint32_t>(_mm256_movemask_ps(pos)) << (8 * q);
+    }
+    PutWord(out + 4 * w, word);
+  }
+}
+
+__attribute__((target("avx2"))) void OneBitDecodeAvx2(float scale,
+                                                      const char* in,
+                                                      int64_t words,
+                                                      float* out) {
+  const __m256 s = _mm256_set1_ps(scale), ns = _mm256_set1_ps(-scale);
+  const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  for (int64_t w = 0; w < words; ++w) {
+    const uint32_t word = GetWord(in + 4 * w);
+    for (int q = 0; q < 4; ++q) {
+      const __m256i b =
+          _mm256_set1_epi32(static_cast<int>((word >> (8 * q)) & 0xffu));
+      const __m256 set = _mm256_castsi256_ps(
+          _mm256_cmpeq_epi32(_mm256_and_si256(b, bits), bits));
+      _mm256_storeu_ps(out + 32 * w + 8 * q, _mm256_blendv_ps(ns, s, set));
+    }
+  }
+}
+
+bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has && !portable_only.load(std::memory_order_relaxed);
+}
+
+bool HasF16c() {
+  static const bool has = __builtin_cpu_supports("f16c");
+  return has && !portable_only.load(std::memory_order_relaxed);
+}
+#else
+bool HasF16c() { return false; }
+bool HasAvx2() { return false; }
+void TwoBitWordsAvx2(float, const float*, float*, int64_t, char*) {}
+void TwoBitDecodeAvx2(float, const char*, int64_t, float*) {}
+void OneBitWordsAvx2(float, float*, int64_t, char*) {}
+bool OneBitSumAvx2(const float*, float*, int64_t, double*) { return true; }
+void OneBitDecodeAvx2(float, const char*, int64_t, float*) {}
+void FloatsToHalvesF16c(const float*, int64_t, char*) {}
+void HalvesToFloatsF16c(const char*, int64_t, float*) {}
+void AddHalvesF16c(const char*, int64_t, float*) {}
+void AddIntoAvx(float*, const float*, int64_t) {}
+#endif
+
+}  // namespace simd
+}  // namespace kv
+}  // namespace kvtrain
