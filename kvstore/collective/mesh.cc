@@ -1,4 +1,5 @@
-// Mesh: ZeroMQ sockets, the receive thread, heartbeats and peer liveness.
+// Mesh: ZeroMQ sockets, connecting, sending and closing (the receive thread,
+// heartbeats and peer liveness: mesh_recv.cc).
 #include "kvstore/collective/mesh.h"
 
 #include <glog/logging.h>
@@ -7,8 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <sstream>
 
+#include "kvstore/collective/mesh_peer.h"
 #include "net/same_host.h"
 #include "net/zmq_error.h"
 
@@ -24,14 +25,6 @@ void ReleaseZeroCopy(void* /*data*/, void* hint) {
     mesh->released_cv_.notify_all();
   }
 }
-
-struct Mesh::Peer {
-  std::mutex mu;
-  void* dealer GUARDED_BY(mu) = nullptr;
-  void* monitor = nullptr;  // PAIR receiving the DEALER's events; thread only
-  Endpoint endpoint;
-  bool ipc = false;  // connected over the peer's ipc:// socket
-};
 
 StatusOr<std::unique_ptr<Mesh>> Mesh::Bind(int rank, int size,
                                            const MeshOptions& options) {
@@ -323,180 +316,6 @@ void Mesh::MarkDead(int peer, const std::string& why) {
   }
   LOG(ERROR) << "rank " << rank_ << ": " << net::DeathMessage(PeerName(peer), why);
   cv_.notify_all();
-}
-
-void Mesh::HandleIncoming() {
-  for (;;) {
-    // Routing id, header, body (in pieces when above 4 MiB).
-    net::ZmqFrame id, head;
-    if (zmq_msg_recv(&id.msg, router_, ZMQ_DONTWAIT) < 0) return;
-    auto body = std::make_unique<Payload>();
-    std::vector<std::unique_ptr<net::ZmqFrame>> pieces;
-    WireFrames in;
-    in.count = 1;
-    for (bool more = zmq_msg_more(&id.msg); more; ++in.count) {
-      zmq_msg_t* into = nullptr;
-      if (in.count == 1) {
-        into = &head.msg;
-      } else {
-        pieces.push_back(std::make_unique<net::ZmqFrame>());
-        into = &pieces.back()->msg;
-      }
-      if (zmq_msg_recv(into, router_, 0) < 0) break;
-      more = zmq_msg_more(into);
-    }
-    in.frame[0] = {id.data(), id.size()};
-    if (in.count > 1) in.frame[1] = {head.data(), head.size()};
-    in.body_pieces = pieces.size();
-    in.pieces_well_formed = true;
-    for (size_t i = 0; i + 1 < pieces.size(); ++i) {
-      in.pieces_well_formed = in.pieces_well_formed &&
-                              pieces[i]->size() == static_cast<size_t>(net::kMaxFramePayloadBytes);
-    }
-    if (pieces.size() == 1) {
-      zmq_msg_move(&body->msg, &pieces[0]->msg);
-    } else if (pieces.size() > 1 && in.pieces_well_formed) {
-      size_t total = 0;
-      for (const auto& p : pieces) total += p->size();
-      zmq_msg_close(&body->msg);
-      zmq_msg_init_size(&body->msg, total);
-      char* to = static_cast<char*>(zmq_msg_data(&body->msg));
-      for (const auto& p : pieces) {
-        std::memcpy(to, p->data(), p->size());
-        to += p->size();
-      }
-    }
-    pieces.clear();
-    in.count = std::min<size_t>(in.count, 3);
-    if (in.body_pieces > 0) in.frame[2] = {body->data(), body->size()};
-    Decoded d = DecodeMeshMessage(in, rank_, size_);
-    if (d.drop == Drop::kNone) d.drop = Deliver(d, std::move(body));
-    if (d.drop != Drop::kNone) LogDrop(d, in.frame[0], in.count > 1 ? &head.msg : &id.msg);
-  }
-}
-
-Drop Mesh::Deliver(const Decoded& d, std::unique_ptr<Payload> body) {
-  liveness_.Heard(d.peer, net::SteadyNowNs());
-  if (d.kind == MsgKind::kHeartbeat) return Drop::kNone;
-  Drop verdict = Drop::kNone;
-  std::string cut_off;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (d.kind == MsgKind::kBye) {
-      said_bye_[d.peer] = true;
-      liveness_.SaidGoodbye(d.peer);
-    } else {
-      verdict = inbox_.Push(d.peer, d.kind, d.group, d.tag, std::move(body));
-    }
-    if (verdict == Drop::kOverLimit) {
-      // A correct peer never gets this far ahead: a bug, or not a rank of
-      // this job. Its waits fail naming it rather than hang or run out of
-      // memory.
-      if (failed_[d.peer].empty()) {
-        const InboxLimits& lim = inbox_.limits();
-        failed_[d.peer] =
-            PeerName(d.peer) + " was cut off: it sent more than rank " +
-            std::to_string(rank_) + " may hold before receiving (" +
-            std::to_string(inbox_.queued_messages(d.peer)) + " messages, " +
-            std::to_string(inbox_.queued_bytes(d.peer)) + " bytes waiting; limits " +
-            std::to_string(lim.max_messages_per_peer) + " messages, " +
-            std::to_string(lim.max_bytes_per_peer) +
-            " bytes per peer: CommunicatorOptions::max_queued_*_per_peer). Do all ranks "
-            "call the same collectives in the same order, and has every Send its Recv?";
-        cut_off = failed_[d.peer];
-      }
-      inbox_.CutOff(d.peer);
-    }
-  }
-  if (!cut_off.empty()) LOG(ERROR) << "rank " << rank_ << ": " << cut_off;
-  if (verdict == Drop::kNone || !cut_off.empty()) cv_.notify_all();
-  return verdict;
-}
-
-void Mesh::LogDrop(const Decoded& d, std::string_view routing_id, zmq_msg_t* frame) {
-  if (d.drop == Drop::kUnknownConnection || d.drop == Drop::kMalformed ||
-      d.drop == Drop::kForgedSender) {
-    std::lock_guard<std::mutex> l(mu_);
-    inbox_.Count(d.drop);  // the Inbox counted the others
-  }
-  // Names and the address (ZeroMQ's metadata) only for the lines logged.
-  auto from = [&] {
-    if (d.peer >= 0) return PeerName(d.peer);
-    std::string name = "connection " + DescribeRoutingId(routing_id);
-    const char* address = zmq_msg_gets(frame, "Peer-Address");
-    if (address != nullptr && *address != '\0') name += " from " + std::string(address);
-    return name;
-  };
-  auto why = [&] {
-    if (!d.why.empty()) return d.why;
-    return std::string(KindName(d.kind)) + " message, group " + std::to_string(d.group) +
-           ", tag " + std::to_string(d.tag);
-  };
-  KV_LOG_LIMITED(WARNING, bad_input_log_)
-      << "all-reduce rank " << rank_ << ": dropped a message from " << from() << ": "
-      << DropName(d.drop) << " (" << why() << ")";
-}
-
-void Mesh::HandleMonitor(int peer) {
-  void* mon = peers_[peer]->monitor;
-  for (;;) {
-    zmq_msg_t m;
-    zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&m);
-      return;
-    }
-    uint16_t event = 0;
-    if (zmq_msg_size(&m) >= 2) std::memcpy(&event, zmq_msg_data(&m), 2);
-    const bool more = zmq_msg_more(&m);
-    zmq_msg_close(&m);
-    if (more) {  // the endpoint frame
-      zmq_msg_t addr;
-      zmq_msg_init(&addr);
-      zmq_msg_recv(&addr, mon, 0);
-      zmq_msg_close(&addr);
-    }
-    if (event == ZMQ_EVENT_DISCONNECTED) {
-      liveness_.Dropped(peer, net::SteadyNowNs());
-    }
-  }
-}
-
-void Mesh::Beat(int64_t now_ns) {
-  for (const net::PeerLiveness::Death& d : liveness_.Check(now_ns)) {
-    MarkDead(d.peer, d.why);
-  }
-  if (!liveness_.HeartbeatDue(now_ns)) return;
-  for (int p = 0; p < size_; ++p) {
-    if (p != rank_ && PeerStatus(p).ok()) {
-      SendRaw(p, MsgKind::kHeartbeat, 0, 0, nullptr, 0, true);
-    }
-  }
-}
-
-void Mesh::RecvLoop() {
-  std::vector<zmq_pollitem_t> items;
-  std::vector<int> item_peer;
-  items.push_back({router_, 0, ZMQ_POLLIN, 0});
-  item_peer.push_back(-1);
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    items.push_back({peers_[p]->monitor, 0, ZMQ_POLLIN, 0});
-    item_peer.push_back(p);
-  }
-  while (!stop_.load()) {
-    const int n = zmq_poll(items.data(), static_cast<int>(items.size()), 50);
-    if (n < 0 && zmq_errno() == ETERM) return;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (!(items[i].revents & ZMQ_POLLIN)) continue;
-      if (item_peer[i] < 0) {
-        HandleIncoming();
-      } else {
-        HandleMonitor(item_peer[i]);
-      }
-    }
-    Beat(net::SteadyNowNs());
-  }
 }
 
 void Mesh::Close() {

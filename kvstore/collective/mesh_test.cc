@@ -356,7 +356,7 @@ TEST(MeshTest, ASecondHelloIsDropped) {
 
 TEST(MeshTest, WarningsAboutBadInputAreRateLimited) {
   Trio t;
-  LogLineCounter lines("mesh.cc");
+  LogLineCounter lines("mesh_recv.cc");
   for (int i = 0; i < 500; ++i) t.raw.Send(t.to0, {"short", "x"});
   t.raw.Send(t.to0, {Header(MsgKind::kUser, 2, kWorld, 1), "sync"});
   ASSERT_TRUE(t.Recv0(2, MsgKind::kUser, kWorld, 1, kLong).ok());

@@ -1,0 +1,24 @@
+// Internal to the mesh: what Mesh holds per peer, shared by mesh.cc and
+// mesh_recv.cc.
+#ifndef KVTRAIN_KVSTORE_COLLECTIVE_MESH_PEER_H_
+#define KVTRAIN_KVSTORE_COLLECTIVE_MESH_PEER_H_
+
+#include <mutex>
+
+#include "kvstore/collective/mesh.h"
+
+namespace kvtrain {
+namespace collective {
+
+struct Mesh::Peer {
+  std::mutex mu;
+  void* dealer GUARDED_BY(mu) = nullptr;
+  void* monitor = nullptr;  // PAIR receiving the DEALER's events; thread only
+  Endpoint endpoint;
+  bool ipc = false;  // connected over the peer's ipc:// socket
+};
+
+}  // namespace collective
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_COLLECTIVE_MESH_PEER_H_
