@@ -49,6 +49,13 @@ def snmp(netns):
     return out
 
 
+def tx_packets(netns, dev):
+    """Packets `dev` has sent (a GSO packet counts once)."""
+    return int(subprocess.run(["ip", "netns", "exec", netns, "cat",
+                               "/sys/class/net/%s/statistics/tx_packets" % dev],
+                              check=True, capture_output=True, text=True).stdout)
+
+
 @unittest.skipUnless(emulated_cluster.available(),
                      "network namespaces cannot be made here (needs root, iproute2 and tc)")
 class EmulatedClusterTest(unittest.TestCase):
@@ -66,10 +73,7 @@ class EmulatedClusterTest(unittest.TestCase):
                                      capture_output=True, text=True).stdout
                 self.assertNotEqual(int(rps.replace(",", ""), 16), 0, rps)
             before = snmp(ns2)
-            tx_before = int(subprocess.run(
-                ["ip", "netns", "exec", ns2, "cat",
-                 "/sys/class/net/%s/statistics/tx_packets" % c.bed.ifname],
-                capture_output=True, text=True).stdout)
+            tx_before = tx_packets(ns2, c.bed.ifname)
             recv = subprocess.Popen(["ip", "netns", "exec", ns1, sys.executable, "-c", BULK,
                                      "recv", addr1, "7391", "64"],
                                     stdout=subprocess.PIPE, text=True)
@@ -87,10 +91,7 @@ class EmulatedClusterTest(unittest.TestCase):
             self.assertEqual(after["TcpExtTCPSACKReorder"] - before["TcpExtTCPSACKReorder"], 0)
             # The data crossed the link as large GSO packets, not cut into
             # 1448-byte ones by tbf (which costs a core at 1 Gbit/s here).
-            packets = int(subprocess.run(
-                ["ip", "netns", "exec", ns2, "cat",
-                 "/sys/class/net/%s/statistics/tx_packets" % c.bed.ifname],
-                capture_output=True, text=True).stdout) - tx_before
+            packets = tx_packets(ns2, c.bed.ifname) - tx_before
             self.assertLess(packets, sent // 4)
         finally:
             c.down()

@@ -150,21 +150,18 @@ int Serve() {
       while (ReadAll(fds[w], &h, sizeof h)) {
         body.resize(h.bytes);
         if (!ReadAll(fds[w], body.data(), h.bytes)) break;
-        if (each) {
-          std::lock_guard<std::mutex> l(write_mu[w]);
-          WriteAll(fds[w], &h, sizeof h);
-          WriteAll(fds[w], body.data(), h.bytes);
-          continue;
-        }
-        bool all = false;
-        {
+        // Which workers get the answer now: the sender (each), or every
+        // worker once the last copy is in (all).
+        int first = w, last = w + 1;
+        if (!each) {
           std::lock_guard<std::mutex> l(mu);
           const uint64_t key = (uint64_t{h.step} << 32) | h.index;
-          all = ++arrived[key] == n;
-          if (all) arrived.erase(key);
+          if (++arrived[key] < n) continue;
+          arrived.erase(key);
+          first = 0;
+          last = n;
         }
-        if (!all) continue;
-        for (int o = 0; o < n; ++o) {
+        for (int o = first; o < last; ++o) {
           std::lock_guard<std::mutex> l(write_mu[o]);
           WriteAll(fds[o], &h, sizeof h);
           WriteAll(fds[o], body.data(), h.bytes);
