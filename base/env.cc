@@ -13,8 +13,7 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
       {env::kRole, "(none)",
        "`scheduler`, `server` or `worker`; set by tracker/launch.py. Unset "
        "means a single-process job."},
-      {env::kRootUri, "(none)",
-       "Host name or IPv4 address of the scheduler."},
+      {env::kRootUri, "(none)", "Host name or IPv4 address of the scheduler."},
       {env::kRootPort, "(none)",
        "Port the scheduler listens on (1-65535); 0 lets the scheduler pick a "
        "free port and write it to KVTRAIN_SCHEDULER_PORT_FILE."},
@@ -26,8 +25,7 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "unknown name is an error listing the interfaces that exist."},
       {env::kNodeHost, "(none)",
        "Address this node advertises (overrides DMLC_INTERFACE)."},
-      {env::kNodePort, "0 (any free port)",
-       "Port a server or worker binds."},
+      {env::kNodePort, "0 (any free port)", "Port a server or worker binds."},
       {env::kRank, "(none)",
        "The rank this server or worker asks for within its role; honoured "
        "when the role's requests are exactly 0..n-1 (tracker/launch.py sets "
@@ -48,7 +46,9 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "Seconds the scheduler waits for every node to register before the "
        "job fails naming who is missing."},
       {env::kNumThreads, "cores available to the process",
-       "CPU threads for operators and BLAS. `tracker/launch.py --launcher local` sets it, unless it or `OMP_NUM_THREADS` is set: cores / workers for each worker, 1 for each server."},
+       "CPU threads for operators and BLAS. `tracker/launch.py --launcher "
+       "local` sets it, unless it or `OMP_NUM_THREADS` is set: cores / workers "
+       "for each worker, 1 for each server."},
       {env::kOmpNumThreads, "(none)",
        "Used for the CPU thread count when KVTRAIN_NUM_THREADS is unset."},
       {env::kEngine, "threaded",
@@ -65,7 +65,10 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "Accepted for KVTRAIN_BIGARRAY_BOUND when that is unset."},
       {env::kServerThreads, "2 (0 on one host)",
        "Threads per server applying updates (different keys in parallel; 0 "
-       "runs them on the receive thread). Unset: 0 when every process of the job is on one host, where each request reaches the receive thread straight from its sender's shared-memory ring and a handler thread would add a wake-up per request."},
+       "runs them on the receive thread). Unset: 0 when every process of the "
+       "job is on one host, where each request reaches the receive thread "
+       "straight from its sender's shared-memory ring and a handler thread "
+       "would add a wake-up per request."},
       {env::kKVStoreTimeout, "600",
        "Seconds a KVStore push, pull or command may wait for the servers."},
       {env::kKeepFreedMemory, "1",
@@ -88,35 +91,83 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "one); the scheduler refuses a node whose job id differs from its "
        "own."},
       {env::kOmpiRank, "(none)",
-       "Set by Open MPI's mpirun: this process's rank in an all-reduce group (with OMPI_COMM_WORLD_SIZE); read before PMI_* and DMLC_*."},
+       "Set by Open MPI's mpirun: this process's rank in an all-reduce group "
+       "(with OMPI_COMM_WORLD_SIZE); read before PMI_* and DMLC_*."},
       {env::kOmpiSize, "(none)",
        "Set by Open MPI's mpirun: the all-reduce group's size."},
       {env::kPmiRank, "(none)",
-       "Set by MPICH/Hydra's mpiexec: the rank, when OMPI_COMM_WORLD_RANK is unset."},
+       "Set by MPICH/Hydra's mpiexec: the rank, when OMPI_COMM_WORLD_RANK is "
+       "unset."},
       {env::kPmiSize, "(none)",
        "Set by MPICH/Hydra's mpiexec: the group's size."},
       {env::kRendezvous, "(none)",
-       "host:port of an all-reduce group's rendezvous; under mpirun rank 0 listens there. Unset: DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT (tracker/launch.py's scheduler serves it)."},
+       "host:port of an all-reduce group's rendezvous; under mpirun rank 0 "
+       "listens there. Unset: DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT "
+       "(tracker/launch.py's scheduler serves it)."},
       {env::kAllreduceBucketBytes, "4194304",
-       "dist_allreduce: gradients are fused into buckets of about this many bytes, each all-reduced as soon as all of its keys are pushed."},
+       "dist_allreduce: gradients are fused into buckets of about this many "
+       "bytes, each all-reduced as soon as all of its keys are pushed."},
       {env::kAllreducePieceBytes, "4194304",
-       "Ring all-reduce: each rank's segment travels in pieces of at most this many bytes, so reducing one piece overlaps receiving the next."},
+       "Ring all-reduce: each rank's segment travels in pieces of at most this "
+       "many bytes, so reducing one piece overlaps receiving the next."},
       {env::kAllreduceDoublingBytes, "1048576",
-       "All-reduces of at most this many bytes in a group whose size is a power of two use recursive doubling (log2 n rounds) instead of the ring (2(n-1) rounds); 0: always the ring."},
+       "All-reduces of at most this many bytes in a group whose size is a "
+       "power of two use recursive doubling (log2 n rounds) instead of the "
+       "ring (2(n-1) rounds); 0: always the ring."},
       {env::kPsBucketBytes, "65536 (262144 on one host)",
-       "Dist stores: push-pulls wait in a bucket and travel as one request per server (ps-lite's multi-key messages), sent when the next key would overfill this many bytes, when the worker waits or when its step has made its last push-pull; larger keys are cut into pieces of about this size (at most 4 per server unless pieces would exceed 4 MiB), each updated and answered on its own, so that one piece's transfer overlaps another's update and answer. The default is 262144 when every server and worker of the job is on one host (same-host sockets and shared memory: more messages only cost thread wake-ups), else 65536. 0: one request per key, uncut."},
+       "Dist stores: push-pulls wait in a bucket and travel as one request per "
+       "server (ps-lite's multi-key messages), sent when the next key would "
+       "overfill this many bytes, when the worker waits or when its step has "
+       "made its last push-pull; larger keys are cut into pieces of about this "
+       "size (at most 4 per server unless pieces would exceed 4 MiB), each "
+       "updated and answered on its own, so that one piece's transfer overlaps "
+       "another's update and answer. The default is 262144 when every server "
+       "and worker of the job is on one host (same-host sockets and shared "
+       "memory: more messages only cost thread wake-ups), else 65536. 0: one "
+       "request per key, uncut."},
       {env::kSameHostIpc, "1",
-       "Processes of a job on the same host (same kernel and network namespace) connect over an abstract Unix-domain socket that only the job's user id may open, without CURVE (the kernel vouches for the peer), instead of TCP; parameter servers and all-reduce groups alike. 0: always TCP (with CURVE unless insecure)."},
+       "Processes of a job on the same host (same kernel and network "
+       "namespace) connect over an abstract Unix-domain socket that only the "
+       "job's user id may open, without CURVE (the kernel vouches for the "
+       "peer), instead of TCP; parameter servers and all-reduce groups alike. "
+       "0: always TCP (with CURVE unless insecure)."},
       {env::kShmBytes, "67108864",
-       "Parameter-server nodes on the same host (over the same-host socket) pass frames of 16 KiB and more through shared memory: the sender copies the frame into an arena of this many bytes per connection (a memfd, allocated as pages are first written) and sends where it lies; the receiver reads it in place from /proc/PID/fd (which the kernel opens only to the same user). A frame that finds no room goes through the socket. 0: every frame through the socket."},
+       "Parameter-server nodes on the same host (over the same-host socket) "
+       "pass frames of 16 KiB and more through shared memory: the sender "
+       "copies the frame into an arena of this many bytes per connection (a "
+       "memfd, allocated as pages are first written) and sends where it lies; "
+       "the receiver reads it in place from /proc/PID/fd (which the kernel "
+       "opens only to the same user). A frame that finds no room goes through "
+       "the socket. 0: every frame through the socket."},
       {env::kShmRing, "1",
-       "With shared memory on (KVTRAIN_SHM_BYTES > 0), every message to a parameter-server node on the same host goes through a ring in shared memory (a memfd, 1 MiB per connection) instead of the socket, and the sending thread wakes the receiving thread directly through its doorbell (a pipe): one thread wake-up per message, where the socket costs three (both processes' ZeroMQ I/O threads). 0: the socket."},
+       "With shared memory on (KVTRAIN_SHM_BYTES > 0), every message to a "
+       "parameter-server node on the same host goes through a ring in shared "
+       "memory (a memfd, 1 MiB per connection) instead of the socket, and the "
+       "sending thread wakes the receiving thread directly through its "
+       "doorbell (a pipe): one thread wake-up per message, where the socket "
+       "costs three (both processes' ZeroMQ I/O threads). 0: the socket."},
+      {env::kSealedLane, "1",
+       "With security on, parameter-server nodes that reach a peer over TCP "
+       "send frames of 16 KiB and more over a second connection to it (the "
+       "sealed lane), each frame encrypted and authenticated with AES-256-GCM "
+       "under a random key given to the peer over CURVE, while the messages "
+       "that say which frames are whose still go over CURVE: about 2.8 times "
+       "less CPU per byte than CURVE's own encryption. 0: every frame over "
+       "CURVE."},
       {env::kSshStrictHostKeys, "0",
-       "1: the ssh launcher uses StrictHostKeyChecking=yes (only hosts already in known_hosts receive the job key); the same as tracker/launch.py --ssh-strict-host-keys. 0: accept-new (a first-seen host is trusted)."},
+       "1: the ssh launcher uses StrictHostKeyChecking=yes (only hosts already "
+       "in known_hosts receive the job key); the same as tracker/launch.py "
+       "--ssh-strict-host-keys. 0: accept-new (a first-seen host is trusted)."},
       {env::kTrace, "(none)",
-       "A file prefix: every process writes a timeline of its training steps, KVStore requests, messages and server work to PREFIX.<pid>.json (Chrome trace events); tools/trace_report.py merges a job's files and prints where a step's time goes."},
+       "A file prefix: every process writes a timeline of its training steps, "
+       "KVStore requests, messages and server work to PREFIX.<pid>.json "
+       "(Chrome trace events); tools/trace_report.py merges a job's files and "
+       "prints where a step's time goes."},
       {env::kWaitSpinUs, "200 (1000 on one host)",
-       "A worker's Wait for a small push/pull (at most 64 KB each way; any push/pull when every process of the job is on one host) polls for this many microseconds, yielding the CPU, before it sleeps: the response then needs no thread wake-up; 0: sleep at once."},
+       "A worker's Wait for a small push/pull (at most 64 KB each way; any "
+       "push/pull when every process of the job is on one host) polls for this "
+       "many microseconds, yielding the CPU, before it sleeps: the response "
+       "then needs no thread wake-up; 0: sleep at once."},
   };
   return kDocs;
 }

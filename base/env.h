@@ -68,6 +68,7 @@ inline constexpr char kAllreduceDoublingBytes[] = "KVTRAIN_ALLREDUCE_DOUBLING_BY
 inline constexpr char kSameHostIpc[] = "KVTRAIN_SAME_HOST_IPC";
 inline constexpr char kShmBytes[] = "KVTRAIN_SHM_BYTES";
 inline constexpr char kShmRing[] = "KVTRAIN_SHM_RING";
+inline constexpr char kSealedLane[] = "KVTRAIN_SEALED_LANE";
 // Read by tracker/launch.py only.
 inline constexpr char kSshStrictHostKeys[] = "KVTRAIN_SSH_STRICT_HOST_KEYS";
 inline constexpr char kWaitSpinUs[] = "KVTRAIN_WAIT_SPIN_US";

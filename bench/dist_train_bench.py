@@ -353,7 +353,7 @@ def report(args, nets, rows, modes, cluster):
              args.batch_size, ", ".join("%d (%s)" % (samples_per_epoch(args, n), n) for n in nets),
              args.epochs, args.runs))
     print("samples/s of the whole job (the sum over its workers); 'default' is what a user "
-          "gets (CURVE across hosts, same-host peers over private Unix sockets)")
+          "gets (CURVE and the sealed lane across hosts, same-host peers over private Unix sockets)")
     spec = {name: (store, w, s) for name, store, w, s in ROWS}
     # Rounds over every row, so that a slow spell of the machine falls on
     # all rows alike rather than on one row's runs.

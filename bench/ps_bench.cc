@@ -4,8 +4,10 @@
 // flight, next to its baseline measured in the same run: a zero-copy ZeroMQ
 // DEALER/ROUTER echo of the same size between two processes on loopback.
 // Every row prints ours/raw; the last line is a one-line summary. With
-// --curve (default), each job also runs with CURVE security on (the default
-// between hosts) and a second table prints its cost next to the plain run;
+// --curve (default), each job also runs with security on as between hosts
+// (CURVE, large frames on the sealed lane: the default) and with CURVE alone
+// (KVTRAIN_SEALED_LANE=0), and two more tables print their cost next to the
+// plain run;
 // with --same_host (default), a third table shows the jobs as a user gets
 // them on one host (security on: the same-host socket, no CURVE). The main
 // and CURVE tables run over TCP, like the raw echo.
@@ -47,8 +49,9 @@ DEFINE_bool(keep_freed_memory, true,
             "above glibc's 32 MB mmap threshold cap, which are mapped afresh "
             "for every message, are faulted in 2 MB at a time");
 DEFINE_bool(curve, true,
-            "also run every job with CURVE security (KVTRAIN_JOB_KEY) and "
-            "print its cost; the main table is without (like the raw echo)");
+            "also run every job with security on over TCP (KVTRAIN_JOB_KEY: "
+            "CURVE with the sealed lane, the default, and CURVE alone) and "
+            "print their cost; the main table is without (like the raw echo)");
 DEFINE_bool(same_host, true,
             "also run every job as a user gets it on one host (security on, peers "
             "over the same-host socket) and print it next to the plain TCP run");
@@ -271,12 +274,15 @@ using Rows = std::map<std::pair<size_t, int>, Row>;
 
 // `same_host`: peers talk over the same-host socket (the default on one
 // host); else over TCP, as between hosts and as the raw echo does.
-StatusOr<Rows> MeasureJob(int workers, int servers, int echo_port,
-                          bool secure, bool same_host) {
+// `sealed_lane`: with `secure`, large frames go over the sealed lane (the
+// default) instead of CURVE.
+StatusOr<Rows> MeasureJob(int workers, int servers, int echo_port, bool secure,
+                          bool same_host, bool sealed_lane = true) {
   testutil::LocalJobOptions o;
   o.binary = SelfPath();
   o.secure = secure;
   o.env["KVTRAIN_SAME_HOST_IPC"] = same_host ? "1" : "0";
+  o.env["KVTRAIN_SEALED_LANE"] = sealed_lane ? "1" : "0";
   o.num_workers = workers;
   o.num_servers = servers;
   o.log_dir = testutil::NewTempDir("ps_bench-");
@@ -392,7 +398,7 @@ int RunDriver() {
   std::printf("%-6s %7s %9s %12s %12s %9s %12s\n", "job", "size", "in flight",
               "raw echo", "push+pull", "ours/raw", "GB/s (ours)");
   std::vector<std::pair<std::string, Rows>> jobs;
-  std::vector<Rows> curve_jobs, same_host_jobs;
+  std::vector<Rows> curve_jobs, curve_only_jobs, same_host_jobs;
   std::stringstream js(FLAGS_jobs);
   std::string spec;
   while (std::getline(js, spec, ',')) {
@@ -411,6 +417,11 @@ int RunDriver() {
       StatusOr<Rows> secure = MeasureJob(w, s, *port, /*secure=*/true, /*same_host=*/false);
       if (!secure.ok()) return Fail(secure.status());
       curve_jobs.push_back(std::move(*secure));
+      StatusOr<Rows> curve_only =
+          MeasureJob(w, s, *port, /*secure=*/true, /*same_host=*/false,
+                     /*sealed_lane=*/false);
+      if (!curve_only.ok()) return Fail(curve_only.status());
+      curve_only_jobs.push_back(std::move(*curve_only));
     }
     if (FLAGS_same_host) {
       StatusOr<Rows> local = MeasureJob(w, s, *port, /*secure=*/true, /*same_host=*/true);
@@ -420,13 +431,26 @@ int RunDriver() {
   }
   if (FLAGS_curve) {
     std::printf(
-        "\nCURVE (KVTRAIN_JOB_KEY: every message encrypted and authenticated) "
-        "vs plain, the same jobs in this run:\n");
+        "\nSecurity between hosts as a user gets it (KVTRAIN_JOB_KEY: CURVE, "
+        "frames "
+        "of 16 KiB and more on the sealed lane, AES-256-GCM) vs plain, the "
+        "same jobs "
+        "in this run:\n");
+    std::printf("%-6s %7s %9s %12s %12s %11s %10s %10s\n", "job", "size",
+                "in flight", "plain", "secure", "secure/plain", "GB/s plain",
+                "GB/s secure");
+    for (size_t i = 0; i < curve_jobs.size(); ++i) {
+      PrintCurveRows(jobs[i].first, jobs[i].second, curve_jobs[i], sizes);
+    }
+    std::printf(
+        "\nCURVE alone (KVTRAIN_SEALED_LANE=0: every byte through CURVE) vs "
+        "plain, "
+        "the same jobs in this run:\n");
     std::printf("%-6s %7s %9s %12s %12s %11s %10s %10s\n", "job", "size",
                 "in flight", "plain", "CURVE", "CURVE/plain", "GB/s plain",
                 "GB/s CURVE");
-    for (size_t i = 0; i < curve_jobs.size(); ++i) {
-      PrintCurveRows(jobs[i].first, jobs[i].second, curve_jobs[i], sizes);
+    for (size_t i = 0; i < curve_only_jobs.size(); ++i) {
+      PrintCurveRows(jobs[i].first, jobs[i].second, curve_only_jobs[i], sizes);
     }
   }
   if (FLAGS_same_host) {

@@ -10,7 +10,7 @@ PACKAGES=(
   # build
   bazel-bootstrap bazel-rules-java g++ python3
   # libraries
-  libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
+  libzmq3-dev cppzmq-dev libssl-dev libprotobuf-dev protobuf-compiler
   libgoogle-glog-dev libgflags-dev libgtest-dev libopenblas-dev zlib1g-dev
   # the default data set (Fashion-MNIST IDX files)
   dataset-fashion-mnist

@@ -64,6 +64,13 @@ StatusOr<std::unique_ptr<Postoffice>> Postoffice::Create(
   } else {
     KV_ASSIGN_OR_RETURN(vo.shm_ring, GetBoolVar(ProcessEnv(), env::kShmRing, true));
   }
+  vo.verbose = config.verbose;
+  if (options.sealed_lane) {
+    vo.sealed_lane = *options.sealed_lane;
+  } else {
+    KV_ASSIGN_OR_RETURN(vo.sealed_lane,
+                        GetBoolVar(ProcessEnv(), env::kSealedLane, true));
+  }
   if (options.job_key) {
     vo.key = *options.job_key;
   } else {

@@ -166,6 +166,11 @@ struct PostofficeOptions {
   // ring in shared memory (net/shm_ring.h). Unset: KVTRAIN_SHM_RING of the
   // process's environment (default on). Only Create (ZeroMQ) uses it.
   std::optional<bool> shm_ring;
+  // With security on, frames of kLaneMinFrameBytes and more to a peer
+  // reached over TCP go over a sealed lane (net/seal.h) instead of CURVE.
+  // Unset: KVTRAIN_SEALED_LANE of the process's environment (default on).
+  // Only Create (ZeroMQ) uses it.
+  std::optional<bool> sealed_lane;
   // A worker's Wait for a small request (at most 64 KB each way; any
   // request when the whole job is on one host) polls this many microseconds
   // for the answer before it sleeps (0: sleep at once;

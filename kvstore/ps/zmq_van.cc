@@ -125,6 +125,12 @@ StatusOr<int> ZmqVan::Bind(int port) {
   }
   const std::string bound(last);
   const size_t colon = bound.rfind(':');
+  if (options_.key.secure() && options_.sealed_lane) {
+    // Best effort: without it, peers send every frame over CURVE.
+    const Status lane = BindLane();
+    LOG_IF(WARNING, !lane.ok())
+        << lane.message() << "; peers send every frame over CURVE";
+  }
   if (options_.same_host) {
     // Best effort: without it, peers on this host use TCP (and CURVE).
     StatusOr<std::string> local = net::BindSameHost(router_, "ps");
@@ -179,6 +185,9 @@ Status ZmqVan::Connect(int conn, const std::string& host, int port,
   {
     std::lock_guard<std::mutex> l(c->mu);
     c->socket = s;
+    if (local.empty() && options_.key.secure() && options_.sealed_lane) {
+      zmq_van_internal::OfferLane(c.get(), ctx_, host, options_.verbose);
+    }
   }
   std::lock_guard<std::mutex> lock(conns_mu_);
   auto it = conns_.find(conn);
@@ -210,6 +219,7 @@ void ZmqVan::CloseConn(Conn* c, int linger_ms) {
     c->socket = nullptr;
     c->ring_backlog.clear();
     if (c->ring) c->ring->Close();
+    zmq_van_internal::CloseLane(c, linger_ms);
   }
   // Outside c->mu: closing may release frames, whose callback takes it.
   if (socket != nullptr) {
@@ -253,7 +263,8 @@ StatusOr<bool> ZmqVan::RecvSocket(RawMessage* msg, bool block) {
   // large frames lie in the sender's shared memory, or a ring's
   // announcement.
   if (msg->frames.size() >= 2 && msg->frames[0].empty() &&
-      !net::IsRingHello(msg->frames[1].data(), msg->frames[1].size())) {
+      !net::IsRingHello(msg->frames[1].data(), msg->frames[1].size()) &&
+      !IsLaneControl(msg->frames[1])) {
     msg->error = TakeShmFrames(&msg->frames);
   }
   return true;
@@ -262,12 +273,13 @@ StatusOr<bool> ZmqVan::RecvSocket(RawMessage* msg, bool block) {
 StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
   CHECK(router_ != nullptr) << "ZmqVan::Recv before Bind";
   StatusOr<bool> got = false;
-  if (bell_read_ < 0) {
+  if (bell_read_ < 0 && lane_ == nullptr) {
     got = RecvSocket(msg, /*block=*/true);
     while (got.ok() && *got && OnSocketMessage(msg)) got = RecvSocket(msg, true);
   } else {
     const auto deadline = Clock::now() + options_.poll_interval;
     for (;;) {
+      DrainLane();
       if (!ready_msgs_.empty()) {
         *msg = std::move(ready_msgs_.front());
         ready_msgs_.pop_front();
@@ -297,12 +309,15 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - Clock::now());
       if (!pending && left.count() > 0) {
-        zmq_pollitem_t items[2] = {{router_, 0, ZMQ_POLLIN, 0}, {nullptr, bell_read_, ZMQ_POLLIN, 0}};
-        zmq_poll(items, 2, static_cast<long>(left.count()));
+        zmq_pollitem_t items[3] = {{router_, 0, ZMQ_POLLIN, 0}};
+        int n = 1;
+        if (bell_read_ >= 0) items[n++] = {nullptr, bell_read_, ZMQ_POLLIN, 0};
+        if (lane_ != nullptr) items[n++] = {lane_, 0, ZMQ_POLLIN, 0};
+        zmq_poll(items, n, static_cast<long>(left.count()));
       }
       for (RingIn& in : rings_) in.reader->Awake();
       char drain[64];
-      while (read(bell_read_, drain, sizeof(drain)) > 0) {
+      while (bell_read_ >= 0 && read(bell_read_, drain, sizeof(drain)) > 0) {
       }
       if (!pending && left.count() <= 0) return false;
     }
@@ -362,6 +377,9 @@ void ZmqVan::Close(Duration linger) {
   for (Conn* c : all) CloseConn(c, left_ms);
   if (router_ != nullptr) zmq_close(router_);
   router_ = nullptr;
+  if (lane_ != nullptr) zmq_close(lane_);
+  lane_ = nullptr;
+  lanes_in_.clear();
   rings_.clear();
   ready_msgs_.clear();
   if (bell_read_ >= 0) close(bell_read_);

@@ -5,6 +5,8 @@
 #ifndef KVTRAIN_KVSTORE_PS_ZMQ_VAN_H_
 #define KVTRAIN_KVSTORE_PS_ZMQ_VAN_H_
 
+#include <zmq.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -16,11 +18,13 @@
 #include <thread>
 #include <vector>
 
+#include "base/logging.h"
 #include "base/thread_annotations.h"
 #include "kvstore/ps/outbox.h"
 #include "kvstore/ps/van.h"
 #include "net/curve.h"
 #include "net/handshake_monitor.h"
+#include "net/seal.h"
 #include "net/shm.h"
 #include "net/shm_ring.h"
 
@@ -45,7 +49,19 @@ struct ZmqVanOptions {
   // goes through a ring in shared memory (net/shm_ring.h) instead of the
   // socket: one thread wake-up per message instead of three.
   bool shm_ring = true;
+  // With a secure key, messages to a peer reached over TCP go, once CURVE
+  // has authenticated it and carried it a random key, over a second
+  // connection with every frame sealed with AES-256-GCM under that key
+  // (net/seal.h; zmq_van_lane.cc). The receiving side binds the lane when
+  // this is on; a sender whose peer has none keeps to CURVE.
+  bool sealed_lane = true;
+  // PS_VERBOSE: 1 logs when a connection switches to its sealed lane.
+  int verbose = 0;
 };
+
+// A sealed lane's offer or switch mark, which Recv takes in
+// (zmq_van_lane.cc).
+bool IsLaneControl(const Blob& frame);
 
 // The smallest frame worth moving through shared memory.
 inline constexpr size_t kShmMinFrameBytes = 16 << 10;
@@ -85,6 +101,12 @@ class ZmqVan : public Van {
   // of those, how many were too large for a ring and took the socket.
   int64_t ring_messages_sent() EXCLUDES(conns_mu_);
   int64_t ring_messages_by_socket() EXCLUDES(conns_mu_);
+  // Messages sent over sealed lanes so far, and lane messages this node
+  // dropped (zmq_van_lane.cc).
+  int64_t lane_messages_sent() EXCLUDES(conns_mu_);
+  int64_t lane_messages_refused() const { return lane_refused_.load(); }
+  // The port of this node's sealed lane; 0 when it has none.
+  int lane_port() const { return lane_port_; }
 
   struct Conn;  // one outgoing connection (zmq_van.cc)
 
@@ -114,6 +136,18 @@ class ZmqVan : public Van {
   bool OnSocketMessage(RawMessage* msg);
   // A ring record (moved into the frames' storage) as a message.
   Status DecodeRecord(std::vector<char>&& record, RawMessage* msg);
+
+  // The sealed lane's receiving side (zmq_van_lane.cc), the receive
+  // thread's but for BindLane (Bind). An offer or a switch mark over CURVE
+  // is taken in (true); an offer is answered with the lane's port.
+  Status BindLane();
+  bool OnLaneControl(const RawMessage& msg);
+  // Reads one message of the lane, if any: one that opens goes to
+  // ready_msgs_ (or waits for its sender's switch mark), anything else is
+  // dropped and logged; false when none was waiting.
+  bool ReadLaneMessage();
+  void DrainLane();
+  void RefuseLaneMessage(const zmq_msg_t* part, const std::string& why);
 
   const std::string token_;
   const ZmqVanOptions options_;
@@ -159,6 +193,22 @@ class ZmqVan : public Van {
   bool socket_first_ = false;
   std::deque<RawMessage> ready_msgs_;
   std::vector<char> record_;
+
+  void* lane_ = nullptr;  // ROUTER, NULL mechanism: every frame must open
+  int lane_port_ = 0;
+  struct LaneIn {
+    uint64_t id = 0;
+    std::string token;  // the sender's
+    std::unique_ptr<net::Sealer> sealer;
+    uint64_t last_seq = 0;  // the last frame that opened
+    // Until the sender's switch mark comes over CURVE, its lane messages
+    // wait here.
+    bool switched = false;
+    std::deque<RawMessage> held;
+  };
+  std::map<uint64_t, LaneIn> lanes_in_;  // by lane id
+  LogRateLimiter lane_log_;
+  std::atomic<int64_t> lane_refused_{0};
 
   friend void ReleaseFrame(void* data, void* hint);
   void OnReleased(Conn* c, int64_t bytes);

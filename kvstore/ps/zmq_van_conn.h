@@ -5,6 +5,7 @@
 
 #include <zmq.h>
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -14,11 +15,28 @@
 #include "base/thread_annotations.h"
 #include "kvstore/ps/outbox.h"
 #include "kvstore/ps/zmq_van.h"
+#include "net/seal.h"
 #include "net/shm.h"
 #include "net/shm_ring.h"
 
 namespace kvtrain {
 namespace ps {
+
+// The sending end of a sealed lane (zmq_van_lane.cc): offered over CURVE
+// at Connect, probed once the peer answers with its lane's port, used once
+// the peer answers the probe.
+struct LaneOut {
+  enum class State { kOffered, kProbing, kReady, kOff };
+  State state = State::kOffered;
+  uint64_t id = 0;
+  std::unique_ptr<net::Sealer> sealer;
+  void* ctx = nullptr;
+  std::string host;        // the peer's, for the lane's endpoint
+  void* socket = nullptr;  // DEALER to the peer's lane, once its port is known
+  uint64_t seq = 0;        // the last sequence number sealed
+  int64_t messages_sent = 0;
+  int verbose = 0;  // PS_VERBOSE
+};
 
 struct ZmqVan::Conn {
   explicit Conn(int64_t window) : outbox(window) {}
@@ -42,7 +60,28 @@ struct ZmqVan::Conn {
   std::deque<OutMessage> ring_backlog GUARDED_BY(mu);
   int64_t ring_sent GUARDED_BY(mu) = 0;       // messages, marks not counted
   int64_t ring_by_socket GUARDED_BY(mu) = 0;  // of those, after a mark
+  // Over TCP with security on and the sealed lane on.
+  std::unique_ptr<LaneOut> lane GUARDED_BY(mu);
 };
+
+// What a sent message's parts release together: its frames on the socket
+// and, with a sealed lane, its frames on the lane. When the last part is
+// written out, the message leaves the connection's window.
+struct SendCredit {
+  SendCredit(ZmqVan::Conn* c, int64_t b) : conn(c), bytes(b) {}
+  ZmqVan::Conn* conn;
+  int64_t bytes;
+  std::atomic<int> parts{1};
+};
+
+// What a sent frame's release callback (ReleaseFrame) holds: the frame's
+// storage and, for a message's last frame on the socket and its frames on
+// the lane, the message's credit.
+struct FrameHold {
+  Blob blob;
+  SendCredit* credit = nullptr;
+};
+void ReleaseFrame(void* data, void* hint);
 
 namespace zmq_van_internal {
 
@@ -59,6 +98,18 @@ bool StartRing(ZmqVan::Conn* c, std::vector<zmq_msg_t>* unsent);
 // socket after a mark in the ring that says so; false: the ring is full (m
 // untouched). c->mu held.
 bool RingSend(ZmqVan::Conn* c, OutMessage* m, std::vector<zmq_msg_t>* unsent);
+
+// The sealed lane's sending steps (zmq_van_lane.cc), c->mu held.
+// Offers c a lane over its socket (the first message on it); c->lane set.
+void OfferLane(ZmqVan::Conn* c, void* ctx, const std::string& host,
+               int verbose);
+// Moves the lane on as the peer answers; once it is ready, sends m over it,
+// every frame sealed and holding `credit` (*status: an error), and returns
+// true; false: m is still to be sent over the socket.
+bool SendOnLane(ZmqVan::Conn* c, OutMessage* m, SendCredit* credit,
+                std::vector<zmq_msg_t>* unsent, Status* status);
+// Closes the lane's socket (with `linger_ms`).
+void CloseLane(ZmqVan::Conn* c, int linger_ms);
 
 }  // namespace zmq_van_internal
 }  // namespace ps

@@ -99,6 +99,7 @@ bool RingSend(ZmqVan::Conn* c, OutMessage* m, std::vector<zmq_msg_t>* unsent) {
 }  // namespace zmq_van_internal
 
 bool ZmqVan::OnSocketMessage(RawMessage* msg) {
+  if (OnLaneControl(*msg)) return true;
   if (msg->error.ok() && msg->frames.size() == 2 && msg->frames[0].empty() &&
       net::IsRingHello(msg->frames[1].data(), msg->frames[1].size())) {
     net::ShmRef ref;

@@ -18,26 +18,16 @@
 namespace kvtrain {
 namespace ps {
 
-namespace {
-
 using net::ZmqError;
-
-// What a sent frame's release callback holds: the frame's storage and, for
-// the last frame of a message, the connection whose window it occupies.
-struct FrameHold {
-  Blob blob;
-  ZmqVan::Conn* conn = nullptr;
-  int64_t msg_bytes = 0;
-};
-
-}  // namespace
 
 void ReleaseFrame(void* /*data*/, void* hint) {
   auto* hold = static_cast<FrameHold*>(hint);
-  if (hold->conn != nullptr) {
-    hold->conn->van->OnReleased(hold->conn, hold->msg_bytes);
-  }
+  SendCredit* credit = hold->credit;
   delete hold;
+  if (credit != nullptr && credit->parts.fetch_sub(1) == 1) {
+    credit->conn->van->OnReleased(credit->conn, credit->bytes);
+    delete credit;
+  }
 }
 
 namespace zmq_van_internal {
@@ -45,12 +35,14 @@ namespace zmq_van_internal {
 Status SendFrames(void* socket, ZmqVan::Conn* c, OutMessage* m,
                   std::vector<zmq_msg_t>* unsent) {
   Status status;
+  auto* credit = new SendCredit(c, m->bytes);
+  if (c->lane != nullptr && SendOnLane(c, m, credit, unsent, &status))
+    return status;
   const size_t n = m->frames.size();
   for (size_t i = 0; i < n; ++i) {
     const bool last = i + 1 == n;
     Blob& b = m->frames[i];
-    auto* hold =
-        new FrameHold{std::move(b), last ? c : nullptr, last ? m->bytes : 0};
+    auto* hold = new FrameHold{std::move(b), last ? credit : nullptr};
     zmq_msg_t msg;
     const Status init = net::InitZeroCopy(
         &msg, hold->blob.data(), hold->blob.size(), ReleaseFrame, hold);

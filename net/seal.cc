@@ -1,0 +1,169 @@
+#include "net/seal.h"
+
+#include <glog/logging.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <climits>
+#include <cstring>
+
+namespace kvtrain {
+namespace net {
+namespace {
+
+constexpr char kMagic[4] = {'k', 'v', 'S', 'L'};
+
+void PutU64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+
+uint64_t GetU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) {
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  }
+  return v;
+}
+
+// Layout: magic[4] kind[1] dir[1] zero[2] lane[8] seq[8] size[8].
+void EncodeHeader(const SealHeader& h, char* out) {
+  std::memcpy(out, kMagic, 4);
+  out[4] = static_cast<char>(h.kind);
+  out[5] = static_cast<char>(h.dir);
+  out[6] = out[7] = 0;
+  PutU64(out + 8, h.lane);
+  PutU64(out + 16, h.seq);
+  PutU64(out + 24, h.size);
+}
+
+// The 96-bit nonce: direction, then the sequence number.
+void Nonce(const SealHeader& h, unsigned char out[12]) {
+  std::memset(out, 0, 12);
+  out[0] = static_cast<unsigned char>(h.dir);
+  for (int i = 0; i < 8; ++i)
+    out[4 + i] = static_cast<unsigned char>(h.seq >> (8 * i));
+}
+
+}  // namespace
+
+bool PeekSealed(const char* data, size_t size, SealHeader* header) {
+  if (size < kSealHeaderBytes + kSealTagBytes) return false;
+  if (std::memcmp(data, kMagic, 4) != 0 || data[6] != 0 || data[7] != 0)
+    return false;
+  const auto kind = static_cast<uint8_t>(data[4]);
+  const auto dir = static_cast<uint8_t>(data[5]);
+  if (kind < 1 || kind > 4 || dir < 1 || dir > 2) return false;
+  SealHeader h;
+  h.kind = static_cast<SealKind>(kind);
+  h.dir = static_cast<SealDir>(dir);
+  h.lane = GetU64(data + 8);
+  h.seq = GetU64(data + 16);
+  h.size = GetU64(data + 24);
+  if (h.size != size - kSealHeaderBytes - kSealTagBytes) return false;
+  *header = h;
+  return true;
+}
+
+struct Sealer::Impl {
+  EVP_CIPHER_CTX* enc = nullptr;
+  EVP_CIPHER_CTX* dec = nullptr;
+  ~Impl() {
+    EVP_CIPHER_CTX_free(enc);
+    EVP_CIPHER_CTX_free(dec);
+  }
+};
+
+Sealer::Sealer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Sealer::~Sealer() = default;
+
+StatusOr<std::unique_ptr<Sealer>> Sealer::Create(const std::string& key) {
+  if (key.size() != kSealKeyBytes) {
+    return Status::InvalidArgument("a lane key has " +
+                                   std::to_string(kSealKeyBytes) +
+                                   " bytes, not " + std::to_string(key.size()));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->enc = EVP_CIPHER_CTX_new();
+  impl->dec = EVP_CIPHER_CTX_new();
+  const auto* k = reinterpret_cast<const unsigned char*>(key.data());
+  if (impl->enc == nullptr || impl->dec == nullptr ||
+      EVP_EncryptInit_ex(impl->enc, EVP_aes_256_gcm(), nullptr, k, nullptr) !=
+          1 ||
+      EVP_DecryptInit_ex(impl->dec, EVP_aes_256_gcm(), nullptr, k, nullptr) !=
+          1) {
+    return Status::Internal("libcrypto cannot set up AES-256-GCM");
+  }
+  return std::unique_ptr<Sealer>(new Sealer(std::move(impl)));
+}
+
+Status Sealer::Seal(const SealHeader& header, const void* payload, char* out) {
+  if (header.size > static_cast<uint64_t>(INT_MAX)) {
+    return Status::InvalidArgument("a sealed frame holds at most 2 GiB");
+  }
+  EncodeHeader(header, out);
+  unsigned char iv[12];
+  Nonce(header, iv);
+  EVP_CIPHER_CTX* c = impl_->enc;
+  auto* body = reinterpret_cast<unsigned char*>(out + kSealHeaderBytes);
+  int len = 0;
+  const int n = static_cast<int>(header.size);
+  if (EVP_EncryptInit_ex(c, nullptr, nullptr, nullptr, iv) != 1 ||
+      EVP_EncryptUpdate(c, nullptr, &len, reinterpret_cast<unsigned char*>(out),
+                        kSealHeaderBytes) != 1 ||
+      (n > 0 &&
+       EVP_EncryptUpdate(c, body, &len,
+                         static_cast<const unsigned char*>(payload), n) != 1) ||
+      EVP_EncryptFinal_ex(c, body + n, &len) != 1 ||
+      EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, kSealTagBytes, body + n) !=
+          1) {
+    return Status::Internal("AES-256-GCM sealing failed");
+  }
+  return Status::OK();
+}
+
+Status Sealer::Open(char* frame, size_t size, SealHeader* header) {
+  SealHeader h;
+  if (!PeekSealed(frame, size, &h)) {
+    return Status::InvalidArgument(
+        "not a sealed frame (" + std::to_string(size) + " bytes, bad header)");
+  }
+  if (h.size > static_cast<uint64_t>(INT_MAX)) {
+    return Status::InvalidArgument("a sealed frame holds at most 2 GiB");
+  }
+  unsigned char iv[12];
+  Nonce(h, iv);
+  EVP_CIPHER_CTX* c = impl_->dec;
+  auto* body = reinterpret_cast<unsigned char*>(frame + kSealHeaderBytes);
+  const int n = static_cast<int>(h.size);
+  int len = 0;
+  if (EVP_DecryptInit_ex(c, nullptr, nullptr, nullptr, iv) != 1 ||
+      EVP_DecryptUpdate(c, nullptr, &len,
+                        reinterpret_cast<unsigned char*>(frame),
+                        kSealHeaderBytes) != 1 ||
+      (n > 0 && EVP_DecryptUpdate(c, body, &len, body, n) != 1) ||
+      EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, kSealTagBytes, body + n) !=
+          1) {
+    return Status::Internal("AES-256-GCM opening failed");
+  }
+  if (EVP_DecryptFinal_ex(c, body + n, &len) != 1) {
+    return Status::InvalidArgument(
+        "sealed frame " + std::to_string(h.seq) + " of lane " +
+        std::to_string(h.lane) +
+        " does not open under its lane's key (altered, or "
+        "sealed under another key)");
+  }
+  *header = h;
+  return Status::OK();
+}
+
+std::string SealRandomBytes(size_t n) {
+  std::string out(n, '\0');
+  CHECK_EQ(RAND_bytes(reinterpret_cast<unsigned char*>(&out[0]),
+                      static_cast<int>(n)),
+           1)
+      << "libcrypto has no random bytes";
+  return out;
+}
+
+}  // namespace net
+}  // namespace kvtrain
