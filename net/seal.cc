@@ -156,6 +156,107 @@ Status Sealer::Open(char* frame, size_t size, SealHeader* header) {
   return Status::OK();
 }
 
+bool PeekLaneId(const char* data, size_t size, uint64_t* lane) {
+  SealHeader h;
+  if (!PeekSealed(data, size, &h) || h.dir != SealDir::kToReceiver)
+    return false;
+  *lane = h.lane;
+  return true;
+}
+
+Status LaneReader::Open(const std::vector<Part>& parts, bool* probe,
+                        uint64_t* lost, std::string* answer) {
+  *probe = false;
+  *lost = 0;
+  if (parts.empty()) return Status::InvalidArgument("it is empty");
+  const uint64_t last_before = last_seq_;
+  uint64_t seq = last_seq_;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    SealHeader h;
+    if (!PeekSealed(parts[i].data, parts[i].size, &h) ||
+        h.dir != SealDir::kToReceiver || h.kind == SealKind::kReady) {
+      return Status::InvalidArgument("it is not sealed");
+    }
+    if (h.lane != id_)
+      return Status::InvalidArgument("its parts are of different lanes");
+    if (i == 0 && h.seq <= last_seq_) {
+      return Status::InvalidArgument("it comes again or out of order (frame " +
+                                     std::to_string(h.seq) + " of lane " +
+                                     std::to_string(id_) + ", after " +
+                                     std::to_string(last_seq_) + ")");
+    }
+    if (i > 0 && h.seq != seq + 1) {
+      return Status::InvalidArgument(
+          "its parts are not consecutive frames of its lane");
+    }
+    const bool last = i + 1 == parts.size();
+    const SealKind want = h.kind == SealKind::kProbe && parts.size() == 1
+                              ? SealKind::kProbe
+                              : (last ? SealKind::kLast : SealKind::kData);
+    if (h.kind != want) {
+      return Status::InvalidArgument(
+          last ? "its last part does not end a message"
+               : "a part in it ends a message");
+    }
+    seq = h.seq;
+  }
+  // Opened only once every header checks out; a part that does not open
+  // leaves the lane as it was (its plaintext is garbage, dropped with it).
+  for (const Part& p : parts) {
+    SealHeader h;
+    KV_RETURN_IF_ERROR(sealer_->Open(p.data, p.size, &h));
+  }
+  SealHeader first;
+  PeekSealed(parts[0].data, parts[0].size, &first);
+  *lost = first.seq - last_before - 1;
+  last_seq_ = seq;
+  if (first.kind == SealKind::kProbe) {
+    *probe = true;
+    SealHeader ready = first;
+    ready.kind = SealKind::kReady;
+    ready.dir = SealDir::kToSender;
+    ready.size = 0;
+    answer->assign(kSealedOverhead, '\0');
+    KV_RETURN_IF_ERROR(sealer_->Seal(ready, nullptr, &(*answer)[0]));
+  }
+  return Status::OK();
+}
+
+StatusOr<std::unique_ptr<LaneWriter>> LaneWriter::Create() {
+  std::string key = SealRandomBytes(kSealKeyBytes);
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Sealer> sealer, Sealer::Create(key));
+  const std::string id = SealRandomBytes(8);
+  return std::unique_ptr<LaneWriter>(
+      new LaneWriter(GetU64(id.data()), std::move(key), std::move(sealer)));
+}
+
+std::string LaneWriter::Probe() {
+  SealHeader h;
+  h.kind = SealKind::kProbe;
+  h.lane = id_;
+  h.seq = ++seq_;
+  std::string out(kSealedOverhead, '\0');
+  CHECK(sealer_->Seal(h, nullptr, &out[0]).ok())
+      << "AES-256-GCM sealing failed";
+  return out;
+}
+
+bool LaneWriter::IsReady(char* reply, size_t size) {
+  SealHeader h;
+  return sealer_->Open(reply, size, &h).ok() && h.kind == SealKind::kReady &&
+         h.dir == SealDir::kToSender && h.lane == id_;
+}
+
+Status LaneWriter::Seal(size_t i, size_t n, const void* data, size_t size,
+                        char* out) {
+  SealHeader h;
+  h.kind = i + 1 == n ? SealKind::kLast : SealKind::kData;
+  h.lane = id_;
+  h.seq = ++seq_;
+  h.size = size;
+  return sealer_->Seal(h, data, out);
+}
+
 std::string SealRandomBytes(size_t n) {
   std::string out(n, '\0');
   CHECK_EQ(RAND_bytes(reinterpret_cast<unsigned char*>(&out[0]),

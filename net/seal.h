@@ -84,6 +84,71 @@ class Sealer {
   std::unique_ptr<Impl> impl_;
 };
 
+// The lane a message's first part names, if that part is shaped like a
+// sealed frame to a receiver (PeekSealed, without opening it).
+bool PeekLaneId(const char* data, size_t size, uint64_t* lane);
+
+// The receiving end of one lane: its key and the last sequence number taken.
+// A message on a lane is the parts of one ZeroMQ message, each a sealed
+// frame under the next sequence number, all kData but the last, kLast (or
+// a lone kProbe). Not thread-safe.
+class LaneReader {
+ public:
+  LaneReader(uint64_t id, std::unique_ptr<Sealer> sealer)
+      : id_(id), sealer_(std::move(sealer)) {}
+  uint64_t id() const { return id_; }
+
+  struct Part {
+    char* data;
+    size_t size;
+  };
+  // Opens the parts of one message in place. OK: each part's payload now
+  // lies at data + kSealHeaderBytes (size - kSealedOverhead bytes); *probe
+  // says it was a probe, and then *answer holds the sealed kReady to send
+  // back; *lost counts the frames the lane skipped before it (a message
+  // lost on the way). InvalidArgument naming what is wrong otherwise (not
+  // sealed, another lane, played again or out of order, parts not
+  // consecutive, cut, or not opening under the key): drop the message; the
+  // lane is as before.
+  Status Open(const std::vector<Part>& parts, bool* probe, uint64_t* lost,
+              std::string* answer);
+
+ private:
+  const uint64_t id_;
+  std::unique_ptr<Sealer> sealer_;
+  uint64_t last_seq_ = 0;
+};
+
+inline constexpr size_t kSealedOverhead = kSealHeaderBytes + kSealTagBytes;
+
+// The sending end of one lane: a random id and key (to give the receiver
+// over an authenticated channel) and the sequence numbers. Not thread-safe.
+class LaneWriter {
+ public:
+  // A lane with a fresh random id and key; Internal error when libcrypto
+  // cannot seal.
+  static StatusOr<std::unique_ptr<LaneWriter>> Create();
+  uint64_t id() const { return id_; }
+  const std::string& key() const { return key_; }
+
+  // The sealed probe that opens a lane.
+  std::string Probe();
+  // Whether `reply` (opened in place) is the receiver's answer to a probe.
+  bool IsReady(char* reply, size_t size);
+  // Seals frame i of a message of n frames (`size` bytes at `data`) into
+  // `out` (SealedSize(size) bytes); the frames of one message in order,
+  // i = 0 first.
+  Status Seal(size_t i, size_t n, const void* data, size_t size, char* out);
+
+ private:
+  LaneWriter(uint64_t id, std::string key, std::unique_ptr<Sealer> sealer)
+      : id_(id), key_(std::move(key)), sealer_(std::move(sealer)) {}
+  const uint64_t id_;
+  const std::string key_;
+  std::unique_ptr<Sealer> sealer_;
+  uint64_t seq_ = 0;  // the last sequence number sealed
+};
+
 // `n` bytes from the kernel's random source (keys, lane ids).
 std::string SealRandomBytes(size_t n);
 

@@ -116,6 +116,70 @@ TEST(SealTest, MalformedFramesAreNotPeeked) {
             Status::Code::kInvalidArgument);
 }
 
+// One message of `frames` sealed by `w`, as parts.
+std::vector<std::string> SealMessage(LaneWriter* w,
+                                     const std::vector<std::string>& frames) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    std::string out(SealedSize(frames[i].size()), '\0');
+    EXPECT_TRUE(
+        w->Seal(i, frames.size(), frames[i].data(), frames[i].size(), &out[0])
+            .ok());
+    parts.push_back(std::move(out));
+  }
+  return parts;
+}
+
+Status OpenMessage(LaneReader* r, std::vector<std::string>* parts, bool* probe,
+                   uint64_t* lost, std::string* answer) {
+  std::vector<LaneReader::Part> in;
+  for (std::string& p : *parts) in.push_back({&p[0], p.size()});
+  return r->Open(in, probe, lost, answer);
+}
+
+TEST(LaneTest, ProbeReadyAndMessagesInOrderOnce) {
+  auto w = LaneWriter::Create().value();
+  LaneReader r(w->id(), Sealer::Create(w->key()).value());
+  bool probe = false;
+  uint64_t lost = 0;
+  std::string answer;
+  std::vector<std::string> p = {w->Probe()};
+  ASSERT_TRUE(OpenMessage(&r, &p, &probe, &lost, &answer).ok());
+  EXPECT_TRUE(probe);
+  EXPECT_TRUE(w->IsReady(&answer[0], answer.size()));
+
+  const std::vector<std::string> frames = {"head", std::string(5000, 'b'), ""};
+  std::vector<std::string> m = SealMessage(w.get(), frames);
+  const std::vector<std::string> copy = m;
+  ASSERT_TRUE(OpenMessage(&r, &m, &probe, &lost, &answer).ok());
+  EXPECT_FALSE(probe);
+  EXPECT_EQ(lost, 0u);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    EXPECT_EQ(m[i].substr(kSealHeaderBytes, m[i].size() - kSealedOverhead),
+              frames[i]);
+  }
+  // Again: refused, and the lane goes on.
+  std::vector<std::string> again = copy;
+  Status st = OpenMessage(&r, &again, &probe, &lost, &answer);
+  EXPECT_NE(st.message().find("comes again or out of order"), std::string::npos)
+      << st;
+  // Cut before its last part, or with its parts swapped: refused.
+  std::vector<std::string> next = SealMessage(w.get(), {"a", "b"});
+  std::vector<std::string> cut = {next[0]};
+  EXPECT_FALSE(OpenMessage(&r, &cut, &probe, &lost, &answer).ok());
+  std::vector<std::string> swapped = {next[1], next[0]};
+  EXPECT_FALSE(OpenMessage(&r, &swapped, &probe, &lost, &answer).ok());
+  // A message lost on the way is counted by the next one's gap.
+  std::vector<std::string> after = SealMessage(w.get(), {"c"});
+  ASSERT_TRUE(OpenMessage(&r, &after, &probe, &lost, &answer).ok());
+  EXPECT_EQ(lost, 2u);
+  // Another lane's reader opens none of it.
+  auto other = LaneWriter::Create().value();
+  LaneReader wrong(w->id(), Sealer::Create(other->key()).value());
+  std::vector<std::string> more = SealMessage(w.get(), {"d"});
+  EXPECT_FALSE(OpenMessage(&wrong, &more, &probe, &lost, &answer).ok());
+}
+
 TEST(SealTest, RandomBytesDiffer) {
   EXPECT_EQ(SealRandomBytes(32).size(), 32u);
   EXPECT_NE(SealRandomBytes(32), SealRandomBytes(32));

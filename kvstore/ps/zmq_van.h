@@ -197,10 +197,8 @@ class ZmqVan : public Van {
   void* lane_ = nullptr;  // ROUTER, NULL mechanism: every frame must open
   int lane_port_ = 0;
   struct LaneIn {
-    uint64_t id = 0;
     std::string token;  // the sender's
-    std::unique_ptr<net::Sealer> sealer;
-    uint64_t last_seq = 0;  // the last frame that opened
+    std::unique_ptr<net::LaneReader> reader;
     // Until the sender's switch mark comes over CURVE, its lane messages
     // wait here.
     bool switched = false;

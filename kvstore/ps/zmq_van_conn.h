@@ -28,12 +28,10 @@ namespace ps {
 struct LaneOut {
   enum class State { kOffered, kProbing, kReady, kOff };
   State state = State::kOffered;
-  uint64_t id = 0;
-  std::unique_ptr<net::Sealer> sealer;
+  std::unique_ptr<net::LaneWriter> writer;
   void* ctx = nullptr;
   std::string host;        // the peer's, for the lane's endpoint
   void* socket = nullptr;  // DEALER to the peer's lane, once its port is known
-  uint64_t seq = 0;        // the last sequence number sealed
   int64_t messages_sent = 0;
   int verbose = 0;  // PS_VERBOSE
 };

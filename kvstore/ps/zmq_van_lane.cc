@@ -71,15 +71,6 @@ bool HasMagic(const Blob& b, const char (&magic)[8], size_t size) {
   return b.size() == size && std::memcmp(b.data(), magic, 8) == 0;
 }
 
-// A sealed frame of `payload` (header.size bytes) in its own buffer.
-StatusOr<Blob> SealFrame(net::Sealer* sealer, const net::SealHeader& h,
-                         const void* payload) {
-  const size_t n = net::SealedSize(h.size);
-  std::shared_ptr<char> buf(new char[n], std::default_delete<char[]>());
-  KV_RETURN_IF_ERROR(sealer->Seal(h, payload, buf.get()));
-  return Blob(buf, buf.get(), n);
-}
-
 }  // namespace
 
 bool IsLaneControl(const Blob& frame) {
@@ -91,24 +82,22 @@ namespace zmq_van_internal {
 
 void OfferLane(ZmqVan::Conn* c, void* ctx, const std::string& host,
                int verbose) {
-  // The key travels inside CURVE; the lane only ever carries what it seals.
-  const std::string key = net::SealRandomBytes(net::kSealKeyBytes);
-  StatusOr<std::unique_ptr<net::Sealer>> sealer = net::Sealer::Create(key);
-  if (!sealer.ok()) {
+  StatusOr<std::unique_ptr<net::LaneWriter>> writer = net::LaneWriter::Create();
+  if (!writer.ok()) {
     LOG(WARNING) << "no sealed lane to " << c->endpoint << ": "
-                 << sealer.status().message();
+                 << writer.status().message();
     return;
   }
   auto lane = std::make_unique<LaneOut>();
-  lane->sealer = std::move(*sealer);
+  lane->writer = std::move(*writer);
   lane->ctx = ctx;
   lane->host = host;
   lane->verbose = verbose;
-  lane->id = GetU64(net::SealRandomBytes(8).data());
+  // The key travels inside CURVE; the lane only ever carries what it seals.
   std::string offer(kOfferBytes, '\0');
   std::memcpy(&offer[0], kOfferMagic, 8);
-  PutU64(&offer[8], lane->id);
-  std::memcpy(&offer[16], key.data(), key.size());
+  PutU64(&offer[8], lane->writer->id());
+  std::memcpy(&offer[16], lane->writer->key().data(), net::kSealKeyBytes);
   if (zmq_send(c->socket, "", 0, ZMQ_SNDMORE) < 0 ||
       zmq_send(c->socket, offer.data(), offer.size(), 0) < 0) {
     LOG(WARNING) << "no sealed lane to " << c->endpoint << ": " << ZmqError();
@@ -137,7 +126,7 @@ void AdvanceLane(ZmqVan::Conn* c) {
     if (parts.size() != 2 || !parts[0].empty() ||
         parts[1].size() != kPortBytes ||
         std::memcmp(parts[1].data(), kPortMagic, 8) != 0 ||
-        GetU64(parts[1].data() + 8) != lane->id) {
+        GetU64(parts[1].data() + 8) != lane->writer->id()) {
       LOG(WARNING) << "sealed lane to " << c->endpoint
                    << ": the peer's answer to the offer is malformed; frames "
                       "stay on CURVE";
@@ -162,14 +151,9 @@ void AdvanceLane(ZmqVan::Conn* c) {
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
     const std::string endpoint =
         "tcp://" + lane->host + ":" + std::to_string(port);
-    net::SealHeader probe;
-    probe.kind = net::SealKind::kProbe;
-    probe.lane = lane->id;
-    probe.seq = ++lane->seq;
-    char sealed[net::kSealHeaderBytes + net::kSealTagBytes];
+    const std::string probe = lane->writer->Probe();
     if (!net::LimitInbound(s).ok() || zmq_connect(s, endpoint.c_str()) != 0 ||
-        !lane->sealer->Seal(probe, nullptr, sealed).ok() ||
-        zmq_send(s, sealed, sizeof(sealed), 0) < 0) {
+        zmq_send(s, probe.data(), probe.size(), 0) < 0) {
       LOG(WARNING) << "sealed lane to " << endpoint << ": " << ZmqError()
                    << "; frames stay on CURVE";
       zmq_close(s);
@@ -184,17 +168,13 @@ void AdvanceLane(ZmqVan::Conn* c) {
     zmq_msg_t reply;
     zmq_msg_init(&reply);
     if (zmq_msg_recv(&reply, lane->socket, ZMQ_DONTWAIT) >= 0) {
-      net::SealHeader h;
-      const bool ok = !zmq_msg_more(&reply) &&
-                      lane->sealer
-                          ->Open(static_cast<char*>(zmq_msg_data(&reply)),
-                                 zmq_msg_size(&reply), &h)
-                          .ok() &&
-                      h.kind == net::SealKind::kReady &&
-                      h.dir == net::SealDir::kToSender && h.lane == lane->id;
+      const bool ok =
+          !zmq_msg_more(&reply) &&
+          lane->writer->IsReady(static_cast<char*>(zmq_msg_data(&reply)),
+                                zmq_msg_size(&reply));
       char mark[kSwitchBytes];
       std::memcpy(mark, kSwitchMagic, 8);
-      PutU64(mark + 8, lane->id);
+      PutU64(mark + 8, lane->writer->id());
       if (ok && zmq_send(c->socket, "", 0, ZMQ_SNDMORE) >= 0 &&
           zmq_send(c->socket, mark, sizeof(mark), 0) >= 0) {
         lane->state = LaneOut::State::kReady;
@@ -225,25 +205,22 @@ bool SendOnLane(ZmqVan::Conn* c, OutMessage* m, SendCredit* credit,
   trace::Scope span("van", "seal", c->endpoint, m->bytes);
   const size_t n = m->frames.size();
   std::vector<Blob> sealed(n);
-  const uint64_t first_seq = lane->seq + 1;
   for (size_t i = 0; i < n; ++i) {
-    net::SealHeader h;
-    h.kind = i + 1 == n ? net::SealKind::kLast : net::SealKind::kData;
-    h.lane = lane->id;
-    h.seq = first_seq + i;
-    h.size = m->frames[i].size();
-    StatusOr<Blob> s = SealFrame(lane->sealer.get(), h, m->frames[i].data());
+    const Blob& b = m->frames[i];
+    std::shared_ptr<char> buf(new char[net::SealedSize(b.size())],
+                              std::default_delete<char[]>());
+    const Status s = lane->writer->Seal(i, n, b.data(), b.size(), buf.get());
     if (!s.ok()) {
       // Cannot happen short of a broken libcrypto: the message is dropped
-      // whole (its credit released) and the caller told.
+      // whole (its credit released) and the caller told; the receiver
+      // reports the frames its lane skipped.
       *status = Status::Internal("sealed lane to " + c->endpoint + ": " +
-                                 std::string(s.status().message()));
+                                 std::string(s.message()));
       ReleaseFrame(nullptr, new FrameHold{Blob(), credit});
       return true;
     }
-    sealed[i] = std::move(*s);
+    sealed[i] = Blob(buf, buf.get(), net::SealedSize(b.size()));
   }
-  lane->seq += n;
   m->frames.clear();
   // Every part holds the credit: the message leaves the window when ZeroMQ
   // has written the last of them.
@@ -337,9 +314,8 @@ bool ZmqVan::OnLaneControl(const RawMessage& msg) {
         net::Sealer::Create(std::string(control + 16, net::kSealKeyBytes));
     if (sealer.ok() && lanes_in_.count(id) == 0) {
       LaneIn& in = lanes_in_[id];
-      in.id = id;
       in.token = msg.token;
-      in.sealer = std::move(*sealer);
+      in.reader = std::make_unique<net::LaneReader>(id, std::move(*sealer));
       port = static_cast<uint64_t>(lane_port_);
     }
   }
@@ -380,77 +356,48 @@ bool ZmqVan::ReadLaneMessage() {
     parts.push_back(std::move(part));
   }
   const zmq_msg_t* first = parts.empty() ? &id : &parts[0]->msg;
-  RawMessage msg;
-  LaneIn* lane = nullptr;
-  std::string why;
-  for (size_t i = 0; i < parts.size() && why.empty(); ++i) {
-    char* data = static_cast<char*>(zmq_msg_data(&parts[i]->msg));
-    const size_t size = zmq_msg_size(&parts[i]->msg);
-    net::SealHeader h;
-    if (!net::PeekSealed(data, size, &h) ||
-        h.dir != net::SealDir::kToReceiver || h.kind == net::SealKind::kReady) {
-      why = "it is not sealed";
-      break;
+  std::vector<net::LaneReader::Part> sealed;
+  for (auto& p : parts) {
+    sealed.push_back(
+        {static_cast<char*>(zmq_msg_data(&p->msg)), zmq_msg_size(&p->msg)});
+  }
+  uint64_t lane_id = 0;
+  auto in = lanes_in_.end();
+  bool probe = false;
+  uint64_t lost = 0;
+  std::string answer;
+  Status opened;
+  if (sealed.empty() ||
+      !net::PeekLaneId(sealed[0].data, sealed[0].size, &lane_id)) {
+    opened = Status::InvalidArgument("it is not sealed");
+  } else if ((in = lanes_in_.find(lane_id)) == lanes_in_.end()) {
+    opened = Status::InvalidArgument("it names no lane this node was offered");
+  } else {
+    opened = in->second.reader->Open(sealed, &probe, &lost, &answer);
+  }
+  if (!opened.ok()) {
+    RefuseLaneMessage(first, std::string(opened.message()));
+  } else if (probe) {
+    zmq_send(lane_, zmq_msg_data(&id), zmq_msg_size(&id),
+             ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(lane_, answer.data(), answer.size(), ZMQ_DONTWAIT);
+  } else {
+    LaneIn& lane = in->second;
+    LOG_IF(WARNING, lost > 0)
+        << "sealed lane from " << lane.token << ": " << lost
+        << " frames never came (a message lost on the way)";
+    RawMessage msg;
+    msg.token = lane.token;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      msg.frames.emplace_back(parts[i], sealed[i].data + net::kSealHeaderBytes,
+                              sealed[i].size - net::kSealedOverhead);
     }
-    if (i == 0) {
-      auto it = lanes_in_.find(h.lane);
-      if (it == lanes_in_.end()) {
-        why = "it names no lane this node was offered";
-        break;
-      }
-      lane = &it->second;
-      if (h.seq <= lane->last_seq) {
-        why = "it comes again or out of order (frame " + std::to_string(h.seq) +
-              " of lane " + std::to_string(h.lane) + ", after " +
-              std::to_string(lane->last_seq) + ")";
-        break;
-      }
-    } else if (h.lane != lane->id || h.seq != lane->last_seq + 1) {
-      why = "its parts are not consecutive frames of one lane";
-      break;
-    }
-    const uint64_t expected = lane->last_seq + 1;
-    if (Status opened = lane->sealer->Open(data, size, &h); !opened.ok()) {
-      why = std::string(opened.message());
-      break;
-    }
-    const bool last = i + 1 == parts.size();
-    if (h.kind == net::SealKind::kProbe && parts.size() == 1) {
-      lane->last_seq = h.seq;
-      net::SealHeader ready = h;
-      ready.kind = net::SealKind::kReady;
-      ready.dir = net::SealDir::kToSender;
-      char sealed[net::kSealHeaderBytes + net::kSealTagBytes];
-      if (lane->sealer->Seal(ready, nullptr, sealed).ok()) {
-        zmq_send(lane_, zmq_msg_data(&id), zmq_msg_size(&id),
-                 ZMQ_SNDMORE | ZMQ_DONTWAIT);
-        zmq_send(lane_, sealed, sizeof(sealed), ZMQ_DONTWAIT);
-      }
-      break;
-    }
-    if (h.kind != (last ? net::SealKind::kLast : net::SealKind::kData)) {
-      why = last ? "its last part does not end a message"
-                 : "a part in it ends a message";
-      break;
-    }
-    if (i == 0 && h.seq != expected) {
-      LOG(WARNING) << "sealed lane from " << lane->token << ": "
-                   << (h.seq - expected)
-                   << " frames never came (a message lost on the way)";
-    }
-    lane->last_seq = h.seq;
-    msg.frames.emplace_back(parts[i], data + net::kSealHeaderBytes, h.size);
-    if (last) {
-      msg.token = lane->token;
-      if (lane->switched) {
-        ready_msgs_.push_back(std::move(msg));
-      } else {
-        lane->held.push_back(std::move(msg));
-      }
+    if (lane.switched) {
+      ready_msgs_.push_back(std::move(msg));
+    } else {
+      lane.held.push_back(std::move(msg));
     }
   }
-  if (parts.empty()) why = "it is empty";
-  if (!why.empty()) RefuseLaneMessage(first, why);
   zmq_msg_close(&id);
   return true;
 }
