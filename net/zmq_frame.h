@@ -24,11 +24,19 @@ class ZmqFrame {
   ZmqFrame& operator=(const ZmqFrame&) = delete;
 
   const char* data() const {
-    return static_cast<const char*>(zmq_msg_data(const_cast<zmq_msg_t*>(&msg)));
+    return static_cast<const char*>(
+               zmq_msg_data(const_cast<zmq_msg_t*>(&msg))) +
+           skip_front;
   }
-  size_t size() const { return zmq_msg_size(const_cast<zmq_msg_t*>(&msg)); }
+  size_t size() const {
+    return zmq_msg_size(const_cast<zmq_msg_t*>(&msg)) - skip_front - skip_back;
+  }
 
   zmq_msg_t msg;
+  // Bytes of msg that are not the frame's (a sealed frame's header and
+  // tag, net/seal.h); the caller keeps them within the message.
+  size_t skip_front = 0;
+  size_t skip_back = 0;
 };
 
 // Makes *msg a frame of `size` bytes at `data`, sent without a copy: ZeroMQ

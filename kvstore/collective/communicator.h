@@ -56,6 +56,10 @@ struct CommunicatorOptions {
   // TCP over 127.0.0.1 (KVTRAIN_SAME_HOST_IPC): same bytes, fewer kernel
   // costs (bench/allreduce_bench).
   bool same_host_ipc = true;
+  // With security on, messages to ranks reached over TCP go over a sealed
+  // lane (AES-256-GCM under a key given over CURVE; KVTRAIN_SEALED_LANE;
+  // docs/security.md).
+  bool sealed_lane = true;
   // CreateFromEnv tunes glibc malloc to keep freed memory
   // (KVTRAIN_KEEP_FREED_MEMORY, base/malloc_tuning.h): each received piece is
   // then not a fresh mmap whose munmap stalls every thread of the process.

@@ -97,6 +97,8 @@ StatusOr<CommunicatorOptions> CommunicatorOptions::FromEnv(const EnvLookup& env)
   o.doubling_bytes = static_cast<size_t>(doubling);
   KV_ASSIGN_OR_RETURN(o.same_host_ipc,
                       GetBoolVar(env, env::kSameHostIpc, o.same_host_ipc));
+  KV_ASSIGN_OR_RETURN(o.sealed_lane,
+                      GetBoolVar(env, env::kSealedLane, o.sealed_lane));
   KV_ASSIGN_OR_RETURN(o.keep_freed_memory,
                       GetBoolVar(env, env::kKeepFreedMemory, o.keep_freed_memory));
   KV_ASSIGN_OR_RETURN(o.key, net::JobKey::FromEnv(env));
@@ -168,6 +170,7 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::Create(
   mo.startup_timeout_s = options.startup_timeout_s;
   mo.key = options.key;
   mo.same_host_ipc = options.same_host_ipc;
+  mo.sealed_lane = options.sealed_lane;
   mo.limits.max_messages_per_peer = options.max_queued_messages_per_peer;
   mo.limits.max_bytes_per_peer = options.max_queued_bytes_per_peer;
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Mesh> mesh,

@@ -81,6 +81,8 @@ Drop Inbox::Push(int peer, MsgKind kind, uint64_t group, uint64_t tag,
     if (kind == MsgKind::kHello) {
       if (group != 0 || tag != 0) return Drop::kMalformed;
       if (p.hello) return Drop::kDuplicateHello;
+    } else if (kind == MsgKind::kLane) {
+      if (group != 0) return Drop::kMalformed;
     } else if (kind == MsgKind::kUser || kind == MsgKind::kCollective) {
       auto g = groups_.find(group);
       if (g == groups_.end() || !g->second.member[peer])

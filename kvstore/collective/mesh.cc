@@ -67,6 +67,13 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::Bind(int rank, int size,
   }
   const std::string bound(last);
   mesh->port_ = std::atoi(bound.c_str() + bound.rfind(':') + 1);
+  if (options.key.secure() && options.sealed_lane) {
+    // Best effort: without it peers send everything over CURVE.
+    const Status lane = mesh->BindLane();
+    LOG_IF(WARNING, !lane.ok())
+        << "all-reduce rank " << rank << ": " << lane.message()
+        << "; peers send everything over CURVE";
+  }
   if (options.same_host_ipc) {
     // Best effort: without it same-host peers use TCP.
     StatusOr<std::string> local = net::BindSameHost(router, "mesh");
@@ -176,7 +183,7 @@ Status Mesh::Connect(const std::vector<Endpoint>& peers) {
       return hello.status().Annotate("connecting to " + PeerName(p));
     }
   }
-  return Status::OK();
+  return ConnectLanes(deadline);
 }
 
 Status Mesh::SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
@@ -187,6 +194,7 @@ Status Mesh::SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
   if (p.dealer == nullptr) {
     return Status::Unavailable("no connection to " + PeerName(peer));
   }
+  if (p.lane != nullptr) return SendSealed(peer, &h, sizeof(h), data, size);
   if (zmq_send(p.dealer, &h, sizeof(h), ZMQ_SNDMORE) < 0) {
     return Status::Unavailable("send to " + PeerName(peer) + ": " + ZmqError());
   }
@@ -256,6 +264,7 @@ MeshStats Mesh::Stats() {
     s.dropped[d] = inbox_.dropped(static_cast<Drop>(d));
     s.dropped_total += s.dropped[d];
   }
+  s.lane_refused = lane_refused_.load();
   for (int p = 0; p < size_; ++p) {
     s.queued_messages.push_back(inbox_.queued_messages(p));
     s.queued_bytes.push_back(inbox_.queued_bytes(p));
@@ -353,9 +362,18 @@ void Mesh::Close() {
       zmq_close(peer.monitor);
       peer.monitor = nullptr;
     }
+    if (peer.lane != nullptr) {
+      const int linger = PeerStatus(p).ok() ? 200 : 0;
+      zmq_setsockopt(peer.lane, ZMQ_LINGER, &linger, sizeof(linger));
+      zmq_close(peer.lane);
+      peer.lane = nullptr;
+    }
   }
   if (router_ != nullptr) zmq_close(router_);
   router_ = nullptr;
+  if (lane_ != nullptr) zmq_close(lane_);
+  lane_ = nullptr;
+  lanes_in_.clear();
   monitor_.reset();
   zap_.reset();
   zmq_ctx_term(ctx_);

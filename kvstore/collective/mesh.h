@@ -10,18 +10,19 @@
 #ifndef KVTRAIN_KVSTORE_COLLECTIVE_MESH_H_
 #define KVTRAIN_KVSTORE_COLLECTIVE_MESH_H_
 
+#include <zmq.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
-
-#include <zmq.h>
 
 #include "base/logging.h"
 #include "base/status.h"
@@ -31,6 +32,7 @@
 #include "net/curve.h"
 #include "net/handshake_monitor.h"
 #include "net/liveness.h"
+#include "net/seal.h"
 
 namespace kvtrain {
 namespace collective {
@@ -49,6 +51,11 @@ struct MeshOptions {
   // messages several times faster than TCP over 127.0.0.1, and without
   // encryption (KVTRAIN_SAME_HOST_IPC).
   bool same_host_ipc = true;
+  // With a secure key, messages to a peer reached over TCP go, once CURVE
+  // has carried it a random key, over a second connection with every frame
+  // sealed with AES-256-GCM (net/seal.h; mesh_lane.cc;
+  // KVTRAIN_SEALED_LANE).
+  bool sealed_lane = true;
   // What each peer may have waiting to be received; a peer that goes past
   // it is cut off (its waits fail naming it and the limit).
   InboxLimits limits;
@@ -58,6 +65,9 @@ struct MeshOptions {
 struct MeshStats {
   int64_t dropped[kDropReasons] = {};
   int64_t dropped_total = 0;
+  // Messages dropped on the sealed lane (not sealed, unknown lane, not
+  // opening, played again or out of order).
+  int64_t lane_refused = 0;
   std::vector<size_t> queued_messages;  // by peer
   std::vector<size_t> queued_bytes;     // by peer, as InboxLimits counts them
 };
@@ -78,6 +88,10 @@ class Mesh {
   Endpoint Self(const std::string& host) const;
   // How this rank is connected to `peer`: "ipc" or "tcp" (after Connect).
   std::string Transport(int peer) const;
+  // Whether messages to `peer` go over the sealed lane (after Connect).
+  bool Sealed(int peer);
+  // The port of this rank's sealed lane; 0 when it has none.
+  int lane_port() const { return lane_port_; }
 
   // Connects to every peer (`peers[rank]` is this rank, unused), starts the
   // receive thread and returns once every peer's hello arrived.
@@ -122,6 +136,20 @@ class Mesh {
   // The receive thread: messages, the DEALERs' monitors, heartbeats.
   void RecvLoop();
   void HandleIncoming();
+  // One message's frames after the routing id (header, body pieces), from
+  // the ROUTER or opened from the lane: decoded, delivered or dropped.
+  void Accept(std::string_view id, zmq_msg_t* id_msg,
+              std::vector<std::unique_ptr<net::ZmqFrame>> frames);
+  // The sealed lane (mesh_lane.cc): binding it; after the hellos, offering
+  // every TCP peer a key and switching to its lane once it answers; the
+  // receive thread's side of an offer (keeps the key, answers); reading
+  // the lane; sending one message over a peer's lane (p.mu held).
+  Status BindLane();
+  Status ConnectLanes(Clock::time_point deadline);
+  void OnLaneOffer(int peer, const Payload& body);
+  void HandleLane();
+  Status SendSealed(int peer, const void* header, size_t header_size,
+                    const void* data, size_t size);
   // Files one decoded message (or notes a goodbye), or says why not.
   Drop Deliver(const Decoded& d, std::unique_ptr<Payload> body) EXCLUDES(mu_);
   // Counts a message the decoder dropped and logs any dropped message
@@ -145,6 +173,16 @@ class Mesh {
   std::unique_ptr<net::HandshakeMonitor> monitor_;
   void* router_ = nullptr;
   int port_ = 0;
+  // The sealed lane's ROUTER (no CURVE: every message must open) and what
+  // each peer offered, by lane id; the receive thread's after Bind.
+  void* lane_ = nullptr;
+  int lane_port_ = 0;
+  struct LaneIn {
+    int peer = -1;
+    std::unique_ptr<net::LaneReader> reader;
+  };
+  std::map<uint64_t, LaneIn> lanes_in_;
+  std::atomic<int64_t> lane_refused_{0};
   std::string same_host_;  // set by Bind; empty: no same-host socket
   std::vector<std::unique_ptr<Peer>> peers_;
 

@@ -35,7 +35,13 @@ void CheckAccepted(const Decoded& d, const WireFrames& in, int rank, int size) {
   CHECK(d.peer >= 0 && d.peer < size && d.peer != rank) << d.peer;
   CHECK_EQ(in.count, 3u);
   CHECK_EQ(in.frame[1].size(), sizeof(WireHeader));
-  CHECK_LE(static_cast<uint32_t>(d.kind), static_cast<uint32_t>(MsgKind::kBye));
+  CHECK_LE(static_cast<uint32_t>(d.kind),
+           static_cast<uint32_t>(MsgKind::kLane));
+  if (d.kind == MsgKind::kLane) {
+    CHECK(d.group == 0 && (d.tag == kLaneOffer || d.tag == kLaneAck));
+    CHECK_EQ(in.frame[2].size(), d.tag == kLaneOffer ? 48u : 8u);
+    return;
+  }
   const bool control =
       d.kind != MsgKind::kUser && d.kind != MsgKind::kCollective;
   CHECK(!control || (d.group == 0 && d.tag == 0 && in.frame[2].empty()));

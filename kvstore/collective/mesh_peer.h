@@ -3,9 +3,11 @@
 #ifndef KVTRAIN_KVSTORE_COLLECTIVE_MESH_PEER_H_
 #define KVTRAIN_KVSTORE_COLLECTIVE_MESH_PEER_H_
 
+#include <memory>
 #include <mutex>
 
 #include "kvstore/collective/mesh.h"
+#include "net/seal.h"
 
 namespace kvtrain {
 namespace collective {
@@ -16,6 +18,10 @@ struct Mesh::Peer {
   void* monitor = nullptr;  // PAIR receiving the DEALER's events; thread only
   Endpoint endpoint;
   bool ipc = false;  // connected over the peer's ipc:// socket
+  // Once the peer answered the lane's probe (mesh_lane.cc): messages go
+  // over this DEALER, sealed by the writer, instead of `dealer`.
+  void* lane GUARDED_BY(mu) = nullptr;
+  std::unique_ptr<net::LaneWriter> writer GUARDED_BY(mu);
 };
 
 }  // namespace collective

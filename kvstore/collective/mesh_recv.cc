@@ -18,53 +18,59 @@ using net::ZmqError;
 void Mesh::HandleIncoming() {
   for (;;) {
     // Routing id, header, body (in pieces when above 4 MiB).
-    net::ZmqFrame id, head;
+    net::ZmqFrame id;
     if (zmq_msg_recv(&id.msg, router_, ZMQ_DONTWAIT) < 0) return;
-    auto body = std::make_unique<Payload>();
-    std::vector<std::unique_ptr<net::ZmqFrame>> pieces;
-    WireFrames in;
-    in.count = 1;
-    for (bool more = zmq_msg_more(&id.msg); more; ++in.count) {
-      zmq_msg_t* into = nullptr;
-      if (in.count == 1) {
-        into = &head.msg;
-      } else {
-        pieces.push_back(std::make_unique<net::ZmqFrame>());
-        into = &pieces.back()->msg;
-      }
-      if (zmq_msg_recv(into, router_, 0) < 0) break;
-      more = zmq_msg_more(into);
+    std::vector<std::unique_ptr<net::ZmqFrame>> frames;
+    for (bool more = zmq_msg_more(&id.msg); more;) {
+      auto f = std::make_unique<net::ZmqFrame>();
+      if (zmq_msg_recv(&f->msg, router_, 0) < 0) break;
+      more = zmq_msg_more(&f->msg);
+      frames.push_back(std::move(f));
     }
-    in.frame[0] = {id.data(), id.size()};
-    if (in.count > 1) in.frame[1] = {head.data(), head.size()};
-    in.body_pieces = pieces.size();
-    in.pieces_well_formed = true;
-    for (size_t i = 0; i + 1 < pieces.size(); ++i) {
-      in.pieces_well_formed =
-          in.pieces_well_formed &&
-          pieces[i]->size() == static_cast<size_t>(net::kMaxFramePayloadBytes);
-    }
-    if (pieces.size() == 1) {
-      zmq_msg_move(&body->msg, &pieces[0]->msg);
-    } else if (pieces.size() > 1 && in.pieces_well_formed) {
+    Accept(std::string_view(id.data(), id.size()), &id.msg, std::move(frames));
+  }
+}
+
+void Mesh::Accept(std::string_view id, zmq_msg_t* id_msg,
+                  std::vector<std::unique_ptr<net::ZmqFrame>> frames) {
+  std::unique_ptr<Payload> body;
+  WireFrames in;
+  in.count = std::min<size_t>(1 + frames.size(), 3);
+  in.frame[0] = id;
+  if (!frames.empty()) in.frame[1] = {frames[0]->data(), frames[0]->size()};
+  const size_t pieces = frames.empty() ? 0 : frames.size() - 1;
+  in.body_pieces = pieces;
+  in.pieces_well_formed = true;
+  for (size_t i = 1; i + 1 < frames.size(); ++i) {
+    in.pieces_well_formed =
+        in.pieces_well_formed &&
+        frames[i]->size() == static_cast<size_t>(net::kMaxFramePayloadBytes);
+  }
+  if (pieces == 1) {
+    body = std::move(frames[1]);
+  } else {
+    body = std::make_unique<Payload>();
+    if (pieces > 1 && in.pieces_well_formed) {
       size_t total = 0;
-      for (const auto& p : pieces) total += p->size();
+      for (size_t i = 1; i < frames.size(); ++i) total += frames[i]->size();
       zmq_msg_close(&body->msg);
       zmq_msg_init_size(&body->msg, total);
       char* to = static_cast<char*>(zmq_msg_data(&body->msg));
-      for (const auto& p : pieces) {
-        std::memcpy(to, p->data(), p->size());
-        to += p->size();
+      for (size_t i = 1; i < frames.size(); ++i) {
+        std::memcpy(to, frames[i]->data(), frames[i]->size());
+        to += frames[i]->size();
       }
     }
-    pieces.clear();
-    in.count = std::min<size_t>(in.count, 3);
-    if (in.body_pieces > 0) in.frame[2] = {body->data(), body->size()};
-    Decoded d = DecodeMeshMessage(in, rank_, size_);
-    if (d.drop == Drop::kNone) d.drop = Deliver(d, std::move(body));
-    if (d.drop != Drop::kNone)
-      LogDrop(d, in.frame[0], in.count > 1 ? &head.msg : &id.msg);
   }
+  if (in.body_pieces > 0) in.frame[2] = {body->data(), body->size()};
+  Decoded d = DecodeMeshMessage(in, rank_, size_);
+  if (d.drop == Drop::kNone && d.kind == MsgKind::kLane &&
+      d.tag == kLaneOffer) {
+    OnLaneOffer(d.peer, *body);
+  }
+  if (d.drop == Drop::kNone) d.drop = Deliver(d, std::move(body));
+  if (d.drop != Drop::kNone)
+    LogDrop(d, in.frame[0], frames.empty() ? id_msg : &frames[0]->msg);
 }
 
 Drop Mesh::Deliver(const Decoded& d, std::unique_ptr<Payload> body) {
@@ -176,6 +182,10 @@ void Mesh::RecvLoop() {
   std::vector<int> item_peer;
   items.push_back({router_, 0, ZMQ_POLLIN, 0});
   item_peer.push_back(-1);
+  if (lane_ != nullptr) {
+    items.push_back({lane_, 0, ZMQ_POLLIN, 0});
+    item_peer.push_back(-2);
+  }
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     items.push_back({peers_[p]->monitor, 0, ZMQ_POLLIN, 0});
@@ -186,8 +196,10 @@ void Mesh::RecvLoop() {
     if (n < 0 && zmq_errno() == ETERM) return;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
-      if (item_peer[i] < 0) {
+      if (item_peer[i] == -1) {
         HandleIncoming();
+      } else if (item_peer[i] == -2) {
+        HandleLane();
       } else {
         HandleMonitor(item_peer[i]);
       }

@@ -79,6 +79,8 @@ const char* KindName(MsgKind k) {
       return "heartbeat";
     case MsgKind::kBye:
       return "bye";
+    case MsgKind::kLane:
+      return "sealed-lane setup";
   }
   return "unknown";
 }
@@ -144,13 +146,25 @@ Decoded DecodeMeshMessage(const WireFrames& in, int rank, int size) {
         d, Drop::kForgedSender,
         "its header says it is from rank " + std::to_string(h.sender));
   }
-  if (h.kind > static_cast<uint32_t>(MsgKind::kBye)) {
+  if (h.kind > static_cast<uint32_t>(MsgKind::kLane)) {
     return Dropped(d, Drop::kMalformed,
                    "unknown kind " + std::to_string(h.kind));
   }
   d.kind = static_cast<MsgKind>(h.kind);
   d.group = h.group;
   d.tag = h.tag;
+  if (d.kind == MsgKind::kLane) {
+    const size_t want = h.tag == kLaneOffer ? 48 : 8;
+    if (h.group != 0 || (h.tag != kLaneOffer && h.tag != kLaneAck) ||
+        in.frame[2].size() != want) {
+      return Dropped(d, Drop::kMalformed,
+                     "a sealed-lane setup with group " +
+                         std::to_string(h.group) + ", tag " +
+                         std::to_string(h.tag) + " and " +
+                         std::to_string(in.frame[2].size()) + " bytes");
+    }
+    return d;
+  }
   const bool control = d.kind == MsgKind::kHello ||
                        d.kind == MsgKind::kHeartbeat || d.kind == MsgKind::kBye;
   if (control && (h.group != 0 || h.tag != 0 || !in.frame[2].empty())) {

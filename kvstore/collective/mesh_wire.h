@@ -33,8 +33,15 @@ enum class MsgKind : uint32_t {
   kCollective = 1,  // all-reduce, broadcast, barrier, split
   kHello = 2,       // connection handshake
   kHeartbeat = 3,
-  kBye = 4,  // the sender is leaving cleanly
+  kBye = 4,   // the sender is leaving cleanly
+  kLane = 5,  // sealed-lane setup (mesh_lane.cc): tag kLaneOffer or kLaneAck
 };
+
+// kLane's tags: an offer (body: the sender's lane port, the lane id and key
+// it will seal with, 48 bytes), and the answer that the key is kept (body:
+// the lane id).
+inline constexpr uint64_t kLaneOffer = 1;
+inline constexpr uint64_t kLaneAck = 2;
 
 // Every message is two frames: this header and the body (empty for hello,
 // heartbeat and bye). Each rank's DEALER carries its rank as routing id

@@ -1,0 +1,273 @@
+// The mesh's sealed lane (net/seal.h; the parameter-server van has the same,
+// kvstore/ps/zmq_van_lane.cc): with security on, a rank sends to a peer it
+// reaches over TCP over a second connection, every frame sealed with
+// AES-256-GCM under a random key it gave the peer over CURVE.
+//
+// Set up in Connect, after the hellos, for every TCP peer at once:
+//  1. Each rank sends each TCP peer, over CURVE, an offer (kLane, tag
+//     kLaneOffer): its lane's port, and the id and key of the lane it will
+//     seal with (zeros when it has no lane).
+//  2. The receive thread keeps an offered key under its lane id and answers
+//     (kLaneAck) once it is kept.
+//  3. Once a peer's offer shows a lane and its ack came, the rank connects
+//     a DEALER to the peer's lane, sends a sealed probe and waits for the
+//     sealed "ready" (at most kLaneProbeMs); then every later message to
+//     that peer goes over the lane. No message of the job went to the peer
+//     before (Connect has not returned), so nothing can be overtaken. A
+//     peer whose lane does not answer keeps CURVE.
+// The receive thread opens what comes on the lane (net::LaneReader: a lane
+// it was offered, in sequence, whole, under its key) and hands it to the
+// same decoding as the ROUTER's messages, as from the rank that offered
+// the lane; anything else is dropped, counted and logged (rate-limited).
+#include <glog/logging.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kvstore/collective/mesh.h"
+#include "kvstore/collective/mesh_peer.h"
+#include "net/zmq_error.h"
+#include "net/zmq_frame.h"
+
+namespace kvtrain {
+namespace collective {
+
+namespace {
+
+using net::ZmqError;
+
+// How long a rank waits for a peer's lane to answer its probe before it
+// keeps CURVE for that peer.
+constexpr int kLaneProbeMs = 5000;
+constexpr size_t kOfferBytes = 16 + net::kSealKeyBytes;
+
+void PutU64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+
+uint64_t GetU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) {
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  }
+  return v;
+}
+
+}  // namespace
+
+Status Mesh::BindLane() {
+  void* s = zmq_socket(ctx_, ZMQ_ROUTER);
+  if (s == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
+  const int zero = 0;
+  zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+  zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof(zero));
+  Status st = net::LimitInbound(s);
+  if (st.ok() && zmq_bind(s, "tcp://*:*") != 0) {
+    st = Status::Unavailable("cannot bind the sealed lane: " + ZmqError());
+  }
+  char last[256];
+  size_t len = sizeof(last);
+  if (st.ok() && zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, last, &len) != 0) {
+    st = Status::Internal("ZMQ_LAST_ENDPOINT: " + ZmqError());
+  }
+  if (!st.ok()) {
+    zmq_close(s);
+    return st;
+  }
+  const std::string bound(last);
+  lane_port_ = std::atoi(bound.c_str() + bound.rfind(':') + 1);
+  lane_ = s;
+  return Status::OK();
+}
+
+Status Mesh::ConnectLanes(Clock::time_point deadline) {
+  if (!options_.key.secure()) return Status::OK();
+  std::vector<std::unique_ptr<net::LaneWriter>> writers(size_);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || peers_[p]->ipc) continue;
+    std::string offer(kOfferBytes, '\0');
+    if (lane_ != nullptr) {
+      StatusOr<std::unique_ptr<net::LaneWriter>> w = net::LaneWriter::Create();
+      if (w.ok()) {
+        writers[p] = std::move(*w);
+        PutU64(&offer[0], static_cast<uint64_t>(lane_port_));
+        PutU64(&offer[8], writers[p]->id());
+        std::memcpy(&offer[16], writers[p]->key().data(), net::kSealKeyBytes);
+      }
+    }
+    KV_RETURN_IF_ERROR(
+        Send(p, MsgKind::kLane, 0, kLaneOffer, offer.data(), offer.size()));
+  }
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || peers_[p]->ipc) continue;
+    auto offer = Recv(p, MsgKind::kLane, 0, kLaneOffer, deadline);
+    if (!offer.ok())
+      return offer.status().Annotate("connecting to " + PeerName(p));
+    const uint64_t port = GetU64((*offer)->data());
+    if (writers[p] == nullptr || port == 0 || port > 65535) continue;
+    auto ack = Recv(p, MsgKind::kLane, 0, kLaneAck, deadline);
+    if (!ack.ok()) return ack.status().Annotate("connecting to " + PeerName(p));
+    if (GetU64((*ack)->data()) != writers[p]->id()) continue;
+    void* s = zmq_socket(ctx_, ZMQ_DEALER);
+    if (s == nullptr) continue;
+    const int zero = 0;
+    const int wait_ms = static_cast<int>(std::max<int64_t>(
+        1,
+        std::min<int64_t>(kLaneProbeMs,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              deadline - Clock::now())
+                              .count())));
+    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero));
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &wait_ms, sizeof(wait_ms));
+    const std::string ep =
+        "tcp://" + peers_[p]->endpoint.host + ":" + std::to_string(port);
+    const std::string probe = writers[p]->Probe();
+    bool ready = false;
+    if (net::LimitInbound(s).ok() && zmq_connect(s, ep.c_str()) == 0 &&
+        zmq_send(s, probe.data(), probe.size(), 0) >= 0) {
+      net::ZmqFrame reply;
+      ready = zmq_msg_recv(&reply.msg, s, 0) >= 0 &&
+              !zmq_msg_more(&reply.msg) &&
+              writers[p]->IsReady(static_cast<char*>(zmq_msg_data(&reply.msg)),
+                                  zmq_msg_size(&reply.msg));
+    }
+    if (!ready) {
+      LOG(WARNING) << "all-reduce rank " << rank_ << ": the sealed lane of "
+                   << PeerName(p) << " (" << ep
+                   << ") did not answer; messages to it go over CURVE";
+      zmq_close(s);
+      continue;
+    }
+    Peer& peer = *peers_[p];
+    std::lock_guard<std::mutex> l(peer.mu);
+    peer.lane = s;
+    peer.writer = std::move(writers[p]);
+  }
+  return Status::OK();
+}
+
+bool Mesh::Sealed(int peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_) return false;
+  std::lock_guard<std::mutex> l(peers_[peer]->mu);
+  return peers_[peer]->lane != nullptr;
+}
+
+void Mesh::OnLaneOffer(int peer, const Payload& body) {
+  const uint64_t id = GetU64(body.data() + 8);
+  if (lane_ == nullptr || id == 0) return;
+  StatusOr<std::unique_ptr<net::Sealer>> sealer =
+      net::Sealer::Create(std::string(body.data() + 16, net::kSealKeyBytes));
+  if (!sealer.ok()) return;
+  // The peer offered again (it cannot, short of a bug): its earlier lane is
+  // done.
+  for (auto it = lanes_in_.begin(); it != lanes_in_.end();) {
+    it = it->second.peer == peer ? lanes_in_.erase(it) : std::next(it);
+  }
+  if (lanes_in_.count(id) != 0) return;
+  LaneIn& in = lanes_in_[id];
+  in.peer = peer;
+  in.reader = std::make_unique<net::LaneReader>(id, std::move(*sealer));
+  char ack[8];
+  PutU64(ack, id);
+  SendRaw(peer, MsgKind::kLane, 0, kLaneAck, ack, sizeof(ack), /*copy=*/true);
+}
+
+void Mesh::HandleLane() {
+  for (;;) {
+    net::ZmqFrame id;
+    if (zmq_msg_recv(&id.msg, lane_, ZMQ_DONTWAIT) < 0) return;
+    std::vector<std::unique_ptr<net::ZmqFrame>> parts;
+    for (bool more = zmq_msg_more(&id.msg); more;) {
+      auto f = std::make_unique<net::ZmqFrame>();
+      if (zmq_msg_recv(&f->msg, lane_, 0) < 0) break;
+      more = zmq_msg_more(&f->msg);
+      parts.push_back(std::move(f));
+    }
+    std::vector<net::LaneReader::Part> sealed;
+    for (auto& f : parts) {
+      sealed.push_back(
+          {static_cast<char*>(zmq_msg_data(&f->msg)), zmq_msg_size(&f->msg)});
+    }
+    uint64_t lane_id = 0;
+    auto in = lanes_in_.end();
+    bool probe = false;
+    uint64_t lost = 0;
+    std::string answer;
+    Status opened;
+    if (sealed.empty() ||
+        !net::PeekLaneId(sealed[0].data, sealed[0].size, &lane_id)) {
+      opened = Status::InvalidArgument("it is not sealed");
+    } else if ((in = lanes_in_.find(lane_id)) == lanes_in_.end()) {
+      opened =
+          Status::InvalidArgument("it names no lane this rank was offered");
+    } else {
+      opened = in->second.reader->Open(sealed, &probe, &lost, &answer);
+    }
+    if (!opened.ok()) {
+      lane_refused_.fetch_add(1);
+      const char* address = zmq_msg_gets(
+          parts.empty() ? &id.msg : &parts[0]->msg, "Peer-Address");
+      KV_LOG_LIMITED(WARNING, bad_input_log_)
+          << "all-reduce rank " << rank_
+          << ": sealed lane: dropped a message from "
+          << (address != nullptr ? address : "an unknown peer") << ": "
+          << opened.message();
+      continue;
+    }
+    if (probe) {
+      zmq_send(lane_, zmq_msg_data(&id.msg), zmq_msg_size(&id.msg),
+               ZMQ_SNDMORE | ZMQ_DONTWAIT);
+      zmq_send(lane_, answer.data(), answer.size(), ZMQ_DONTWAIT);
+      continue;
+    }
+    const int peer = in->second.peer;
+    LOG_IF(WARNING, lost > 0)
+        << "all-reduce rank " << rank_ << ": sealed lane from "
+        << PeerName(peer) << ": " << lost
+        << " frames never came (a message lost on the way)";
+    for (auto& f : parts) {
+      f->skip_front = net::kSealHeaderBytes;
+      f->skip_back = net::kSealTagBytes;
+    }
+    // As if it came from the peer's own connection: its routing id.
+    const std::string from = RankRoutingId(peer);
+    zmq_msg_t* first = &parts[0]->msg;  // heap-held: stays valid in Accept
+    Accept(from, first, std::move(parts));
+  }
+}
+
+Status Mesh::SendSealed(int peer, const void* header, size_t header_size,
+                        const void* data, size_t size) {
+  Peer& p = *peers_[peer];
+  // The header, then the body in pieces of at most kMaxFramePayloadBytes
+  // (as over CURVE), each sealed into its own ZeroMQ message buffer.
+  const size_t piece = static_cast<size_t>(net::kMaxFramePayloadBytes);
+  const size_t pieces = size == 0 ? 1 : (size + piece - 1) / piece;
+  const size_t n = 1 + pieces;
+  for (size_t i = 0; i < n; ++i) {
+    const char* at = i == 0 ? static_cast<const char*>(header)
+                            : static_cast<const char*>(data) + (i - 1) * piece;
+    const size_t len =
+        i == 0 ? header_size : std::min(piece, size - (i - 1) * piece);
+    zmq_msg_t m;
+    zmq_msg_init_size(&m, net::SealedSize(len));
+    const Status sealed = p.writer->Seal(i, n, len > 0 ? at : nullptr, len,
+                                         static_cast<char*>(zmq_msg_data(&m)));
+    if (!sealed.ok() ||
+        zmq_msg_send(&m, p.lane, i + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
+      const std::string err =
+          sealed.ok() ? ZmqError() : std::string(sealed.message());
+      zmq_msg_close(&m);
+      return Status::Unavailable("send to " + PeerName(peer) +
+                                 " over its sealed lane: " + err);
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace collective
+}  // namespace kvtrain
