@@ -147,13 +147,12 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "doorbell (a pipe): one thread wake-up per message, where the socket "
        "costs three (both processes' ZeroMQ I/O threads). 0: the socket."},
       {env::kSealedLane, "1",
-       "With security on, parameter-server nodes that reach a peer over TCP "
-       "send frames of 16 KiB and more over a second connection to it (the "
-       "sealed lane), each frame encrypted and authenticated with AES-256-GCM "
-       "under a random key given to the peer over CURVE, while the messages "
-       "that say which frames are whose still go over CURVE: about 2.8 times "
-       "less CPU per byte than CURVE's own encryption. 0: every frame over "
-       "CURVE."},
+       "With security on, a parameter-server node or all-reduce rank that "
+       "reaches a peer over TCP sends it its messages over a second connection "
+       "(the sealed lane), every frame encrypted and authenticated with "
+       "AES-256-GCM under a random key given to the peer over CURVE once CURVE "
+       "has authenticated it: about 2.8 times less CPU per byte than CURVE's "
+       "own encryption. 0: every message over CURVE."},
       {env::kSshStrictHostKeys, "0",
        "1: the ssh launcher uses StrictHostKeyChecking=yes (only hosts already "
        "in known_hosts receive the job key); the same as tracker/launch.py "

@@ -429,39 +429,35 @@ int RunDriver() {
       same_host_jobs.push_back(std::move(*local));
     }
   }
+  // One table of `other` against the plain jobs, row by row.
+  auto table = [&](const char* title, const char* plain, const char* name,
+                   const char* short_name, const std::vector<Rows>& other) {
+    std::printf("\n%s, the same jobs in this run:\n", title);
+    std::printf("%-6s %7s %9s %12s %12s %11s %10s %10s\n", "job", "size",
+                "in flight", plain, name,
+                (std::string(short_name) + "/plain").c_str(), "GB/s plain",
+                (std::string("GB/s ") + short_name).c_str());
+    for (size_t i = 0; i < other.size(); ++i) {
+      PrintCurveRows(jobs[i].first, jobs[i].second, other[i], sizes);
+    }
+  };
   if (FLAGS_curve) {
-    std::printf(
-        "\nSecurity between hosts as a user gets it (KVTRAIN_JOB_KEY: CURVE, "
-        "frames "
-        "of 16 KiB and more on the sealed lane, AES-256-GCM) vs plain, the "
-        "same jobs "
-        "in this run:\n");
-    std::printf("%-6s %7s %9s %12s %12s %11s %10s %10s\n", "job", "size",
-                "in flight", "plain", "secure", "secure/plain", "GB/s plain",
-                "GB/s secure");
-    for (size_t i = 0; i < curve_jobs.size(); ++i) {
-      PrintCurveRows(jobs[i].first, jobs[i].second, curve_jobs[i], sizes);
-    }
-    std::printf(
-        "\nCURVE alone (KVTRAIN_SEALED_LANE=0: every byte through CURVE) vs "
-        "plain, "
-        "the same jobs in this run:\n");
-    std::printf("%-6s %7s %9s %12s %12s %11s %10s %10s\n", "job", "size",
-                "in flight", "plain", "CURVE", "CURVE/plain", "GB/s plain",
-                "GB/s CURVE");
-    for (size_t i = 0; i < curve_only_jobs.size(); ++i) {
-      PrintCurveRows(jobs[i].first, jobs[i].second, curve_only_jobs[i], sizes);
-    }
+    table(
+        "Security between hosts as a user gets it (KVTRAIN_JOB_KEY: CURVE, "
+        "then every "
+        "message on the sealed lane, AES-256-GCM) vs plain",
+        "plain", "secure", "secure", curve_jobs);
+    table(
+        "CURVE alone (KVTRAIN_SEALED_LANE=0: every byte through CURVE) vs "
+        "plain",
+        "plain", "CURVE", "CURVE", curve_only_jobs);
   }
   if (FLAGS_same_host) {
-    std::printf(
-        "\nDefault settings on one host (security on: the same-host socket, no CURVE) vs "
-        "plain TCP, the same jobs in this run:\n");
-    std::printf("%-6s %7s %9s %12s %12s %11s %10s %10s\n", "job", "size", "in flight",
-                "plain TCP", "same-host", "same/TCP", "GB/s TCP", "GB/s same");
-    for (size_t i = 0; i < same_host_jobs.size(); ++i) {
-      PrintCurveRows(jobs[i].first, jobs[i].second, same_host_jobs[i], sizes);
-    }
+    table(
+        "Default settings on one host (security on: the same-host socket, no "
+        "CURVE) vs "
+        "plain TCP",
+        "plain TCP", "same-host", "same", same_host_jobs);
   }
   if (StatusOr<EchoClient*> c = EchoClient::Connect(*port); c.ok()) {
     (*c)->Stop();  // an empty message ends the echo server

@@ -13,27 +13,15 @@ namespace {
 
 constexpr char kMagic[4] = {'k', 'v', 'S', 'L'};
 
-void PutU64(char* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
-}
-
-uint64_t GetU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) {
-    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  }
-  return v;
-}
-
 // Layout: magic[4] kind[1] dir[1] zero[2] lane[8] seq[8] size[8].
 void EncodeHeader(const SealHeader& h, char* out) {
   std::memcpy(out, kMagic, 4);
   out[4] = static_cast<char>(h.kind);
   out[5] = static_cast<char>(h.dir);
   out[6] = out[7] = 0;
-  PutU64(out + 8, h.lane);
-  PutU64(out + 16, h.seq);
-  PutU64(out + 24, h.size);
+  StoreLe64(out + 8, h.lane);
+  StoreLe64(out + 16, h.seq);
+  StoreLe64(out + 24, h.size);
 }
 
 // The 96-bit nonce: direction, then the sequence number.
@@ -56,9 +44,9 @@ bool PeekSealed(const char* data, size_t size, SealHeader* header) {
   SealHeader h;
   h.kind = static_cast<SealKind>(kind);
   h.dir = static_cast<SealDir>(dir);
-  h.lane = GetU64(data + 8);
-  h.seq = GetU64(data + 16);
-  h.size = GetU64(data + 24);
+  h.lane = LoadLe64(data + 8);
+  h.seq = LoadLe64(data + 16);
+  h.size = LoadLe64(data + 24);
   if (h.size != size - kSealHeaderBytes - kSealTagBytes) return false;
   *header = h;
   return true;
@@ -227,7 +215,7 @@ StatusOr<std::unique_ptr<LaneWriter>> LaneWriter::Create() {
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Sealer> sealer, Sealer::Create(key));
   const std::string id = SealRandomBytes(8);
   return std::unique_ptr<LaneWriter>(
-      new LaneWriter(GetU64(id.data()), std::move(key), std::move(sealer)));
+      new LaneWriter(LoadLe64(id.data()), std::move(key), std::move(sealer)));
 }
 
 std::string LaneWriter::Probe() {
@@ -255,6 +243,19 @@ Status LaneWriter::Seal(size_t i, size_t n, const void* data, size_t size,
   h.seq = ++seq_;
   h.size = size;
   return sealer_->Seal(h, data, out);
+}
+
+Status OpenLaneMessage(const std::vector<LaneReader::Part>& parts,
+                       const std::function<LaneReader*(uint64_t)>& reader_of,
+                       uint64_t* lane_id, bool* probe, uint64_t* lost,
+                       std::string* answer) {
+  if (parts.empty() || !PeekLaneId(parts[0].data, parts[0].size, lane_id)) {
+    return Status::InvalidArgument("it is not sealed");
+  }
+  LaneReader* reader = reader_of(*lane_id);
+  if (reader == nullptr)
+    return Status::InvalidArgument("it names no lane offered here");
+  return reader->Open(parts, probe, lost, answer);
 }
 
 std::string SealRandomBytes(size_t n) {

@@ -21,8 +21,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -84,6 +86,18 @@ class Sealer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Little-endian 64-bit fields of the lane's messages.
+inline void StoreLe64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+inline uint64_t LoadLe64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) {
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  }
+  return v;
+}
+
 // The lane a message's first part names, if that part is shaped like a
 // sealed frame to a receiver (PeekSealed, without opening it).
 bool PeekLaneId(const char* data, size_t size, uint64_t* lane);
@@ -120,6 +134,15 @@ class LaneReader {
 };
 
 inline constexpr size_t kSealedOverhead = kSealHeaderBytes + kSealTagBytes;
+
+// Opens a message that came on a lane (LaneReader::Open) with the reader
+// of the lane its first part names (`reader_of`: null for a lane not
+// offered here); *lane_id is that lane. InvalidArgument naming why it is
+// dropped otherwise.
+Status OpenLaneMessage(const std::vector<LaneReader::Part>& parts,
+                       const std::function<LaneReader*(uint64_t)>& reader_of,
+                       uint64_t* lane_id, bool* probe, uint64_t* lost,
+                       std::string* answer);
 
 // The sending end of one lane: a random id and key (to give the receiver
 // over an authenticated channel) and the sequence numbers. Not thread-safe.

@@ -44,18 +44,6 @@ using net::ZmqError;
 constexpr int kLaneProbeMs = 5000;
 constexpr size_t kOfferBytes = 16 + net::kSealKeyBytes;
 
-void PutU64(char* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
-}
-
-uint64_t GetU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) {
-    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  }
-  return v;
-}
-
 }  // namespace
 
 Status Mesh::BindLane() {
@@ -93,8 +81,8 @@ Status Mesh::ConnectLanes(Clock::time_point deadline) {
       StatusOr<std::unique_ptr<net::LaneWriter>> w = net::LaneWriter::Create();
       if (w.ok()) {
         writers[p] = std::move(*w);
-        PutU64(&offer[0], static_cast<uint64_t>(lane_port_));
-        PutU64(&offer[8], writers[p]->id());
+        net::StoreLe64(&offer[0], static_cast<uint64_t>(lane_port_));
+        net::StoreLe64(&offer[8], writers[p]->id());
         std::memcpy(&offer[16], writers[p]->key().data(), net::kSealKeyBytes);
       }
     }
@@ -106,11 +94,11 @@ Status Mesh::ConnectLanes(Clock::time_point deadline) {
     auto offer = Recv(p, MsgKind::kLane, 0, kLaneOffer, deadline);
     if (!offer.ok())
       return offer.status().Annotate("connecting to " + PeerName(p));
-    const uint64_t port = GetU64((*offer)->data());
+    const uint64_t port = net::LoadLe64((*offer)->data());
     if (writers[p] == nullptr || port == 0 || port > 65535) continue;
     auto ack = Recv(p, MsgKind::kLane, 0, kLaneAck, deadline);
     if (!ack.ok()) return ack.status().Annotate("connecting to " + PeerName(p));
-    if (GetU64((*ack)->data()) != writers[p]->id()) continue;
+    if (net::LoadLe64((*ack)->data()) != writers[p]->id()) continue;
     void* s = zmq_socket(ctx_, ZMQ_DEALER);
     if (s == nullptr) continue;
     const int zero = 0;
@@ -157,7 +145,7 @@ bool Mesh::Sealed(int peer) {
 }
 
 void Mesh::OnLaneOffer(int peer, const Payload& body) {
-  const uint64_t id = GetU64(body.data() + 8);
+  const uint64_t id = net::LoadLe64(body.data() + 8);
   if (lane_ == nullptr || id == 0) return;
   StatusOr<std::unique_ptr<net::Sealer>> sealer =
       net::Sealer::Create(std::string(body.data() + 16, net::kSealKeyBytes));
@@ -172,7 +160,7 @@ void Mesh::OnLaneOffer(int peer, const Payload& body) {
   in.peer = peer;
   in.reader = std::make_unique<net::LaneReader>(id, std::move(*sealer));
   char ack[8];
-  PutU64(ack, id);
+  net::StoreLe64(ack, id);
   SendRaw(peer, MsgKind::kLane, 0, kLaneAck, ack, sizeof(ack), /*copy=*/true);
 }
 
@@ -193,20 +181,16 @@ void Mesh::HandleLane() {
           {static_cast<char*>(zmq_msg_data(&f->msg)), zmq_msg_size(&f->msg)});
     }
     uint64_t lane_id = 0;
-    auto in = lanes_in_.end();
     bool probe = false;
     uint64_t lost = 0;
     std::string answer;
-    Status opened;
-    if (sealed.empty() ||
-        !net::PeekLaneId(sealed[0].data, sealed[0].size, &lane_id)) {
-      opened = Status::InvalidArgument("it is not sealed");
-    } else if ((in = lanes_in_.find(lane_id)) == lanes_in_.end()) {
-      opened =
-          Status::InvalidArgument("it names no lane this rank was offered");
-    } else {
-      opened = in->second.reader->Open(sealed, &probe, &lost, &answer);
-    }
+    const Status opened = net::OpenLaneMessage(
+        sealed,
+        [this](uint64_t lane) {
+          auto it = lanes_in_.find(lane);
+          return it == lanes_in_.end() ? nullptr : it->second.reader.get();
+        },
+        &lane_id, &probe, &lost, &answer);
     if (!opened.ok()) {
       lane_refused_.fetch_add(1);
       const char* address = zmq_msg_gets(
@@ -224,7 +208,7 @@ void Mesh::HandleLane() {
       zmq_send(lane_, answer.data(), answer.size(), ZMQ_DONTWAIT);
       continue;
     }
-    const int peer = in->second.peer;
+    const int peer = lanes_in_[lane_id].peer;
     LOG_IF(WARNING, lost > 0)
         << "all-reduce rank " << rank_ << ": sealed lane from "
         << PeerName(peer) << ": " << lost

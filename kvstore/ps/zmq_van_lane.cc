@@ -55,18 +55,6 @@ constexpr size_t kOfferBytes = 16 + net::kSealKeyBytes;
 constexpr size_t kPortBytes = 24;
 constexpr size_t kSwitchBytes = 16;
 
-void PutU64(char* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
-}
-
-uint64_t GetU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) {
-    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  }
-  return v;
-}
-
 bool HasMagic(const Blob& b, const char (&magic)[8], size_t size) {
   return b.size() == size && std::memcmp(b.data(), magic, 8) == 0;
 }
@@ -96,7 +84,7 @@ void OfferLane(ZmqVan::Conn* c, void* ctx, const std::string& host,
   // The key travels inside CURVE; the lane only ever carries what it seals.
   std::string offer(kOfferBytes, '\0');
   std::memcpy(&offer[0], kOfferMagic, 8);
-  PutU64(&offer[8], lane->writer->id());
+  net::StoreLe64(&offer[8], lane->writer->id());
   std::memcpy(&offer[16], lane->writer->key().data(), net::kSealKeyBytes);
   if (zmq_send(c->socket, "", 0, ZMQ_SNDMORE) < 0 ||
       zmq_send(c->socket, offer.data(), offer.size(), 0) < 0) {
@@ -126,14 +114,14 @@ void AdvanceLane(ZmqVan::Conn* c) {
     if (parts.size() != 2 || !parts[0].empty() ||
         parts[1].size() != kPortBytes ||
         std::memcmp(parts[1].data(), kPortMagic, 8) != 0 ||
-        GetU64(parts[1].data() + 8) != lane->writer->id()) {
+        net::LoadLe64(parts[1].data() + 8) != lane->writer->id()) {
       LOG(WARNING) << "sealed lane to " << c->endpoint
                    << ": the peer's answer to the offer is malformed; frames "
                       "stay on CURVE";
       lane->state = LaneOut::State::kOff;
       return;
     }
-    const uint64_t port = GetU64(parts[1].data() + 16);
+    const uint64_t port = net::LoadLe64(parts[1].data() + 16);
     if (port == 0 || port > 65535) {
       LOG_IF(INFO, lane->verbose >= 1)
           << "messages to " << c->endpoint
@@ -174,7 +162,7 @@ void AdvanceLane(ZmqVan::Conn* c) {
                                 zmq_msg_size(&reply));
       char mark[kSwitchBytes];
       std::memcpy(mark, kSwitchMagic, 8);
-      PutU64(mark + 8, lane->writer->id());
+      net::StoreLe64(mark + 8, lane->writer->id());
       if (ok && zmq_send(c->socket, "", 0, ZMQ_SNDMORE) >= 0 &&
           zmq_send(c->socket, mark, sizeof(mark), 0) >= 0) {
         lane->state = LaneOut::State::kReady;
@@ -289,7 +277,7 @@ bool ZmqVan::OnLaneControl(const RawMessage& msg) {
     return false;
   }
   const char* control = msg.frames[1].data();
-  const uint64_t id = GetU64(control + 8);
+  const uint64_t id = net::LoadLe64(control + 8);
   if (HasMagic(msg.frames[1], kSwitchMagic, kSwitchBytes)) {
     // Everything the sender sent over CURVE before it is in: its lane
     // messages go next, in order.
@@ -321,8 +309,8 @@ bool ZmqVan::OnLaneControl(const RawMessage& msg) {
   }
   char answer[kPortBytes];
   std::memcpy(answer, kPortMagic, 8);
-  PutU64(answer + 8, id);
-  PutU64(answer + 16, port);
+  net::StoreLe64(answer + 8, id);
+  net::StoreLe64(answer + 16, port);
   // To the sender's DEALER, over CURVE (best effort: the sender keeps to
   // CURVE until an answer comes).
   zmq_send(router_, msg.token.data(), msg.token.size(),
@@ -362,19 +350,16 @@ bool ZmqVan::ReadLaneMessage() {
         {static_cast<char*>(zmq_msg_data(&p->msg)), zmq_msg_size(&p->msg)});
   }
   uint64_t lane_id = 0;
-  auto in = lanes_in_.end();
   bool probe = false;
   uint64_t lost = 0;
   std::string answer;
-  Status opened;
-  if (sealed.empty() ||
-      !net::PeekLaneId(sealed[0].data, sealed[0].size, &lane_id)) {
-    opened = Status::InvalidArgument("it is not sealed");
-  } else if ((in = lanes_in_.find(lane_id)) == lanes_in_.end()) {
-    opened = Status::InvalidArgument("it names no lane this node was offered");
-  } else {
-    opened = in->second.reader->Open(sealed, &probe, &lost, &answer);
-  }
+  const Status opened = net::OpenLaneMessage(
+      sealed,
+      [this](uint64_t lane) {
+        auto it = lanes_in_.find(lane);
+        return it == lanes_in_.end() ? nullptr : it->second.reader.get();
+      },
+      &lane_id, &probe, &lost, &answer);
   if (!opened.ok()) {
     RefuseLaneMessage(first, std::string(opened.message()));
   } else if (probe) {
@@ -382,7 +367,7 @@ bool ZmqVan::ReadLaneMessage() {
              ZMQ_SNDMORE | ZMQ_DONTWAIT);
     zmq_send(lane_, answer.data(), answer.size(), ZMQ_DONTWAIT);
   } else {
-    LaneIn& lane = in->second;
+    LaneIn& lane = lanes_in_[lane_id];
     LOG_IF(WARNING, lost > 0)
         << "sealed lane from " << lane.token << ": " << lost
         << " frames never came (a message lost on the way)";
