@@ -6,6 +6,7 @@
 #include <zmq.h>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -34,6 +35,8 @@ struct LaneOut {
   void* socket = nullptr;  // DEALER to the peer's lane, once its port is known
   int64_t messages_sent = 0;
   int verbose = 0;  // PS_VERBOSE
+  std::chrono::steady_clock::time_point probed;  // when the probe went
+  bool probe_late = false;                       // said it did not answer
 };
 
 struct ZmqVan::Conn {

@@ -54,6 +54,8 @@ constexpr char kSwitchMagic[8] = {'k', 'v', 'L', 'a', 'n', 'e', 'S', '1'};
 constexpr size_t kOfferBytes = 16 + net::kSealKeyBytes;
 constexpr size_t kPortBytes = 24;
 constexpr size_t kSwitchBytes = 16;
+// How long a lane may take to answer its probe before the sender says so.
+constexpr std::chrono::seconds kProbeLate(5);
 
 bool HasMagic(const Blob& b, const char (&magic)[8], size_t size) {
   return b.size() == size && std::memcmp(b.data(), magic, 8) == 0;
@@ -116,7 +118,7 @@ void AdvanceLane(ZmqVan::Conn* c) {
         std::memcmp(parts[1].data(), kPortMagic, 8) != 0 ||
         net::LoadLe64(parts[1].data() + 8) != lane->writer->id()) {
       LOG(WARNING) << "sealed lane to " << c->endpoint
-                   << ": the peer's answer to the offer is malformed; frames "
+                   << ": the peer's answer to the offer is malformed; messages "
                       "stay on CURVE";
       lane->state = LaneOut::State::kOff;
       return;
@@ -143,13 +145,14 @@ void AdvanceLane(ZmqVan::Conn* c) {
     if (!net::LimitInbound(s).ok() || zmq_connect(s, endpoint.c_str()) != 0 ||
         zmq_send(s, probe.data(), probe.size(), 0) < 0) {
       LOG(WARNING) << "sealed lane to " << endpoint << ": " << ZmqError()
-                   << "; frames stay on CURVE";
+                   << "; messages stay on CURVE";
       zmq_close(s);
       lane->state = LaneOut::State::kOff;
       return;
     }
     lane->socket = s;
     lane->state = LaneOut::State::kProbing;
+    lane->probed = std::chrono::steady_clock::now();
   }
   if (lane->state == LaneOut::State::kProbing) {
     // The answer to the probe comes on the lane, sealed the other way.
@@ -170,11 +173,19 @@ void AdvanceLane(ZmqVan::Conn* c) {
             << "messages to " << c->endpoint
             << " go over its sealed lane from now on";
       } else {
-        LOG(WARNING)
-            << "sealed lane to " << c->endpoint
-            << ": its answer to the probe does not open; frames stay on CURVE";
+        LOG(WARNING) << "sealed lane to " << c->endpoint
+                     << ": its answer to the probe does not open; messages "
+                        "stay on CURVE";
         lane->state = LaneOut::State::kOff;
       }
+    } else if (!lane->probe_late &&
+               std::chrono::steady_clock::now() - lane->probed > kProbeLate) {
+      // Its port may be closed to us (a firewall): CURVE carries on; the
+      // lane is used if it answers later.
+      lane->probe_late = true;
+      LOG(WARNING) << "sealed lane to " << c->endpoint
+                   << " has not answered its probe in " << kProbeLate.count()
+                   << " s; messages go over CURVE meanwhile";
     }
     zmq_msg_close(&reply);
   }

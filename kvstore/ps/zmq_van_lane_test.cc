@@ -8,6 +8,7 @@
 #include <zmq.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -221,6 +222,53 @@ std::string RecvLast(void* s) {
   } while (zmq_msg_more(&m));
   zmq_msg_close(&m);
   return last;
+}
+
+TEST(ZmqVanLaneTest, ALaneThatNeverAnswersLeavesMessagesOnCurve) {
+  // The receiver is played by hand: it answers the offer with a port no one
+  // listens on (as behind a firewall), so the probe never gets an answer.
+  const JobKey key = JobKey::Generate();
+  void* ctx = zmq_ctx_new();
+  void* router = zmq_socket(ctx, ZMQ_ROUTER);
+  const int timeout = 30000;
+  zmq_setsockopt(router, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+  ASSERT_TRUE(net::SecureSocket(router, key, /*is_server=*/true).ok());
+  ASSERT_EQ(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
+  char last[256];
+  size_t len = sizeof(last);
+  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, last, &len);
+  const int port = std::atoi(std::strrchr(last, ':') + 1);
+  auto sender = SenderVan(key, port);
+  auto recv_all = [&] {
+    std::vector<std::string> parts;
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    do {
+      if (zmq_msg_recv(&m, router, 0) < 0) break;
+      parts.emplace_back(static_cast<const char*>(zmq_msg_data(&m)),
+                         zmq_msg_size(&m));
+    } while (zmq_msg_more(&m));
+    zmq_msg_close(&m);
+    return parts;
+  };
+  const std::vector<std::string> offer = recv_all();
+  ASSERT_EQ(offer.size(), 3u);  // routing id, empty, the offer
+  ASSERT_EQ(offer[2].substr(0, 8), "kvLaneO1");
+  const std::string answer = "kvLaneP1" + offer[2].substr(8, 8) + U64(1);
+  SendParts(router, {offer[0], "", answer});
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(sender->Send(1, 0, Message(i)).ok());
+    const std::vector<std::string> got = recv_all();
+    ASSERT_EQ(got.size(), 4u) << i;
+    EXPECT_EQ(got[2], Pattern(100000 + i, i));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(sender->lane_messages_sent(), 0);
+  sender.reset();
+  const int zero = 0;
+  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
+  zmq_close(router);
+  zmq_ctx_term(ctx);
 }
 
 TEST(ZmqVanLaneTest, AMessageIsTakenOnceWholeAndInOrder) {
