@@ -247,15 +247,14 @@ Status LaneWriter::Seal(size_t i, size_t n, const void* data, size_t size,
 
 Status OpenLaneMessage(const std::vector<LaneReader::Part>& parts,
                        const std::function<LaneReader*(uint64_t)>& reader_of,
-                       uint64_t* lane_id, bool* probe, uint64_t* lost,
-                       std::string* answer) {
-  if (parts.empty() || !PeekLaneId(parts[0].data, parts[0].size, lane_id)) {
+                       LaneOpened* out) {
+  if (parts.empty() || !PeekLaneId(parts[0].data, parts[0].size, &out->lane)) {
     return Status::InvalidArgument("it is not sealed");
   }
-  LaneReader* reader = reader_of(*lane_id);
+  LaneReader* reader = reader_of(out->lane);
   if (reader == nullptr)
     return Status::InvalidArgument("it names no lane offered here");
-  return reader->Open(parts, probe, lost, answer);
+  return reader->Open(parts, &out->probe, &out->lost, &out->answer);
 }
 
 std::string SealRandomBytes(size_t n) {

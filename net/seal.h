@@ -135,14 +135,33 @@ class LaneReader {
 
 inline constexpr size_t kSealedOverhead = kSealHeaderBytes + kSealTagBytes;
 
+// What opening a message that came on a lane found.
+struct LaneOpened {
+  uint64_t lane = 0;   // the lane it came on
+  bool probe = false;  // a probe: send `answer` back on its connection
+  uint64_t lost = 0;   // frames the lane skipped before it
+  std::string answer;
+};
+
 // Opens a message that came on a lane (LaneReader::Open) with the reader
 // of the lane its first part names (`reader_of`: null for a lane not
-// offered here); *lane_id is that lane. InvalidArgument naming why it is
-// dropped otherwise.
+// offered here). InvalidArgument naming why it is dropped otherwise.
 Status OpenLaneMessage(const std::vector<LaneReader::Part>& parts,
                        const std::function<LaneReader*(uint64_t)>& reader_of,
-                       uint64_t* lane_id, bool* probe, uint64_t* lost,
-                       std::string* answer);
+                       LaneOpened* out);
+
+// The same over a map from lane id to entries that hold a `reader`.
+template <typename Lanes>
+Status OpenLaneMessage(const std::vector<LaneReader::Part>& parts, Lanes& lanes,
+                       LaneOpened* out) {
+  return OpenLaneMessage(
+      parts,
+      [&lanes](uint64_t lane) -> LaneReader* {
+        auto it = lanes.find(lane);
+        return it == lanes.end() ? nullptr : it->second.reader.get();
+      },
+      out);
+}
 
 // The sending end of one lane: a random id and key (to give the receiver
 // over an authenticated channel) and the sequence numbers. Not thread-safe.

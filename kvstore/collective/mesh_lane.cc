@@ -180,17 +180,8 @@ void Mesh::HandleLane() {
       sealed.push_back(
           {static_cast<char*>(zmq_msg_data(&f->msg)), zmq_msg_size(&f->msg)});
     }
-    uint64_t lane_id = 0;
-    bool probe = false;
-    uint64_t lost = 0;
-    std::string answer;
-    const Status opened = net::OpenLaneMessage(
-        sealed,
-        [this](uint64_t lane) {
-          auto it = lanes_in_.find(lane);
-          return it == lanes_in_.end() ? nullptr : it->second.reader.get();
-        },
-        &lane_id, &probe, &lost, &answer);
+    net::LaneOpened got;
+    const Status opened = net::OpenLaneMessage(sealed, lanes_in_, &got);
     if (!opened.ok()) {
       lane_refused_.fetch_add(1);
       const char* address = zmq_msg_gets(
@@ -202,16 +193,16 @@ void Mesh::HandleLane() {
           << opened.message();
       continue;
     }
-    if (probe) {
+    if (got.probe) {
       zmq_send(lane_, zmq_msg_data(&id.msg), zmq_msg_size(&id.msg),
                ZMQ_SNDMORE | ZMQ_DONTWAIT);
-      zmq_send(lane_, answer.data(), answer.size(), ZMQ_DONTWAIT);
+      zmq_send(lane_, got.answer.data(), got.answer.size(), ZMQ_DONTWAIT);
       continue;
     }
-    const int peer = lanes_in_[lane_id].peer;
-    LOG_IF(WARNING, lost > 0)
+    const int peer = lanes_in_[got.lane].peer;
+    LOG_IF(WARNING, got.lost > 0)
         << "all-reduce rank " << rank_ << ": sealed lane from "
-        << PeerName(peer) << ": " << lost
+        << PeerName(peer) << ": " << got.lost
         << " frames never came (a message lost on the way)";
     for (auto& f : parts) {
       f->skip_front = net::kSealHeaderBytes;

@@ -360,27 +360,18 @@ bool ZmqVan::ReadLaneMessage() {
     sealed.push_back(
         {static_cast<char*>(zmq_msg_data(&p->msg)), zmq_msg_size(&p->msg)});
   }
-  uint64_t lane_id = 0;
-  bool probe = false;
-  uint64_t lost = 0;
-  std::string answer;
-  const Status opened = net::OpenLaneMessage(
-      sealed,
-      [this](uint64_t lane) {
-        auto it = lanes_in_.find(lane);
-        return it == lanes_in_.end() ? nullptr : it->second.reader.get();
-      },
-      &lane_id, &probe, &lost, &answer);
+  net::LaneOpened got;
+  const Status opened = net::OpenLaneMessage(sealed, lanes_in_, &got);
   if (!opened.ok()) {
     RefuseLaneMessage(first, std::string(opened.message()));
-  } else if (probe) {
+  } else if (got.probe) {
     zmq_send(lane_, zmq_msg_data(&id), zmq_msg_size(&id),
              ZMQ_SNDMORE | ZMQ_DONTWAIT);
-    zmq_send(lane_, answer.data(), answer.size(), ZMQ_DONTWAIT);
+    zmq_send(lane_, got.answer.data(), got.answer.size(), ZMQ_DONTWAIT);
   } else {
-    LaneIn& lane = lanes_in_[lane_id];
-    LOG_IF(WARNING, lost > 0)
-        << "sealed lane from " << lane.token << ": " << lost
+    LaneIn& lane = lanes_in_[got.lane];
+    LOG_IF(WARNING, got.lost > 0)
+        << "sealed lane from " << lane.token << ": " << got.lost
         << " frames never came (a message lost on the way)";
     RawMessage msg;
     msg.token = lane.token;
