@@ -1,18 +1,21 @@
 // JobKey (environment, key files), SecureSocket and the ZAP handler.
 #include "net/curve.h"
 
-#include <sys/stat.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <zmq.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 #include <vector>
+
+#include "net/zmq_error.h"
 
 namespace kvtrain {
 namespace net {
@@ -211,6 +214,29 @@ Status LimitInbound(void* socket) {
                             zmq_strerror(zmq_errno()));
   }
   return Status::OK();
+}
+
+StatusOr<void*> BindLaneSocket(void* zmq_context, int* port) {
+  void* s = zmq_socket(zmq_context, ZMQ_ROUTER);
+  if (s == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
+  const int zero = 0;
+  zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+  Status st = LimitInbound(s);
+  if (st.ok() && zmq_bind(s, "tcp://*:*") != 0) {
+    st = Status::Unavailable("cannot bind the sealed lane: " + ZmqError());
+  }
+  char last[256];
+  size_t len = sizeof(last);
+  if (st.ok() && zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, last, &len) != 0) {
+    st = Status::Internal("ZMQ_LAST_ENDPOINT: " + ZmqError());
+  }
+  if (!st.ok()) {
+    zmq_close(s);
+    return st;
+  }
+  const std::string bound(last);
+  *port = std::atoi(bound.c_str() + bound.rfind(':') + 1);
+  return s;
 }
 
 void RaiseFileLimit() {

@@ -102,6 +102,11 @@ inline constexpr int kHandshakeDeadlineMs = 10000;
 inline constexpr int kMaxPendingHandshakes = 32;
 Status LimitInbound(void* zmq_socket);
 
+// The receiving socket of a sealed lane (net/seal.h): a ROUTER without
+// CURVE (every message on it must open under a key given over CURVE),
+// bound on every interface at a free port (*port), with LimitInbound.
+StatusOr<void*> BindLaneSocket(void* zmq_context, int* port);
+
 // Raises this process's soft limit on open files to its hard limit (at
 // most 65536), once: descriptors are what a flood of connections uses up.
 void RaiseFileLimit();

@@ -47,27 +47,7 @@ constexpr size_t kOfferBytes = 16 + net::kSealKeyBytes;
 }  // namespace
 
 Status Mesh::BindLane() {
-  void* s = zmq_socket(ctx_, ZMQ_ROUTER);
-  if (s == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
-  const int zero = 0;
-  zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
-  zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof(zero));
-  Status st = net::LimitInbound(s);
-  if (st.ok() && zmq_bind(s, "tcp://*:*") != 0) {
-    st = Status::Unavailable("cannot bind the sealed lane: " + ZmqError());
-  }
-  char last[256];
-  size_t len = sizeof(last);
-  if (st.ok() && zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, last, &len) != 0) {
-    st = Status::Internal("ZMQ_LAST_ENDPOINT: " + ZmqError());
-  }
-  if (!st.ok()) {
-    zmq_close(s);
-    return st;
-  }
-  const std::string bound(last);
-  lane_port_ = std::atoi(bound.c_str() + bound.rfind(':') + 1);
-  lane_ = s;
+  KV_ASSIGN_OR_RETURN(lane_, net::BindLaneSocket(ctx_, &lane_port_));
   return Status::OK();
 }
 

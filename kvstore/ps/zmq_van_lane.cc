@@ -259,26 +259,7 @@ void CloseLane(ZmqVan::Conn* c, int linger_ms) {
 // The receiving side: the receive thread's.
 
 Status ZmqVan::BindLane() {
-  lane_ = zmq_socket(ctx_, ZMQ_ROUTER);
-  if (lane_ == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
-  const int zero = 0;
-  zmq_setsockopt(lane_, ZMQ_LINGER, &zero, sizeof(zero));
-  Status s = net::LimitInbound(lane_);
-  if (s.ok() && zmq_bind(lane_, "tcp://*:*") != 0) {
-    s = Status::Unavailable("cannot bind the sealed lane: " + ZmqError());
-  }
-  char last[256];
-  size_t len = sizeof(last);
-  if (s.ok() && zmq_getsockopt(lane_, ZMQ_LAST_ENDPOINT, last, &len) != 0) {
-    s = Status::Internal("ZMQ_LAST_ENDPOINT: " + ZmqError());
-  }
-  if (!s.ok()) {
-    zmq_close(lane_);
-    lane_ = nullptr;
-    return s;
-  }
-  const std::string bound(last);
-  lane_port_ = std::atoi(bound.c_str() + bound.rfind(':') + 1);
+  KV_ASSIGN_OR_RETURN(lane_, net::BindLaneSocket(ctx_, &lane_port_));
   return Status::OK();
 }
 
