@@ -135,6 +135,9 @@ class Mesh {
   bool UseIpc(const Endpoint& peer) const;
   // The receive thread: messages, the DEALERs' monitors, heartbeats.
   void RecvLoop();
+  // The frames of a message after its first (`id`), from `socket`.
+  static std::vector<std::unique_ptr<net::ZmqFrame>> RestOf(
+      void* socket, const net::ZmqFrame& id);
   void HandleIncoming();
   // One message's frames after the routing id (header, body pieces), from
   // the ROUTER or opened from the lane: decoded, delivered or dropped.

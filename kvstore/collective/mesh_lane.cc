@@ -148,13 +148,7 @@ void Mesh::HandleLane() {
   for (;;) {
     net::ZmqFrame id;
     if (zmq_msg_recv(&id.msg, lane_, ZMQ_DONTWAIT) < 0) return;
-    std::vector<std::unique_ptr<net::ZmqFrame>> parts;
-    for (bool more = zmq_msg_more(&id.msg); more;) {
-      auto f = std::make_unique<net::ZmqFrame>();
-      if (zmq_msg_recv(&f->msg, lane_, 0) < 0) break;
-      more = zmq_msg_more(&f->msg);
-      parts.push_back(std::move(f));
-    }
+    std::vector<std::unique_ptr<net::ZmqFrame>> parts = RestOf(lane_, id);
     std::vector<net::LaneReader::Part> sealed;
     for (auto& f : parts) {
       sealed.push_back(

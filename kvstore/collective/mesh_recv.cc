@@ -15,18 +15,24 @@ namespace collective {
 
 using net::ZmqError;
 
+std::vector<std::unique_ptr<net::ZmqFrame>> Mesh::RestOf(
+    void* socket, const net::ZmqFrame& id) {
+  std::vector<std::unique_ptr<net::ZmqFrame>> frames;
+  for (bool more = zmq_msg_more(const_cast<zmq_msg_t*>(&id.msg)); more;) {
+    auto f = std::make_unique<net::ZmqFrame>();
+    if (zmq_msg_recv(&f->msg, socket, 0) < 0) break;
+    more = zmq_msg_more(&f->msg);
+    frames.push_back(std::move(f));
+  }
+  return frames;
+}
+
 void Mesh::HandleIncoming() {
   for (;;) {
     // Routing id, header, body (in pieces when above 4 MiB).
     net::ZmqFrame id;
     if (zmq_msg_recv(&id.msg, router_, ZMQ_DONTWAIT) < 0) return;
-    std::vector<std::unique_ptr<net::ZmqFrame>> frames;
-    for (bool more = zmq_msg_more(&id.msg); more;) {
-      auto f = std::make_unique<net::ZmqFrame>();
-      if (zmq_msg_recv(&f->msg, router_, 0) < 0) break;
-      more = zmq_msg_more(&f->msg);
-      frames.push_back(std::move(f));
-    }
+    std::vector<std::unique_ptr<net::ZmqFrame>> frames = RestOf(router_, id);
     Accept(std::string_view(id.data(), id.size()), &id.msg, std::move(frames));
   }
 }

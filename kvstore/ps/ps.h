@@ -166,8 +166,8 @@ struct PostofficeOptions {
   // ring in shared memory (net/shm_ring.h). Unset: KVTRAIN_SHM_RING of the
   // process's environment (default on). Only Create (ZeroMQ) uses it.
   std::optional<bool> shm_ring;
-  // With security on, frames of kLaneMinFrameBytes and more to a peer
-  // reached over TCP go over a sealed lane (net/seal.h) instead of CURVE.
+  // With security on, messages to a peer reached over TCP go over a sealed
+  // lane (net/seal.h) once CURVE has carried it a key, instead of CURVE.
   // Unset: KVTRAIN_SEALED_LANE of the process's environment (default on).
   // Only Create (ZeroMQ) uses it.
   std::optional<bool> sealed_lane;
