@@ -53,6 +53,11 @@ LINKS = {"loopback": None, "1gbit": 1e9, "10gbit": 10e9}
 PARAMS = {"mlp": [784 * 128, 128, 128 * 64, 64, 64 * 10, 10],
           "lenet": [20 * 25, 20, 50 * 20 * 25, 50, 800 * 500, 500, 500 * 10, 10]}
 BIGARRAY_BOUND = 65536  # KVTRAIN_BIGARRAY_BOUND's default
+# Each compression's recommended min_bytes (docs/kvstore.md): fp16 every
+# array (the default; its accuracy is that of float32), 2bit and 1bit only
+# arrays of 64 KiB and more (a bias quantized to +-t costs accuracy and
+# saves nothing on the wire).
+GC_MIN_BYTES = {"fp16": 0, "2bit": 65536, "1bit": 65536}
 PIECE_FLOATS = 16384   # KVTRAIN_PS_BUCKET_BYTES' default between hosts, in floats
 PIECES_PER_SLICE = 4   # kv::Placement::kPiecesPerSlice
 
@@ -120,8 +125,10 @@ def parse_args(argv):
                     "exactly as levels); several add a compression table")
     ap.add_argument("--gc-threshold", type=float, default=2,
                     help="the 2bit threshold (train_mnist --gc-threshold)")
-    ap.add_argument("--gc-min-bytes", type=int, default=65536,
-                    help="arrays of fewer bytes travel uncompressed (train_mnist --gc-min-bytes)")
+    ap.add_argument("--gc-min-bytes", type=int, default=None,
+                    help="arrays of fewer bytes travel uncompressed (train_mnist "
+                    "--gc-min-bytes; default: each type as docs/kvstore.md recommends, "
+                    "%s)" % ", ".join("%s %d" % kv for kv in sorted(GC_MIN_BYTES.items())))
     ap.add_argument("--replay", default=os.path.join(ROOT, "bazel-bin/bench/tcp_replay"),
                     help="the tcp_replay binary (--link: the plain-TCP baseline of the "
                     "dist_sync and dist_async rows; skipped when it is not built)")
@@ -145,7 +152,7 @@ class Job:
         if gc != "none":
             kind, pull = split_gc(gc)
             train += ["--gc-type", kind, "--gc-threshold", str(a.gc_threshold),
-                      "--gc-min-bytes", str(a.gc_min_bytes)]
+                      "--gc-min-bytes", str(gc_min_bytes(a, kind))]
             if pull == "servers":
                 train += ["--update_on_kvstore=true"]
             elif pull:
@@ -260,6 +267,14 @@ def split_gc(gc):
     default the workers would)."""
     kind, _, pull = gc.partition("/")
     return kind, pull
+
+
+def gc_min_bytes(args, kind):
+    """The min_bytes a compression runs with: --gc-min-bytes, else the
+    type's recommended setting (GC_MIN_BYTES)."""
+    if kind == "none":
+        return 0
+    return args.gc_min_bytes if args.gc_min_bytes is not None else GC_MIN_BYTES[kind]
 
 
 def level_bits(kind, workers):
@@ -457,15 +472,17 @@ def report_compression(args, net, rows, spec, results, ratio, cluster):
             line += " | %s %s" % (fmt_rate(results.get(cell)), fmt_ratio(ratio(cell, base)))
         print(line)
     for g in args.gcs:
-        min_bytes = args.gc_min_bytes if g != "none" else 0
+        min_bytes = gc_min_bytes(args, split_gc(g)[0])
         push, pull = wire_bytes(net, g, min_bytes)
         other = wire_bytes(net, g, min_bytes, store="dist_async")[1]
         print("  %-12s: a worker pushes %8.1f KB and pulls %8.1f KB per step%s" %
               (g, push / 1e3, pull / 1e3,
                " (dist_sync, levels for 2 workers; dist_async pulls %.1f KB)" % (other / 1e3)
                if other != pull else ""))
-    print("  (arrays under %d bytes travel uncompressed; 2bit threshold %g)" %
-          (args.gc_min_bytes, args.gc_threshold))
+    kinds = sorted({split_gc(g)[0] for g in args.gcs} - {"none"})
+    print("  (arrays travel uncompressed under %s bytes; 2bit threshold %g)" %
+          (", ".join("%d (%s)" % (gc_min_bytes(args, k), k) for k in kinds),
+           args.gc_threshold))
     print()
 
 

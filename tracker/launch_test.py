@@ -1,25 +1,20 @@
 """Unit tests of the launcher's parts: hostfile, placement, environment,
-scheduler address, argument checks, ssh and rsync command lines, the remote
-script's quoting, the parent-death signal, exit descriptions."""
+scheduler address, argument checks, ssh and rsync command lines (the
+processes it starts: supervisor_test.py)."""
 
-import io
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import hostfile  # noqa: E402
 import launch  # noqa: E402
-import launch_testlib  # noqa: E402
 import launchers  # noqa: E402
 import netaddr  # noqa: E402
-import supervisor  # noqa: E402
 from tools import pyunit  # noqa: E402
 
 
@@ -354,159 +349,6 @@ class ArgsTest(unittest.TestCase):
         self.assertEqual(worker.env["DMLC_ROLE"], "worker")
         self.assertNotIn("DMLC_RANK", worker.env)
         self.assertEqual(worker.split_label(b" 1: hello\n"), ("worker 1", b"hello\n"))
-
-
-class RemoteScriptTest(unittest.TestCase):
-    """The ssh wrapper run by a local bash: same script, no sshd needed."""
-
-    def run_script(self, command, close_stdin_after=None):
-        script = launchers.remote_script({"KVT_SECRET": "s3cr3t 'quoted'"}, tempfile.gettempdir(),
-                                         command)
-        p = subprocess.Popen(["bash", "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        p.stdin.write(script)
-        p.stdin.flush()
-        if close_stdin_after is not None:
-            time.sleep(close_stdin_after)
-            p.stdin.close()
-            out = p.stdout.read()
-            p.wait(timeout=30)
-            return p, out
-        return p, None
-
-    @staticmethod
-    def finish(p):
-        """Waits for the script with its stdin still open, as ssh keeps it
-        while the launcher lives (closing it first stops the job: SIGTERM)."""
-        p.wait(timeout=30)
-        out = p.stdout.read()
-        p.stdin.close()
-        p.stdout.close()
-        return out
-
-    def test_exports_and_exit_code(self):
-        p, _ = self.run_script(["sh", "-c", 'echo "$KVT_SECRET"; exit 7'])
-        out = self.finish(p)
-        self.assertEqual(p.returncode, 7)
-        self.assertIn("s3cr3t 'quoted'", out)
-
-    def test_missing_command(self):
-        p, _ = self.run_script(["no-such-prog-kvt"])
-        out = self.finish(p)
-        self.assertEqual(p.returncode, 127)
-        self.assertIn("command not found on", out)
-
-    def test_shell_syntax_in_error_messages_is_not_run(self):
-        # The directory and the program appear in the script's messages too.
-        d = tempfile.mkdtemp()
-        canary = os.path.join(d, "canary")
-        runs = "$(touch %s)`touch %s`" % (canary, canary)
-        for text in (runs, runs + " \"'\\ $HOME"):  # and quotes: no syntax error
-            gone = os.path.join(d, "gone " + text)
-            self.check_error_message(gone, ["true"], gone, canary)
-            self.check_error_message(d, ["no-such-prog " + text], "no-such-prog " + text,
-                                     canary)
-
-    def check_error_message(self, workdir, command, nasty, canary):
-        script = launchers.remote_script({}, workdir, command)
-        r = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True,
-                           timeout=30)
-        self.assertFalse(os.path.exists(canary), "%s ran: %s" % (nasty, r.stderr))
-        self.assertEqual(r.returncode, 127, r.stderr)
-        self.assertIn(nasty, r.stderr)  # verbatim
-
-    def test_job_runs_while_stdin_is_open_and_stops_when_it_closes(self):
-        marker = "kvtmark-remote-%d" % os.getpid()
-        p, out = self.run_script(["sh", "-c", "sleep 1; echo alive; sleep 300; : " + marker],
-                                 close_stdin_after=3.0)
-        self.assertIn("alive", out)  # not stopped while the launcher is there
-        self.assertNotEqual(p.returncode, 0)
-        from launch_testlib import wait_no_processes
-        self.assertEqual(wait_no_processes(marker, 10), [])
-
-
-class ParentDeathTest(unittest.TestCase):
-    """supervisor.die_with_launcher, the preexec_fn of every child."""
-
-    GET_PDEATHSIG = ("import ctypes; v = ctypes.c_int(); "
-                     "ctypes.CDLL(None).prctl(2, ctypes.byref(v)); print(v.value)")
-
-    def test_child_gets_sigterm_when_the_launcher_dies(self):
-        r = subprocess.run([sys.executable, "-c", self.GET_PDEATHSIG], capture_output=True,
-                           text=True, preexec_fn=supervisor.die_with_launcher())
-        self.assertEqual(r.stdout.strip(), "15")  # PR_GET_PDEATHSIG: SIGTERM
-
-    def test_child_of_a_launcher_already_gone_does_not_start(self):
-        # Forked by another parent than the one that made the preexec_fn (as
-        # after the launcher died and the child was adopted): exits at once.
-        preexec = supervisor.die_with_launcher()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                r = subprocess.run(["sh", "-c", "echo started"], capture_output=True,
-                                   preexec_fn=preexec)
-                os._exit(200 if r.stdout else r.returncode)
-            finally:
-                os._exit(201)
-        _, status = os.waitpid(pid, 0)
-        self.assertEqual(os.waitstatus_to_exitcode(status), 128 + 15)
-
-
-class SupervisorOutputTest(unittest.TestCase):
-    """The supervisor reads every pipe from the one thread it runs on."""
-
-    def test_lines_partial_lines_and_the_last_unterminated_one(self):
-        out = io.BytesIO()
-        sup = supervisor.Supervisor(out=out)
-        prog = ("import sys, time\n"
-                "sys.stdout.write('one\\ntw'); sys.stdout.flush(); time.sleep(0.3)\n"
-                "sys.stdout.write('o\\nthree\\n'); sys.stderr.write('err\\n')\n"
-                "sys.stdout.flush(); sys.stderr.flush(); time.sleep(0.3)\n"
-                "sys.stdout.write('last')\n")
-        sup.start(supervisor.Proc("worker", 3, [sys.executable, "-c", prog], dict(os.environ)))
-        self.assertEqual(threading.active_count(), 1)
-        self.assertEqual(sup.run(), 0)
-        lines = out.getvalue().decode().splitlines()
-        self.assertEqual([l for l in lines if l != "[worker 3] err"],
-                         ["[worker 3] one", "[worker 3] two", "[worker 3] three",
-                          "[worker 3] last"])
-        self.assertIn("[worker 3] err", lines)
-        self.assertEqual(threading.active_count(), 1)
-
-
-class DescribeExitTest(unittest.TestCase):
-    def test_forms(self):
-        self.assertEqual(supervisor.describe_exit(3), "exit code 3")
-        self.assertEqual(supervisor.describe_exit(-9), "signal SIGKILL")
-        self.assertEqual(supervisor.describe_exit(137, remote=True), "exit code 137 (SIGKILL)")
-        self.assertEqual(supervisor.describe_exit(137), "exit code 137")
-
-
-class ReadUntilTest(unittest.TestCase):
-    """launch_testlib.read_until, which the multi-process tests wait with."""
-
-    def test_lines_that_arrive_together_are_all_seen(self):
-        # Both lines reach the pipe in one write, then nothing more comes:
-        # each must still be found, by this call and the next.
-        p = subprocess.Popen(
-            [sys.executable, "-c",
-             "import sys, time; sys.stdout.write('one\\ntwo\\nthree\\n'); "
-             "sys.stdout.flush(); time.sleep(30)"],
-            stdout=subprocess.PIPE, text=True)
-        try:
-            self.assertEqual(launch_testlib.read_until(p, "one", timeout=10), "one\n")
-            self.assertEqual(launch_testlib.read_until(p, "three", timeout=10),
-                             "two\nthree\n")
-        finally:
-            p.kill()
-            p.communicate()
-
-    def test_timeout_shows_what_was_read(self):
-        p = subprocess.Popen([sys.executable, "-c", "print('partial')"],
-                             stdout=subprocess.PIPE, text=True)
-        with self.assertRaisesRegex(AssertionError, "(?s)did not see 'never'.*partial"):
-            launch_testlib.read_until(p, "never", timeout=5)
-        p.communicate()
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ DATA = "/usr/share/datasets/fashion-mnist"
 JOB_ENV = ["--env", "PS_HEARTBEAT_TIMEOUT=60", "--env", "KVTRAIN_STARTUP_TIMEOUT=120"]
 # The settings docs/kvstore.md recommends for the MLP: the first layer's
 # weights (401 KB, 92% of the model) 2bit-encoded with threshold 2, the
-# smaller arrays sent as they are.
+# smaller arrays sent as they are; fp16 for every array (its default).
 GC = ["--gc-threshold=2", "--gc-min-bytes=65536"]
+GC_FP16 = ["--gc-min-bytes=0"]
 
 
 def job(servers, *flags, timeout=900):
@@ -44,7 +45,8 @@ class CompressionTest(unittest.TestCase):
         acc = {}
         for gc in ("none", "fp16", "2bit", "2bit/fp16"):
             kind, _, pull = gc.partition("/")
-            code, out = job(2, "--num-epochs=10", "--gc-type=" + kind, *GC,
+            code, out = job(2, "--num-epochs=10", "--gc-type=" + kind,
+                            *(GC_FP16 if kind == "fp16" else GC),
                             *(["--gc-pull=" + pull] if pull else []), timeout=1500)
             self.assertEqual(code, 0, out)
             accs = accuracies(out)
