@@ -2,11 +2,12 @@
 // dist_sync step's summed 2bit or 1bit codes as a table of values and a few
 // bits per element, and the sizes and decoding of every kind of push-pull
 // answer.
-#include "kvstore/compression.h"
-
 #include <algorithm>
 #include <cstring>
 #include <string>
+
+#include "kvstore/compression.h"
+#include "kvstore/compression_simd.h"
 
 namespace kvtrain {
 namespace kv {
@@ -68,19 +69,32 @@ Status EncodeLevelsOf(const float* v, int64_t n, char* out) {
     *k = slots[h].index;
     return true;
   };
-  for (int64_t at = 0; at < n; at += kPerByte) {
-    uint8_t byte = 0;
-    const int m = static_cast<int>(std::min<int64_t>(kPerByte, n - at));
-    for (int j = 0; j < m; ++j) {
-      int k;
-      if (!index(at + j, &k)) {
-        return Status::InvalidArgument("more than " + std::to_string(kCap) +
-                                       " distinct values (levels of " + std::to_string(kBits) +
-                                       " bits)");
-      }
-      byte = static_cast<uint8_t>(byte | (k << (kBits * j)));
+  // With AVX2 (widths up to 4 bits), blocks of 8 values whose values are
+  // all in the table already are indexed by comparing them with every
+  // entry; a block with a new value goes through the hash, in order, so the
+  // table is the same as without.
+  const bool vector = kBits <= 4 && simd::HasAvx2();
+  for (int64_t at = 0; at < n;) {
+    if (vector) {
+      at += simd::LevelIndicesAvx2(v + at, n - at, table, used, kBits,
+                                   idx + at / kPerByte);
+      if (at >= n) break;
     }
-    idx[at / kPerByte] = byte;
+    const int64_t block_end = vector ? std::min<int64_t>(at + 8, n) : n;
+    for (; at < block_end; at += kPerByte) {
+      uint8_t byte = 0;
+      const int m = static_cast<int>(std::min<int64_t>(kPerByte, n - at));
+      for (int j = 0; j < m; ++j) {
+        int k;
+        if (!index(at + j, &k)) {
+          return Status::InvalidArgument("more than " + std::to_string(kCap) +
+                                         " distinct values (levels of " +
+                                         std::to_string(kBits) + " bits)");
+        }
+        byte = static_cast<uint8_t>(byte | (k << (kBits * j)));
+      }
+      idx[at / kPerByte] = byte;
+    }
   }
   std::memcpy(out, table, sizeof(table));
   return Status::OK();
@@ -116,7 +130,18 @@ Status DecodeLevels(const char* in, size_t bytes, int64_t n, int bits, float* ou
   const int cap = 1 << bits, per_byte = 8 / bits, mask = cap - 1;
   float table[256];
   std::memcpy(table, in, 4 * static_cast<size_t>(cap));
+  // The vector decode reads 8 or 16 entries; those past the table are never
+  // chosen.
+  std::fill(table + cap, table + std::max(cap, 16), 0.0f);
   const uint8_t* idx = reinterpret_cast<const uint8_t*>(in) + 4 * cap;
+  if (bits <= 4 && simd::HasAvx2()) {
+    const int64_t blocks = n / 8;
+    simd::LevelDecodeAvx2(table, idx, blocks, bits, out);
+    for (int64_t i = 8 * blocks; i < n; ++i) {
+      out[i] = table[(idx[i / per_byte] >> (bits * (i % per_byte))) & mask];
+    }
+    return Status::OK();
+  }
   if (bits == 4) {
     // Two per byte, the common case (2 workers, 2bit).
     int64_t i = 0;

@@ -1,7 +1,8 @@
 // Tests for the level answers of kvstore/compression.h: the bits a sum of N
 // workers' 2bit or 1bit pushes needs, the format byte for byte against a
-// reference written here, exact round trips (NaN, -0, odd lengths), and the
-// errors for too many values and wrong sizes.
+// reference written here, exact round trips (NaN, -0, odd lengths), the
+// vector kernels against the portable loops, and the errors for too many
+// values and wrong sizes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -103,6 +104,56 @@ TEST(LevelsTest, RoundTripsBitForBit) {
       std::vector<float> generic(static_cast<size_t>(n));
       ASSERT_TRUE(DecodeAnswer(coded.data(), n, false, bits, generic.data()).ok());
       EXPECT_EQ(std::memcmp(generic.data(), back.data(), back.size() * 4), 0);
+    }
+  }
+}
+
+// The AVX2 kernels (where the CPU has them) index blocks of 8 values
+// whose values are all in the table and hand a block with a new value to
+// the hash: the bytes must be the portable loop's, wherever the new values
+// first appear, and so must a decode.
+TEST(LevelsTest, VectorKernelsGiveThePortableBytes) {
+  std::mt19937 rng(11);
+  for (int bits : {1, 2, 4}) {
+    const int cap = 1 << bits;
+    for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 1001, 100352}) {
+      // Distinct values, each first appearing at a random place (new ones
+      // keep turning up in later blocks), the rest drawn from those seen.
+      std::vector<float> v(static_cast<size_t>(n));
+      int seen = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool fresh =
+            seen == 0 || (seen < cap && rng() % (n / cap + 1) == 0);
+        v[i] = fresh ? -1.5f * static_cast<float>(seen++)
+                     : -1.5f * static_cast<float>(rng() % seen);
+      }
+      SCOPED_TRACE("bits " + std::to_string(bits) + " n " + std::to_string(n));
+      std::vector<char> fast(LevelBytes(bits, n)), slow(fast.size());
+      ASSERT_TRUE(EncodeLevels(v.data(), n, bits, fast.data()).ok());
+      UsePortableKernels(true);
+      ASSERT_TRUE(EncodeLevels(v.data(), n, bits, slow.data()).ok());
+      std::vector<float> slow_back(static_cast<size_t>(n));
+      ASSERT_TRUE(
+          DecodeLevels(slow.data(), slow.size(), n, bits, slow_back.data())
+              .ok());
+      UsePortableKernels(false);
+      EXPECT_EQ(fast, slow);
+      std::vector<float> fast_back(static_cast<size_t>(n));
+      ASSERT_TRUE(
+          DecodeLevels(fast.data(), fast.size(), n, bits, fast_back.data())
+              .ok());
+      EXPECT_EQ(std::memcmp(fast_back.data(), v.data(), v.size() * 4), 0);
+      EXPECT_EQ(std::memcmp(slow_back.data(), v.data(), v.size() * 4), 0);
+      // One value too many, late in a long array, is refused either way.
+      if (n >= 64) {
+        std::vector<float> over = v;
+        for (int k = 0; k <= cap; ++k)
+          over[static_cast<size_t>(n - 1 - k)] = 1000.0f + k;
+        EXPECT_FALSE(EncodeLevels(over.data(), n, bits, fast.data()).ok());
+        UsePortableKernels(true);
+        EXPECT_FALSE(EncodeLevels(over.data(), n, bits, slow.data()).ok());
+        UsePortableKernels(false);
+      }
     }
   }
 }

@@ -207,6 +207,97 @@ __attribute__((target("avx2"))) void OneBitDecodeAvx2(float scale,
   }
 }
 
+// Level answers of 1, 2 or 4 bits: 8 values per block, whose indices
+// fill kBits whole bytes, element j at bits kBits * j of the block's
+// little-endian word.
+template <int kBits>
+__attribute__((target("avx2"))) int64_t LevelIndicesOf(const float* v,
+                                                       int64_t n,
+                                                       const uint32_t* table,
+                                                       int used, uint8_t* idx) {
+  __m256i entry[16];
+  for (int k = 0; k < used; ++k)
+    entry[k] = _mm256_set1_epi32(static_cast<int>(table[k]));
+  const __m256i shift =
+      _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits,
+                        6 * kBits, 7 * kBits);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i));
+    __m256i k8 = _mm256_setzero_si256(), found = _mm256_setzero_si256();
+    for (int k = 0; k < used; ++k) {
+      // The entries are distinct, so at most one matches each lane.
+      const __m256i eq = _mm256_cmpeq_epi32(x, entry[k]);
+      k8 = _mm256_or_si256(k8, _mm256_and_si256(eq, _mm256_set1_epi32(k)));
+      found = _mm256_or_si256(found, eq);
+    }
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(found)) != 0xff) break;
+    // Each index moved to its bits, then the 8 lanes OR-ed into one word.
+    __m256i w = _mm256_sllv_epi32(k8, shift);
+    w = _mm256_or_si256(w, _mm256_permute2x128_si256(w, w, 1));
+    w = _mm256_or_si256(w, _mm256_shuffle_epi32(w, 0x4e));
+    w = _mm256_or_si256(w, _mm256_shuffle_epi32(w, 0xb1));
+    const uint32_t word = static_cast<uint32_t>(_mm256_cvtsi256_si32(w));
+    std::memcpy(idx + i / 8 * kBits, &word, kBits);  // little-endian
+  }
+  return i;
+}
+
+template <int kBits>
+__attribute__((target("avx2"))) void LevelDecodeOf(const float* table,
+                                                   const uint8_t* idx,
+                                                   int64_t blocks, float* out) {
+  const __m256i shift =
+      _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits,
+                        6 * kBits, 7 * kBits);
+  const __m256i mask = _mm256_set1_epi32((1 << kBits) - 1);
+  // Entries 8-15 (4 bits) come from the table's upper half.
+  const __m256 lo = _mm256_loadu_ps(table);
+  const __m256 hi = _mm256_loadu_ps(table + 8);
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint32_t word = 0;
+    std::memcpy(&word, idx + b * kBits, kBits);  // little-endian
+    const __m256i k = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shift),
+        mask);
+    __m256 got = _mm256_permutevar8x32_ps(lo, k);
+    if (kBits == 4) {
+      const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(k, 28));
+      got = _mm256_blendv_ps(got, _mm256_permutevar8x32_ps(hi, k), upper);
+    }
+    _mm256_storeu_ps(out + 8 * b, got);
+  }
+}
+
+int64_t LevelIndicesAvx2(const float* v, int64_t n, const uint32_t* table,
+                         int used, int bits, uint8_t* idx) {
+  switch (bits) {
+    case 1:
+      return LevelIndicesOf<1>(v, n, table, used, idx);
+    case 2:
+      return LevelIndicesOf<2>(v, n, table, used, idx);
+    case 4:
+      return LevelIndicesOf<4>(v, n, table, used, idx);
+    default:
+      return 0;
+  }
+}
+
+void LevelDecodeAvx2(const float* table, const uint8_t* idx, int64_t blocks,
+                     int bits, float* out) {
+  switch (bits) {
+    case 1:
+      return LevelDecodeOf<1>(table, idx, blocks, out);
+    case 2:
+      return LevelDecodeOf<2>(table, idx, blocks, out);
+    case 4:
+      return LevelDecodeOf<4>(table, idx, blocks, out);
+    default:
+      return;
+  }
+}
+
 bool HasAvx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   return has && !portable_only.load(std::memory_order_relaxed);
@@ -228,6 +319,11 @@ void FloatsToHalvesF16c(const float*, int64_t, char*) {}
 void HalvesToFloatsF16c(const char*, int64_t, float*) {}
 void AddHalvesF16c(const char*, int64_t, float*) {}
 void AddIntoAvx(float*, const float*, int64_t) {}
+int64_t LevelIndicesAvx2(const float*, int64_t, const uint32_t*, int, int,
+                         uint8_t*) {
+  return 0;
+}
+void LevelDecodeAvx2(const float*, const uint8_t*, int64_t, int, float*) {}
 #endif
 
 }  // namespace simd
