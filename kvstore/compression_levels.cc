@@ -69,11 +69,11 @@ Status EncodeLevelsOf(const float* v, int64_t n, char* out) {
     *k = slots[h].index;
     return true;
   };
-  // With AVX2 (widths up to 4 bits), blocks of 8 values whose values are
-  // all in the table already are indexed by comparing them with every
+  // With AVX2, blocks of 8 values whose values are all in the table
+  // already (of at most 16 values) are indexed by comparing them with every
   // entry; a block with a new value goes through the hash, in order, so the
   // table is the same as without.
-  const bool vector = kBits <= 4 && simd::HasAvx2();
+  const bool vector = simd::HasAvx2();
   for (int64_t at = 0; at < n;) {
     if (vector) {
       at += simd::LevelIndicesAvx2(v + at, n - at, table, used, kBits,
@@ -151,6 +151,10 @@ Status DecodeLevels(const char* in, size_t bytes, int64_t n, int bits, float* ou
       out[i + 1] = table[b >> 4];
     }
     if (i < n) out[i] = table[idx[i / 2] & 15];
+    return Status::OK();
+  }
+  if (bits == 8) {
+    for (int64_t i = 0; i < n; ++i) out[i] = table[idx[i]];
     return Status::OK();
   }
   for (int64_t i = 0; i < n; ++i) {

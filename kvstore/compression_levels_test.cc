@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvstore/compression.h"
@@ -114,8 +115,10 @@ TEST(LevelsTest, RoundTripsBitForBit) {
 // first appear, and so must a decode.
 TEST(LevelsTest, VectorKernelsGiveThePortableBytes) {
   std::mt19937 rng(11);
-  for (int bits : {1, 2, 4}) {
-    const int cap = 1 << bits;
+  // 8 bits: with 9 values (2bit, 4 workers: -4t..4t) and with 256 (past
+  // the 16 the vector path takes).
+  for (const auto& [bits, cap] : std::vector<std::pair<int, int>>{
+           {1, 2}, {2, 4}, {4, 16}, {8, 9}, {8, 256}}) {
     for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 1001, 100352}) {
       // Distinct values, each first appearing at a random place (new ones
       // keep turning up in later blocks), the rest drawn from those seen.
@@ -127,7 +130,8 @@ TEST(LevelsTest, VectorKernelsGiveThePortableBytes) {
         v[i] = fresh ? -1.5f * static_cast<float>(seen++)
                      : -1.5f * static_cast<float>(rng() % seen);
       }
-      SCOPED_TRACE("bits " + std::to_string(bits) + " n " + std::to_string(n));
+      SCOPED_TRACE("bits " + std::to_string(bits) + " cap " +
+                   std::to_string(cap) + " n " + std::to_string(n));
       std::vector<char> fast(LevelBytes(bits, n)), slow(fast.size());
       ASSERT_TRUE(EncodeLevels(v.data(), n, bits, fast.data()).ok());
       UsePortableKernels(true);
@@ -145,9 +149,9 @@ TEST(LevelsTest, VectorKernelsGiveThePortableBytes) {
       EXPECT_EQ(std::memcmp(fast_back.data(), v.data(), v.size() * 4), 0);
       EXPECT_EQ(std::memcmp(slow_back.data(), v.data(), v.size() * 4), 0);
       // One value too many, late in a long array, is refused either way.
-      if (n >= 64) {
+      if (n >= 1001) {
         std::vector<float> over = v;
-        for (int k = 0; k <= cap; ++k)
+        for (int k = 0; k <= 1 << bits; ++k)
           over[static_cast<size_t>(n - 1 - k)] = 1000.0f + k;
         EXPECT_FALSE(EncodeLevels(over.data(), n, bits, fast.data()).ok());
         UsePortableKernels(true);

@@ -207,17 +207,20 @@ __attribute__((target("avx2"))) void OneBitDecodeAvx2(float scale,
   }
 }
 
-// Level answers of 1, 2 or 4 bits: 8 values per block, whose indices
-// fill kBits whole bytes, element j at bits kBits * j of the block's
-// little-endian word.
+// Level answers: 8 values per block, whose indices fill kBits whole
+// bytes, element j at bits kBits * j of the block's little-endian bytes.
+// Tables of more than 16 values (8 bits only) are left to the caller.
 template <int kBits>
 __attribute__((target("avx2"))) int64_t LevelIndicesOf(const float* v,
                                                        int64_t n,
                                                        const uint32_t* table,
                                                        int used, uint8_t* idx) {
-  __m256i entry[16];
-  for (int k = 0; k < used; ++k)
+  __m256i entry[16], index[16];
+  if (used > 16) return 0;
+  for (int k = 0; k < used; ++k) {
     entry[k] = _mm256_set1_epi32(static_cast<int>(table[k]));
+    index[k] = _mm256_set1_epi32(k);
+  }
   const __m256i shift =
       _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits,
                         6 * kBits, 7 * kBits);
@@ -225,21 +228,32 @@ __attribute__((target("avx2"))) int64_t LevelIndicesOf(const float* v,
   for (; i + 8 <= n; i += 8) {
     const __m256i x =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i));
-    __m256i k8 = _mm256_setzero_si256(), found = _mm256_setzero_si256();
+    // A lane takes the index of the entry it equals (the entries are
+    // distinct); one equal to none keeps -1.
+    __m256i k8 = _mm256_set1_epi32(-1);
     for (int k = 0; k < used; ++k) {
-      // The entries are distinct, so at most one matches each lane.
-      const __m256i eq = _mm256_cmpeq_epi32(x, entry[k]);
-      k8 = _mm256_or_si256(k8, _mm256_and_si256(eq, _mm256_set1_epi32(k)));
-      found = _mm256_or_si256(found, eq);
+      k8 = _mm256_blendv_epi8(k8, index[k], _mm256_cmpeq_epi32(x, entry[k]));
     }
-    if (_mm256_movemask_ps(_mm256_castsi256_ps(found)) != 0xff) break;
-    // Each index moved to its bits, then the 8 lanes OR-ed into one word.
-    __m256i w = _mm256_sllv_epi32(k8, shift);
-    w = _mm256_or_si256(w, _mm256_permute2x128_si256(w, w, 1));
-    w = _mm256_or_si256(w, _mm256_shuffle_epi32(w, 0x4e));
-    w = _mm256_or_si256(w, _mm256_shuffle_epi32(w, 0xb1));
-    const uint32_t word = static_cast<uint32_t>(_mm256_cvtsi256_si32(w));
-    std::memcpy(idx + i / 8 * kBits, &word, kBits);  // little-endian
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(k8)) != 0) break;
+    if constexpr (kBits == 8) {
+      // Each lane's low byte, 4 from each half.
+      const __m256i low = _mm256_shuffle_epi8(
+          k8, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                               -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1,
+                               -1, -1, -1, -1, -1, -1));
+      const uint32_t half[2] = {
+          static_cast<uint32_t>(_mm256_cvtsi256_si32(low)),
+          static_cast<uint32_t>(_mm256_extract_epi32(low, 4))};
+      std::memcpy(idx + i, half, 8);  // little-endian
+    } else {
+      // Each index moved to its bits, then the 8 lanes OR-ed into one word.
+      __m256i w = _mm256_sllv_epi32(k8, shift);
+      w = _mm256_or_si256(w, _mm256_permute2x128_si256(w, w, 1));
+      w = _mm256_or_si256(w, _mm256_shuffle_epi32(w, 0x4e));
+      w = _mm256_or_si256(w, _mm256_shuffle_epi32(w, 0xb1));
+      const uint32_t word = static_cast<uint32_t>(_mm256_cvtsi256_si32(w));
+      std::memcpy(idx + i / 8 * kBits, &word, kBits);  // little-endian
+    }
   }
   return i;
 }
@@ -279,6 +293,8 @@ int64_t LevelIndicesAvx2(const float* v, int64_t n, const uint32_t* table,
       return LevelIndicesOf<2>(v, n, table, used, idx);
     case 4:
       return LevelIndicesOf<4>(v, n, table, used, idx);
+    case 8:
+      return LevelIndicesOf<8>(v, n, table, used, idx);
     default:
       return 0;
   }

@@ -51,13 +51,14 @@ bool OneBitSumAvx2(const float* grad, float* residual, int64_t n,
 void OneBitWordsAvx2(float scale, float* residual, int64_t words, char* out);
 void OneBitDecodeAvx2(float scale, const char* in, int64_t words, float* out);
 
-// Level answers (compression.h) of 1, 2 or 4 bits, in blocks of 8 values:
-// writes the indices into `table` (its `used` entries, compared bitwise) of
-// v's blocks up to the first block holding a value the table lacks, and
-// returns how many values that is (a multiple of 8).
+// Level answers (compression.h), in blocks of 8 values: writes the indices
+// into `table` (its `used` entries, compared bitwise) of v's blocks up to
+// the first block holding a value the table lacks, and returns how many
+// values that is (a multiple of 8; 0 for a table of more than 16).
 int64_t LevelIndicesAvx2(const float* v, int64_t n, const uint32_t* table,
                          int used, int bits, uint8_t* idx);
-// Decodes `blocks` blocks of 8 values (`table`: 2^bits entries).
+// Decodes `blocks` blocks of 8 values of 1, 2 or 4 bits (`table`: at
+// least 16 entries).
 void LevelDecodeAvx2(const float* table, const uint8_t* idx, int64_t blocks,
                      int bits, float* out);
 
