@@ -75,12 +75,13 @@ Status EncodeLevelsOf(const float* v, int64_t n, char* out) {
   // table is the same as without.
   const bool vector = simd::HasAvx2();
   for (int64_t at = 0; at < n;) {
-    if (vector) {
+    if (vector && used <= 16) {
       at += simd::LevelIndicesAvx2(v + at, n - at, table, used, kBits,
                                    idx + at / kPerByte);
       if (at >= n) break;
     }
-    const int64_t block_end = vector ? std::min<int64_t>(at + 8, n) : n;
+    const int64_t block_end =
+        vector && used <= 16 ? std::min<int64_t>(at + 8, n) : n;
     for (; at < block_end; at += kPerByte) {
       uint8_t byte = 0;
       const int m = static_cast<int>(std::min<int64_t>(kPerByte, n - at));
