@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """An emulated cluster on one machine: N "hosts", each a network namespace
-with its own sshd, joined through a bridge by veth pairs whose both
-directions are rate-limited with `tc ... tbf` (this kernel has tbf and htb,
-not netem), and whose received packets keep their order (keep_order).
-Traffic between namespaces is traffic between hosts: no
+with its own sshd, joined through a bridge (in a namespace of its own,
+where bridged frames skip the iptables hooks: tracker/testbed.py) by veth
+pairs whose both directions are rate-limited with `tc ... tbf` (this kernel
+has tbf and htb, not netem), and whose received packets keep their order
+(keep_order). Traffic between namespaces is traffic between hosts: no
 same-host socket, CURVE applies. The scheduler runs in this namespace, on
-the bridge's address. Root only.
+10.213.0.1, its own link to the bridge. Root only.
 
   bench/emulated_cluster.py --hosts 4 --rate 1gbit
 prints the launch.py arguments that use it and keeps it up until Enter
@@ -90,12 +91,12 @@ class Cluster:
     def up(self):
         self.bed.setup()
         try:
-            for i, (ns, addr) in enumerate(zip(self.bed.namespaces, self.bed.addrs), 1):
-                host_end = "kvth%s%d" % (self.bed.tag, i)
-                shape(self.bed.ifname, self.rate, netns=ns)  # host -> bridge
-                shape(host_end, self.rate)                   # bridge -> host
+            sw = self.bed.switch
+            for ns, addr, end in zip(self.bed.namespaces, self.bed.addrs, self.bed.switch_ends):
+                shape(self.bed.ifname, self.rate, netns=ns)  # host -> switch
+                shape(end, self.rate, netns=sw)              # switch -> host
                 keep_order(self.bed.ifname, netns=ns)
-                keep_order(host_end)
+                keep_order(end, netns=sw)
                 self.sshd.append(testbed.SshServer(self.workdir, addr=addr, port=22,
                                                    netns=ns).start())
             with open(self.hostfile, "w") as f:

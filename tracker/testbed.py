@@ -116,19 +116,32 @@ class SshServer:
 
 class NetnsBed:
     """Namespaces kvtns1..N, each with interface `ifname` at 10.213.0.(i+1),
-    bridged to interface `ifname` at 10.213.0.1 in the root namespace, so the
-    same DMLC_INTERFACE names the right device on every "host". Each
-    namespace's interface also holds a second address, 10.213.0.(i+101)
-    (`alias_addrs`): a name for the host that is not its interface's own
-    (first) address."""
+    joined by a bridge (the switch) to interface `ifname` at 10.213.0.1 in
+    the root namespace, so the same DMLC_INTERFACE names the right device
+    on every "host". Each namespace's interface also holds a second
+    address, 10.213.0.(i+101) (`alias_addrs`): a name for the host that is
+    not its interface's own (first) address.
+
+    The bridge lives in a namespace of its own (`switch`), joined to each
+    host by a veth pair whose switch end is `switch_ends[i]`: there its
+    frames skip the iptables hooks that the root namespace's
+    bridge-nf-call-* settings (br_netfilter) would run on every bridged
+    packet, as a real switch runs no host's firewall, and the host's own
+    settings stay untouched."""
 
     SUBNET = "10.213.0."
+    BRIDGE = "kvtbr"
+    # br_netfilter's settings, per namespace; absent where it is not loaded.
+    NF_CALLS = ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables",
+                "bridge-nf-call-arptables")
 
     def __init__(self, count=2, ifname="kvt0"):
         self.count = count
         self.ifname = ifname
         self.tag = "%x" % (os.getpid() & 0xfff)
         self.namespaces = ["kvtns%s_%d" % (self.tag, i) for i in range(1, count + 1)]
+        self.switch = "kvtsw%s" % self.tag
+        self.switch_ends = ["kvth%s%d" % (self.tag, i) for i in range(1, count + 1)]
         self.addrs = [self.SUBNET + str(i + 1) for i in range(1, count + 1)]
         self.alias_addrs = [self.SUBNET + str(i + 101) for i in range(1, count + 1)]
         self.root_addr = self.SUBNET + "1"
@@ -144,18 +157,33 @@ class NetnsBed:
         _run(["ip", "netns", "del", name], check=False)
         return True
 
+    def _join(self, end, peer, peer_netns=None):
+        """A veth pair from the switch's port `end` to `peer`, in namespace
+        `peer_netns` or in this process's own."""
+        if peer_netns:
+            _run(["ip", "-n", self.switch, "link", "add", end, "type", "veth", "peer",
+                  "name", peer, "netns", peer_netns])
+        else:
+            _run(["ip", "link", "add", peer, "type", "veth", "peer", "name", end,
+                  "netns", self.switch])
+        _run(["ip", "-n", self.switch, "link", "set", end, "master", self.BRIDGE, "up"])
+
     def setup(self):
         self.teardown()
-        _run(["ip", "link", "add", self.ifname, "type", "bridge"])
+        _run(["ip", "netns", "add", self.switch])
+        for key in self.NF_CALLS:
+            path = "/proc/sys/net/bridge/" + key
+            _run(["ip", "netns", "exec", self.switch, "sh", "-c",
+                  '[ ! -e "$1" ] || echo 0 > "$1"', "sh", path])
+        _run(["ip", "-n", self.switch, "link", "add", self.BRIDGE, "type", "bridge"])
+        _run(["ip", "-n", self.switch, "link", "set", self.BRIDGE, "up"])
+        self._join("kvtr%s" % self.tag, self.ifname)
         _run(["ip", "addr", "add", self.root_addr + "/24", "dev", self.ifname])
         _run(["ip", "link", "set", self.ifname, "up"])
-        for i, (ns, addr, alias) in enumerate(
-                zip(self.namespaces, self.addrs, self.alias_addrs), 1):
-            host_end = "kvth%s%d" % (self.tag, i)
+        for ns, end, addr, alias in zip(self.namespaces, self.switch_ends, self.addrs,
+                                        self.alias_addrs):
             _run(["ip", "netns", "add", ns])
-            _run(["ip", "link", "add", host_end, "type", "veth", "peer", "name",
-                  self.ifname, "netns", ns])
-            _run(["ip", "link", "set", host_end, "master", self.ifname, "up"])
+            self._join(end, self.ifname, ns)
             _run(["ip", "-n", ns, "addr", "add", addr + "/24", "dev", self.ifname])
             _run(["ip", "-n", ns, "addr", "add", alias + "/24", "dev", self.ifname])
             _run(["ip", "-n", ns, "link", "set", self.ifname, "up"])
@@ -163,7 +191,7 @@ class NetnsBed:
         return self
 
     def teardown(self):
-        for ns in self.namespaces:
+        for ns in self.namespaces + [self.switch]:
             _run(["ip", "netns", "del", ns], check=False)
         _run(["ip", "link", "del", self.ifname], check=False)
 
