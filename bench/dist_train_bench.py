@@ -303,13 +303,20 @@ def wire_bytes(net, gc, min_bytes, workers=2, store="dist_sync"):
     return push, pull
 
 
+def per_round(rates, a, b):
+    """Cell a's rate over cell b's in each round ([] if either cell did not
+    run)."""
+    ra, rb = rates.get(a), rates.get(b)
+    if not ra or not rb:
+        return []
+    return [x / y for x, y in zip(ra, rb)]
+
+
 def paired(rates, a, b):
     """The median over rounds of cell a's rate over cell b's in the same
     round (None if either cell did not run)."""
-    ra, rb = rates.get(a), rates.get(b)
-    if not ra or not rb:
-        return None
-    return statistics.median(x / y for x, y in zip(ra, rb))
+    r = per_round(rates, a, b)
+    return statistics.median(r) if r else None
 
 
 def fmt_rate(r):
@@ -450,14 +457,16 @@ def report(args, nets, rows, modes, cluster):
                 print("  %s: %s" % (m, "; ".join(parts)))
         print()
         if len(args.gcs) > 1:
-            report_compression(args, net, rows, spec, results, ratio, cluster)
+            report_compression(args, net, rows, spec, results, rates, cluster)
     return 0
 
 
-def report_compression(args, net, rows, spec, results, ratio, cluster):
+def report_compression(args, net, rows, spec, results, rates, cluster):
     """samples/s of the dist rows per gradient compression (default
-    security), against the same row uncompressed, and the bytes a worker
-    moves per step."""
+    security), against the same row uncompressed (and that ratio in each
+    round, to read a target against the rounds' spread), and the bytes a
+    worker moves per step."""
+    ratio = lambda a, b: paired(rates, a, b)  # noqa: E731
     head = "%-18s" % (net + " compression")
     for g in args.gcs:
         head += " | %16s" % (g + (" vs none" if len(g) <= 8 else ""))
@@ -471,6 +480,17 @@ def report_compression(args, net, rows, spec, results, ratio, cluster):
             cell = (net, name, "default" if g == "none" else "default+" + g)
             line += " | %s %s" % (fmt_rate(results.get(cell)), fmt_ratio(ratio(cell, base)))
         print(line)
+    for name in rows:
+        if spec[name][0] == "local":
+            continue
+        base = (net, name, "default")
+        parts = []
+        for g in args.gcs:
+            r = per_round(rates, (net, name, "default+" + g), base) if g != "none" else []
+            if r:
+                parts.append("%s %s" % (g, " ".join("%.2f" % x for x in r)))
+        if parts:
+            print("  %-18s per round vs none: %s" % (name, "; ".join(parts)))
     for g in args.gcs:
         min_bytes = gc_min_bytes(args, split_gc(g)[0])
         push, pull = wire_bytes(net, g, min_bytes)

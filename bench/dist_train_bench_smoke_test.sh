@@ -25,6 +25,8 @@ if grep -E "^dist_sync 1w1s *\| *(-|0) " <<< "$out"; then echo "no rate measured
 grep -qE "^dist_sync 2w2s *\| *[0-9]+ +1.00x( \| *[0-9]+ +[0-9.]+x){3}$" \
   <<< "$out" ||
   { echo "no compression table row for dist_sync 2w2s"; exit 1; }
+grep -qE "^  dist_sync 2w2s +per round vs none: 2bit [0-9.]+; 2bit/fp16 [0-9.]+; 2bit/servers [0-9.]+$" \
+  <<< "$out" || { echo "no per-round ratios for dist_sync 2w2s"; exit 1; }
 grep -q "2bit *: a worker pushes *61.2 KB and pulls *86.4 KB per step (dist_sync, levels" \
   <<< "$out" ||
   { echo "no wire bytes line for 2bit"; exit 1; }
