@@ -9,7 +9,8 @@ The breakdown covers the steps after the first `--skip` (default: a fifth):
 per step (from its first forward op to the next step's), the compute
 (forward and backward ops on the worker's compute thread), the tail after
 backward (the next step's first forward op minus the end of the backward
-pass: the communication that compute did not hide), and per key
+pass: the communication that compute did not hide), with several workers
+how far apart their backward passes end in each step, and per key
 the request's stages: issued -> the server starts handling it -> the server
 is done (reply handed to the transport) -> the worker's wait returns.
 Python stdlib only."""
@@ -91,6 +92,7 @@ def report(events, names, skip_fraction):
         if e.get("cat") == "server" and e["name"].startswith("reply to "):
             sender = e["name"][len("reply to "):].split(" (")[0]
             replies[(sender, e.get("args", {}).get("n"))] = e["ts"]
+    backward_ends = {}  # worker name -> when each counted step's backward ended
     for pid in workers:
         evs = sorted(by_pid.get(pid, []), key=lambda e: e["ts"])
         wname = names.get(pid, "pid %d" % pid)
@@ -143,6 +145,7 @@ def report(events, names, skip_fraction):
                 j += 1
             step_us.append(t1 - t0)
             compute_us.append(compute)
+            backward_ends.setdefault(wname, []).append(bwd_end)
             if bwd_end is not None:
                 tail_us.append(t1 - bwd_end)
         print("%s: %d steps (after skipping the first %.0f%%); microseconds: median, p90, max"
@@ -156,6 +159,24 @@ def report(events, names, skip_fraction):
                 if stage in st:
                     print("  %-34s %s" % ("%s: %s" % (key, stage), summary(st[stage])))
         print()
+    apart = backward_spread(backward_ends)
+    if apart:
+        print("workers: %d steps each; microseconds: median, p90, max" % len(apart))
+        print("  %-34s %s" % ("backward ends apart (first to last)", summary(apart)))
+        print()
+
+
+def backward_spread(backward_ends):
+    """For each step, how far apart the workers' backward passes ended (the
+    last minus the first): what a dist_sync step waits for its slowest
+    worker. Empty unless at least two workers counted the same number of
+    steps, each with its backward pass. The timestamps are each host's
+    CLOCK_MONOTONIC: meaningful when the workers share a host (or an
+    emulated cluster's one machine)."""
+    ends = list(backward_ends.values())
+    if len(ends) < 2 or len({len(e) for e in ends}) != 1:
+        return []
+    return [max(step) - min(step) for step in zip(*ends) if None not in step]
 
 
 def main(argv):

@@ -26,6 +26,28 @@ for stage in "step" "compute \(forward \+ backward ops\)" "after backward \(not 
              "bucket of [0-9]+: round trip"; do
   grep -Eq "^  $stage +[0-9]+ +[0-9]+ +[0-9]+$" <<< "$out" || fail "no figures for: $stage"
 done
+# Two workers' traces, made up: worker 1's backward pass ends 10*k us after
+# worker 0's in step k; with the first fifth of 10 steps skipped, the
+# spreads are 20..90 us (median 55, p90 and max 90).
+/usr/bin/python3 - "$dir/two" <<'PY'
+import json, sys
+for w in (0, 1):
+    ev = [{"ph": "M", "pid": 100 + w, "tid": 0, "name": "process_name",
+           "args": {"name": "worker %d" % w}}]
+    for k in range(11):
+        ev.append({"ph": "X", "cat": "engine", "name": "fc1 forward", "ts": 1000 * k,
+                   "dur": 100, "pid": 100 + w, "tid": 1})
+        ev.append({"ph": "i", "cat": "engine", "name": "backward pass",
+                   "ts": 1000 * k + 500 + 10 * k * w, "pid": 100 + w, "tid": 1})
+    json.dump({"traceEvents": ev}, open("%s.%d.json" % (sys.argv[1], 100 + w), "w"))
+PY
+two=$(/usr/bin/python3 tools/trace_report.py "$dir/two")
+echo "$two"
+grep -Eq "^workers: 8 steps each" <<< "$two" || fail "no workers' step count"
+grep -Eq "^  backward ends apart \(first to last\) +55 +90 +90$" <<< "$two" ||
+  fail "wrong spread of the workers' backward ends"
+# One worker: no spread line.
+! grep -q "backward ends apart" <<< "$out" || fail "a spread line for one worker"
 # Without KVTRAIN_TRACE nothing is written.
 rm -f "$dir"/job.*.json
 "$train" --num-epochs 1 --num-examples 500 --disp-batches 0 >/dev/null 2>&1
