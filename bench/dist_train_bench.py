@@ -355,7 +355,7 @@ def main(argv):
         import emulated_cluster
         if not emulated_cluster.available():
             print("dist_train_bench: --link=%s skipped: network namespaces cannot be made "
-                  "here (needs root and iproute2)" % args.link)
+                  "here (needs root, iproute2, tc and ethtool)" % args.link)
             return 0
         # A SIGTERM still takes the cluster down (through the finally below).
         signal.signal(signal.SIGTERM, lambda *_: sys.exit("dist_train_bench: terminated"))

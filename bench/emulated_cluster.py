@@ -4,8 +4,8 @@ with its own sshd, joined through a bridge (in a namespace of its own,
 where bridged frames skip the iptables hooks: tracker/testbed.py) by veth
 pairs whose both directions are rate-limited with `tc ... tbf` (this kernel
 has tbf and htb, not netem), and whose received packets keep their order
-(keep_order). Traffic between namespaces is traffic between hosts: no
-same-host socket, CURVE applies. The scheduler runs in this namespace, on
+(keep_order: NAPI, as a NIC's driver). Traffic between namespaces is
+traffic between hosts: no same-host socket, CURVE applies. The scheduler runs in this namespace, on
 10.213.0.1, its own link to the bridge. Root only.
 
   bench/emulated_cluster.py --hosts 4 --rate 1gbit
@@ -27,7 +27,8 @@ RATES = {"1gbit": 1e9, "10gbit": 10e9}
 
 
 def available():
-    return testbed.NetnsBed.available() and shutil.which("tc") is not None
+    return (testbed.NetnsBed.available() and shutil.which("tc") is not None and
+            shutil.which("ethtool") is not None)
 
 
 def _run(argv):
@@ -52,28 +53,22 @@ def shape(dev, rate, netns=None):
                rate, "burst", str(burst), "latency", "50ms"])
 
 
-def cpu_mask(n):
-    """The sysfs bitmap of CPUs 0..n-1: hex words of 32 CPUs, comma-joined."""
-    digits = "%x" % ((1 << n) - 1)
-    digits = digits.zfill(-(-len(digits) // 8) * 8)
-    return ",".join(digits[i:i + 8] for i in range(0, len(digits), 8))
-
-
 def keep_order(dev, netns=None):
-    """Steers what `dev` receives to one CPU per flow (RPS, by the flow's
-    hash), as a NIC's receive queue delivers a flow in order. Without it a
-    flow's packets, released by tbf now from the sender's CPU and now from
-    its timer on the other, are taken up by two CPUs' backlogs and arrive
-    out of order, which no real link does: TCP counts them lost and sends
-    them again (here 32-116 spurious retransmits per 64-200 MiB)."""
-    path = "/sys/class/net/%s/queues/rx-0/rps_cpus" % dev
-    argv = ["sh", "-c", 'echo "$1" > "$2"', "sh", cpu_mask(os.cpu_count() or 1), path]
+    """Makes `dev` take up what it receives as a NIC's driver does: in
+    NAPI, one CPU at a time polling the queue in order (veth does so once
+    GRO is on, which real NICs have on by default). Without it, veth hands
+    each packet to the backlog of whichever CPU released it from tbf, now
+    the sender's and now the timer's on the other, and a flow's packets
+    arrive out of order, which no real link does: TCP counts them lost and
+    sends them again (here 32-116 spurious retransmits per 64-200 MiB).
+    Steering each flow to one CPU with RPS also keeps the order, at an
+    inter-processor interrupt per packet, which a VM pays as an exit."""
+    argv = ["ethtool", "-K", dev, "gro", "on"]
     if netns:
         argv = ["ip", "netns", "exec", netns] + argv
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError("cannot steer %s's packets (RPS, %s): %s"
-                           % (dev, path, r.stderr.strip()))
+        raise RuntimeError("cannot turn on GRO (NAPI) on %s: %s" % (dev, r.stderr.strip()))
 
 
 class Cluster:
@@ -140,7 +135,7 @@ def main(argv):
     args = ap.parse_args(argv)
     if not available():
         print("emulated_cluster: skipped: network namespaces cannot be made here "
-              "(needs root, iproute2 and tc)")
+              "(needs root, iproute2, tc and ethtool)")
         return 0
     c = Cluster(args.hosts, args.rate).up()
     try:

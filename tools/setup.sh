@@ -16,8 +16,8 @@ PACKAGES=(
   dataset-fashion-mnist
   # launchers and their tests: ssh (with a test sshd), rsync, Open MPI,
   # Slurm (a test cluster of slurmctld + slurmd + munge), network
-  # namespaces, the process table
-  openssh-client openssh-server rsync openmpi-bin iproute2 procps
+  # namespaces (ethtool: the emulated cluster's links), the process table
+  openssh-client openssh-server rsync openmpi-bin iproute2 ethtool procps
   slurm-client slurmctld slurmd munge
   # tools/plot_metrics
   python3-matplotlib
