@@ -27,7 +27,8 @@ def built(path):
 
 
 @unittest.skipUnless(emulated_cluster.available(),
-                     "network namespaces cannot be made here (needs root, iproute2, tc and ethtool)")
+                     "network namespaces cannot be made here "
+                     "(needs root, iproute2, tc and ethtool)")
 class LinkModeTest(unittest.TestCase):
     def test_rows_against_ideal_and_plain_tcp(self):
         out = subprocess.run(

@@ -5,8 +5,9 @@ where bridged frames skip the iptables hooks: tracker/testbed.py) by veth
 pairs whose both directions are rate-limited with `tc ... tbf` (this kernel
 has tbf and htb, not netem), and whose received packets keep their order
 (keep_order: NAPI, as a NIC's driver). Traffic between namespaces is
-traffic between hosts: no same-host socket, CURVE applies. The scheduler runs in this namespace, on
-10.213.0.1, its own link to the bridge. Root only.
+traffic between hosts: no same-host socket, CURVE applies. The scheduler
+runs in this namespace, on 10.213.0.1, its own link to the bridge. Root
+only.
 
   bench/emulated_cluster.py --hosts 4 --rate 1gbit
 prints the launch.py arguments that use it and keeps it up until Enter

@@ -2,8 +2,7 @@
 host's link is shaped both ways, a bulk TCP transfer between two of its
 hosts arrives in order (no reordering, no retransmits: each veth takes up
 what it receives in NAPI, without steering interrupts), and down() leaves
-no namespace behind. Root only; skipped where
-namespaces cannot be made."""
+no namespace behind. Root only; skipped where namespaces cannot be made."""
 
 import os
 import subprocess
@@ -69,7 +68,8 @@ def nf_calls(netns=None):
 
 
 @unittest.skipUnless(emulated_cluster.available(),
-                     "network namespaces cannot be made here (needs root, iproute2, tc and ethtool)")
+                     "network namespaces cannot be made here "
+                     "(needs root, iproute2, tc and ethtool)")
 class EmulatedClusterTest(unittest.TestCase):
     def test_links_are_shaped_and_deliver_in_order(self):
         nf_root = nf_calls()
