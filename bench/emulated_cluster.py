@@ -64,12 +64,8 @@ def keep_order(dev, netns=None):
     sends them again (here 32-116 spurious retransmits per 64-200 MiB).
     Steering each flow to one CPU with RPS also keeps the order, at an
     inter-processor interrupt per packet, which a VM pays as an exit."""
-    argv = ["ethtool", "-K", dev, "gro", "on"]
-    if netns:
-        argv = ["ip", "netns", "exec", netns] + argv
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError("cannot turn on GRO (NAPI) on %s: %s" % (dev, r.stderr.strip()))
+    pre = ["ip", "netns", "exec", netns] if netns else []
+    _run(pre + ["ethtool", "-K", dev, "gro", "on"])
 
 
 class Cluster:
