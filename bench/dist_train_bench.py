@@ -9,14 +9,16 @@ matter: each row against `local` in the same run, default security against
 --insecure, dist_sync 2w2s against dist_allreduce 2w, dist_async against
 dist_sync. The runs go in rounds over every row, and each ratio is the
 median over rounds of the ratio within a round (a slow spell of the machine
-then weighs on both sides of it). With --link=1gbit|10gbit every process runs in its own network
-namespace joined through a rate-limited bridge (bench/emulated_cluster.py)
-and each row is also shown against its ideal: compute time plus the bytes
-on the busiest link over the link's rate; dist_sync and dist_async rows also against
-bench/tcp_replay, the same step's messages over plain TCP on the same links
-(dist_sync: each server answers a message once every worker's is in;
-dist_async: each worker's as it comes in), with the ideal's
-compute between steps.
+then weighs on both sides of it). With --link=1gbit|10gbit every process
+runs in its own network namespace joined through a rate-limited bridge
+(bench/emulated_cluster.py), with the CPU threads --launcher local would
+give it (the namespaces share this machine's cores), and each row is also
+shown against its ideal: compute time plus the bytes on the busiest link
+over the link's rate; dist_sync and dist_async rows also against
+bench/tcp_replay, the same step's messages over plain TCP on the same
+links (dist_sync: each server answers a message once every worker's is
+in; dist_async: each worker's as it comes in), with the ideal's compute
+between steps.
 
 Python stdlib only. Example:
   bench/dist_train_bench.py --train bazel-bin/examples/train_mnist

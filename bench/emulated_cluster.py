@@ -9,7 +9,7 @@ traffic between hosts: no same-host socket, CURVE applies. The scheduler
 runs in this namespace, on 10.213.0.1, its own link to the bridge. Root
 only.
 
-  bench/emulated_cluster.py --hosts 4 --rate 1gbit
+  bench/emulated_cluster.py --hosts 4 --rate 1gbit [--workers 2]
 prints the launch.py arguments that use it and keeps it up until Enter
 (dist_train_bench.py --link=1gbit brings one up around its runs).
 Python stdlib only."""
@@ -22,6 +22,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tracker"))
+import launchers  # noqa: E402  (tracker/launchers.py: the CPU threads' rule)
 import testbed  # noqa: E402  (tracker/testbed.py: namespaces and sshd)
 
 RATES = {"1gbit": 1e9, "10gbit": 10e9}
@@ -99,10 +100,19 @@ class Cluster:
         return self
 
     def launch_args(self, workers=None, servers=None):
-        """launch.py arguments that place one process per host."""
-        return (["--launcher", "ssh", "-H", self.hostfile, "--host-ip", self.bed.root_addr,
-                 "--env", "DMLC_INTERFACE=" + self.bed.ifname]
-                + ["--ssh-arg=%s" % a for a in self.sshd[0].client_args()])
+        """launch.py arguments that place one process per host. Given the
+        job's `workers`, each process also gets the CPU threads that
+        `--launcher local` gives it on this machine (launchers.thread_shares):
+        every namespace sees all the machine's cores, so the ssh launcher
+        would leave each process taking all of them, where the hosts in fact
+        share them, and a worker's threads would wait on each other's."""
+        args = ["--launcher", "ssh", "-H", self.hostfile, "--host-ip", self.bed.root_addr,
+                "--env", "DMLC_INTERFACE=" + self.bed.ifname]
+        if workers:
+            shares = launchers.thread_shares(workers)
+            args += ["--env-worker", "KVTRAIN_NUM_THREADS=%d" % shares["worker"],
+                     "--env-server", "KVTRAIN_NUM_THREADS=%d" % shares["server"]]
+        return args + ["--ssh-arg=%s" % a for a in self.sshd[0].client_args()]
 
     def popen(self, host, argv, **kwargs):
         """Runs `argv` on host `host` (0-based) of the cluster, as root."""
@@ -129,6 +139,9 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", type=int, default=4)
     ap.add_argument("--rate", default="1gbit", choices=sorted(RATES))
+    ap.add_argument("--workers", type=int, default=None,
+                    help="the workers of the jobs to run (sets their CPU threads; "
+                    "default: half the hosts)")
     args = ap.parse_args(argv)
     if not available():
         print("emulated_cluster: skipped: network namespaces cannot be made here "
@@ -137,7 +150,9 @@ def main(argv):
     c = Cluster(args.hosts, args.rate).up()
     try:
         print("hosts: %s (links of %s); launch with:" % (" ".join(c.bed.addrs), args.rate))
-        print("  tracker/launch.py " + " ".join(c.launch_args()) + " -n N -s M PROGRAM ...")
+        workers = args.workers or max(1, args.hosts // 2)
+        print("  tracker/launch.py " + " ".join(c.launch_args(workers)) +
+              " -n %d -s M PROGRAM ..." % workers)
         input("press Enter to take the cluster down ")
     except (EOFError, KeyboardInterrupt):
         pass

@@ -1,8 +1,9 @@
 """The emulated cluster (bench/emulated_cluster.py) on this machine: every
 host's link is shaped both ways, a bulk TCP transfer between two of its
 hosts arrives in order (no reordering, no retransmits: each veth takes up
-what it receives in NAPI, without steering interrupts), and down() leaves
-no namespace behind. Root only; skipped where namespaces cannot be made."""
+what it receives in NAPI, without steering interrupts), a job's processes
+get the CPU threads the local launcher would give them on this machine,
+and down() leaves no namespace behind. Root only; skipped where namespaces cannot be made."""
 
 import os
 import subprocess
@@ -14,6 +15,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import emulated_cluster  # noqa: E402
+import launchers  # noqa: E402  (tracker/, on the path through emulated_cluster)
+from launch_testlib import FAKE_JOB, LAUNCH  # noqa: E402
 from tools import pyunit  # noqa: E402
 
 # Sends MIB mebibytes to ADDR:PORT, or receives them on PORT.
@@ -126,6 +129,25 @@ class EmulatedClusterTest(unittest.TestCase):
         names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         for ns in c.bed.namespaces + [c.bed.switch]:
             self.assertNotIn(ns, names)
+
+    def test_processes_share_the_machines_cores(self):
+        # Every namespace sees all the cores; the job's processes get what
+        # `--launcher local` gives them on this machine, not all of them each.
+        c = emulated_cluster.Cluster(hosts=3, rate="1gbit").up()
+        try:
+            r = subprocess.run([sys.executable, LAUNCH, "-n", "2", "-s", "1"] +
+                               c.launch_args(2) +
+                               [sys.executable, FAKE_JOB, "--print-env", "KVTRAIN_NUM_THREADS"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=120)
+        finally:
+            c.down()
+        self.assertEqual(r.returncode, 0, r.stdout)
+        share = launchers.thread_shares(2)["worker"]
+        self.assertEqual(share, max(1, launchers.host_cores() // 2))
+        for rank in (0, 1):
+            self.assertIn("[worker %d] KVTRAIN_NUM_THREADS=%d" % (rank, share), r.stdout)
+        self.assertIn("[server 0] KVTRAIN_NUM_THREADS=1", r.stdout)
 
 
 if __name__ == "__main__":

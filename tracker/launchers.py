@@ -163,6 +163,14 @@ def host_cores():
         return max(1, os.cpu_count() or 1)
 
 
+def thread_shares(workers, cores=None):
+    """The CPU threads each role gets when `workers` workers and their
+    servers share `cores` cores (this host's by default): each worker
+    cores // workers (at least 1), each server 1."""
+    cores = host_cores() if cores is None else cores
+    return {"worker": max(1, cores // max(1, workers)), "server": 1}
+
+
 def local_procs(spec, placement):
     """Every server and worker as a child process of the launcher. They share
     this host's cores: unless the user chose a process's CPU threads
@@ -175,8 +183,7 @@ def local_procs(spec, placement):
     Returns (procs, shares): shares maps a role to the thread count given to
     its processes, for the roles that got one."""
     procs = []
-    workers = sum(1 for role, _ in placement if role == "worker")
-    per_role = {"worker": max(1, host_cores() // max(1, workers)), "server": 1}
+    per_role = thread_shares(sum(1 for role, _ in placement if role == "worker"))
     shares = {}
     for role, rank in placement:
         env = {k: v for k, v in spec.environ.items()
