@@ -63,12 +63,15 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "bytes."},
       {env::kMxnetBigArrayBound, "(none)",
        "Accepted for KVTRAIN_BIGARRAY_BOUND when that is unset."},
-      {env::kServerThreads, "2 (0 on one host)",
+      {env::kServerThreads, "2 (0 on one host or with 1 CPU thread)",
        "Threads per server applying updates (different keys in parallel; 0 "
        "runs them on the receive thread). Unset: 0 when every process of the "
        "job is on one host, where each request reaches the receive thread "
        "straight from its sender's shared-memory ring and a handler thread "
-       "would add a wake-up per request."},
+       "would add a wake-up per request, and 0 when the server has one CPU "
+       "thread (KVTRAIN_NUM_THREADS=1, as tracker/launch.py gives servers "
+       "that share a host's cores), where a handler thread has no core of "
+       "its own."},
       {env::kKVStoreTimeout, "600",
        "Seconds a KVStore push, pull or command may wait for the servers."},
       {env::kKeepFreedMemory, "1",
@@ -118,13 +121,19 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "Dist stores: push-pulls wait in a bucket and travel as one request per "
        "server (ps-lite's multi-key messages), sent when the next key would "
        "overfill this many bytes, when the worker waits or when its step has "
-       "made its last push-pull; larger keys are cut into pieces of about this "
-       "size (at most 4 per server unless pieces would exceed 4 MiB), each "
-       "updated and answered on its own, so that one piece's transfer overlaps "
-       "another's update and answer. The default is 262144 when every server "
-       "and worker of the job is on one host (same-host sockets and shared "
+       "made its last push-pull. The default is 262144 when every server and "
+       "worker of the job is on one host (same-host sockets and shared "
        "memory: more messages only cost thread wake-ups), else 65536. 0: one "
-       "request per key, uncut."},
+       "request per key (uncut unless KVTRAIN_PS_PIECE_BYTES is given)."},
+      {env::kPsPieceBytes, "65536 (262144 on one host)",
+       "Dist stores: larger keys are cut into pieces of about this many bytes "
+       "of what a push-pull moves on the wire, the heavier way (the push, or "
+       "its answer: float32, halves or levels), at most 8 per server between "
+       "hosts and 4 on one host unless pieces would exceed 4 MiB; each piece "
+       "is updated and answered on its own and travels in a request of at "
+       "most this many bytes, so that one piece's transfer overlaps "
+       "another's update and answer. Unset: KVTRAIN_PS_BUCKET_BYTES where "
+       "that is given, else the default. 0: keys travel uncut."},
       {env::kSameHostIpc, "1",
        "Processes of a job on the same host (same kernel and network "
        "namespace) connect over an abstract Unix-domain socket that only the "

@@ -47,6 +47,7 @@ inline constexpr char kBigArrayBound[] = "KVTRAIN_BIGARRAY_BOUND";
 inline constexpr char kMxnetBigArrayBound[] = "MXNET_KVSTORE_BIGARRAY_BOUND";
 inline constexpr char kServerThreads[] = "KVTRAIN_SERVER_THREADS";
 inline constexpr char kPsBucketBytes[] = "KVTRAIN_PS_BUCKET_BYTES";
+inline constexpr char kPsPieceBytes[] = "KVTRAIN_PS_PIECE_BYTES";
 inline constexpr char kKVStoreTimeout[] = "KVTRAIN_KVSTORE_TIMEOUT";
 inline constexpr char kKeepFreedMemory[] = "KVTRAIN_KEEP_FREED_MEMORY";
 // Security (net/curve.h): the job's CURVE secret key, in the

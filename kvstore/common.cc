@@ -132,6 +132,12 @@ StatusOr<StoreSettings> StoreSettings::FromEnv(const EnvLookup& env) {
   KV_ASSIGN_OR_RETURN(s.bucket_bytes,
                       GetIntVar(env, env::kPsBucketBytes, s.bucket_bytes, 0, int64_t{1} << 40));
   s.bucket_bytes_given = env(env::kPsBucketBytes).has_value();
+  s.piece_bytes_given = env(env::kPsPieceBytes).has_value();
+  if (!s.piece_bytes_given && s.bucket_bytes_given)
+    s.piece_bytes = s.bucket_bytes;
+  KV_ASSIGN_OR_RETURN(
+      s.piece_bytes,
+      GetIntVar(env, env::kPsPieceBytes, s.piece_bytes, 0, int64_t{1} << 40));
   KV_ASSIGN_OR_RETURN(double timeout,
                       GetSecondsVar(env, env::kKVStoreTimeout, 600, 0.01, 86400 * 30));
   s.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));

@@ -112,18 +112,32 @@ struct StoreSettings {
   int server_threads = kServerThreadsAcrossHosts;
   bool server_threads_given = false;
   // Dist stores: push-pulls of keys travel together, one request per
-  // server, up to this many bytes; larger keys are cut into pieces of about
-  // this size (kvstore/placement.h), each a request of its own (0: one
-  // request per key, uncut). Unless KVTRAIN_PS_BUCKET_BYTES gives it
-  // (bucket_bytes_given), DistKVStore::Create picks it from the job's
-  // hosts: between hosts, smaller pieces let the answer of one travel while
-  // the next is still going out; on one host a transfer is a copy into
-  // shared memory, and each extra message costs thread wake-ups on CPUs
-  // that every process of the job shares.
+  // server, up to this many bytes (0: one request per key). Unless
+  // KVTRAIN_PS_BUCKET_BYTES gives it (bucket_bytes_given),
+  // DistKVStore::Create picks it from the job's hosts: on one host a
+  // transfer is a copy into shared memory, and each extra message costs
+  // thread wake-ups on CPUs that every process of the job shares.
   static constexpr int64_t kBucketBytesAcrossHosts = 64 << 10;
   static constexpr int64_t kBucketBytesOneHost = 256 << 10;
   int64_t bucket_bytes = kBucketBytesAcrossHosts;
   bool bucket_bytes_given = false;
+  // Larger keys are cut into pieces of about this many bytes of what their
+  // push-pulls move on the wire, the heavier way (Placement;
+  // DistKVStore::PieceElements), each a request of its own of at most this
+  // many bytes (0: uncut). KVTRAIN_PS_PIECE_BYTES gives it, else
+  // KVTRAIN_PS_BUCKET_BYTES where that is given, else Create picks it with
+  // the hosts: between hosts, small pieces let the answer of one travel
+  // while the next is still going out.
+  static constexpr int64_t kPieceBytesAcrossHosts = 64 << 10;
+  static constexpr int64_t kPieceBytesOneHost = 256 << 10;
+  int64_t piece_bytes = kPieceBytesAcrossHosts;
+  bool piece_bytes_given = false;
+  // At most this many pieces per server slice of a key (Placement), picked
+  // with the hosts: between hosts 8, so that the pieces of a mid-sized
+  // layer stay near piece_bytes; on one host 4.
+  static constexpr int kPiecesPerSliceAcrossHosts = 8;
+  static constexpr int kPiecesPerSliceOneHost = 4;
+  int pieces_per_slice = kPiecesPerSliceAcrossHosts;
   // Longest wait for one push/pull/command.
   std::chrono::milliseconds timeout = std::chrono::seconds(600);
   // Tune glibc malloc for large messages (base/malloc_tuning.h).

@@ -27,6 +27,30 @@ TEST(StoreSettingsTest, DefaultsAreMarkedAsNotGiven) {
   EXPECT_FALSE(s->server_threads_given);
   EXPECT_EQ(s->bucket_bytes, StoreSettings::kBucketBytesAcrossHosts);
   EXPECT_FALSE(s->bucket_bytes_given);
+  EXPECT_EQ(s->piece_bytes, StoreSettings::kPieceBytesAcrossHosts);
+  EXPECT_FALSE(s->piece_bytes_given);
+}
+
+// Pieces follow KVTRAIN_PS_BUCKET_BYTES where only that is given (its
+// meaning before pieces had a variable of their own), and
+// KVTRAIN_PS_PIECE_BYTES wins over it.
+TEST(StoreSettingsTest, PiecesFollowTheBucketUnlessGivenThemselves) {
+  StatusOr<StoreSettings> s =
+      StoreSettings::FromEnv(Env({{"KVTRAIN_PS_BUCKET_BYTES", "4096"}}));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->piece_bytes, 4096);
+  EXPECT_FALSE(s->piece_bytes_given);
+  s = StoreSettings::FromEnv(Env(
+      {{"KVTRAIN_PS_BUCKET_BYTES", "4096"}, {"KVTRAIN_PS_PIECE_BYTES", "0"}}));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->bucket_bytes, 4096);
+  EXPECT_EQ(s->piece_bytes, 0);
+  EXPECT_TRUE(s->piece_bytes_given);
+  s = StoreSettings::FromEnv(Env({{"KVTRAIN_PS_PIECE_BYTES", "-5"}}));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("KVTRAIN_PS_PIECE_BYTES"),
+            std::string::npos)
+      << s.status();
 }
 
 TEST(StoreSettingsTest, TheEnvironmentWins) {

@@ -2,12 +2,13 @@
 // pull, waits and barriers).
 #include "kvstore/dist_kvstore.h"
 
-#include <algorithm>
-
 #include <glog/logging.h>
+
+#include <algorithm>
 
 #include "base/malloc_tuning.h"
 #include "base/trace.h"
+#include "tensor/cpu_threads.h"
 
 namespace kvtrain {
 namespace kv {
@@ -72,11 +73,23 @@ StatusOr<std::unique_ptr<KVStore>> DistKVStore::Create(
                                       "' needs servers but the job has none "
                                       "(DMLC_NUM_SERVER=0)");
   }
-  if (!settings.bucket_bytes_given && po->OneHost()) {
-    settings.bucket_bytes = StoreSettings::kBucketBytesOneHost;
+  if (po->OneHost()) {
+    if (!settings.bucket_bytes_given)
+      settings.bucket_bytes = StoreSettings::kBucketBytesOneHost;
+    if (!settings.piece_bytes_given && !settings.bucket_bytes_given) {
+      settings.piece_bytes = StoreSettings::kPieceBytesOneHost;
+    }
+    settings.pieces_per_slice = StoreSettings::kPiecesPerSliceOneHost;
   }
-  if (!settings.server_threads_given && po->OneHost()) {
-    settings.server_threads = StoreSettings::kServerThreadsOneHost;
+  if (!settings.server_threads_given) {
+    // A server given one CPU thread (KVTRAIN_NUM_THREADS=1: the launcher's
+    // share where processes share a host's cores) handles requests on its
+    // receive thread too: handler threads would only add a wake-up per
+    // request on cores that are not there.
+    StatusOr<int> cpus = CpuThreadsFromEnv(options.env);
+    if (po->OneHost() || (cpus.ok() && *cpus <= 1)) {
+      settings.server_threads = StoreSettings::kServerThreadsOneHost;
+    }
   }
   std::unique_ptr<DistKVStore> store(
       new DistKVStore(type, po, std::move(owned), settings));
@@ -95,7 +108,8 @@ DistKVStore::DistKVStore(const std::string& type, ps::Postoffice* po,
       settings_(settings),
       sync_(type != "dist_async"),
       device_reduce_(type == "dist_device_sync"),
-      placement_(po->num_servers(), settings.bigarray_bound, settings.bucket_bytes / 4) {
+      placement_(po->num_servers(), settings.bigarray_bound,
+                 settings.piece_bytes / 4, settings.pieces_per_slice) {
   if (device_reduce_ && NumGpus() == 0 && po->role() == Role::kWorker) {
     LOG(INFO) << "KVStore '" << type << "': no GPU (" << NoGpuReason()
               << "); reducing on the CPU";
@@ -148,7 +162,10 @@ Status DistKVStore::Init(const std::vector<Key>& keys,
       }
       sizes.push_back(g.tensors[0].size());
     }
-    const std::vector<std::vector<Part>> parts = placement_.Place(sizes);
+    std::vector<int64_t> piece_elements;
+    for (int64_t n : sizes) piece_elements.push_back(PieceElements(n));
+    const std::vector<std::vector<Part>> parts =
+        placement_.Place(sizes, piece_elements);
     const std::vector<ps::KeyRange> ranges = po_->ServerKeyRanges();
     std::vector<KeyInfo> infos(groups.size());
     for (size_t i = 0; i < groups.size(); ++i) {

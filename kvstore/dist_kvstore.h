@@ -172,6 +172,11 @@ class DistKVStore : public KVStore {
   // sync without an optimizer on the servers (they hold the step's sums),
   // and Compressor::LevelAnswer.
   int LevelAnswer(int64_t size) const;
+  // The smallest piece of a key of `size` elements (Placement): about
+  // piece_bytes of what a push-pull of it carries on the wire, the larger
+  // of the push and its answer (so piece_bytes / 4 elements uncompressed,
+  // twice that with fp16). 0 when piece_bytes is.
+  int64_t PieceElements(int64_t size) const;
 
   ps::Postoffice* po_;
   std::unique_ptr<ps::Postoffice> owned_po_;

@@ -66,6 +66,12 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
     // answered in float32 still go one by one, overlapping their answers.
     const int64_t bytes = std::max(static_cast<int64_t>(entry.value.size()),
                                    static_cast<int64_t>(AnswerBytes(part.count, half, levels)));
+    // A piece of a key cut in several travels in a request of at most
+    // piece_bytes, so that its answer can come back while the next one is
+    // still going out; whole keys fill requests up to bucket_bytes.
+    const int64_t limit = ki->parts.size() > 1 && settings_.piece_bytes > 0
+                              ? settings_.piece_bytes
+                              : settings_.bucket_bytes;
     for (;;) {
       std::shared_ptr<Bucket> b;
       bool full = false;
@@ -78,7 +84,7 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
           }
           // The key waits in this bucket already, or this piece would
           // overfill it: send the bucket first.
-          if (!again && open_->bytes + bytes <= settings_.bucket_bytes) b = open_;
+          if (!again && open_->bytes + bytes <= limit) b = open_;
           if (b == nullptr && open_->entries.empty()) b = open_;
         } else {
           open_ = std::make_shared<Bucket>();
@@ -89,7 +95,7 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
           b->entries.push_back(std::move(entry));
           b->bytes += bytes;
           b->priority = std::max(b->priority, priority);
-          full = b->bytes >= settings_.bucket_bytes;
+          full = b->bytes >= limit;
         }
       }
       if (b == nullptr) {

@@ -1,5 +1,8 @@
 // The dist stores' gradient compression on the worker: the spec, each
 // part's encoding, and the residuals files (kvstore/compression.h).
+#include <algorithm>
+
+#include "kvstore/compression.h"
 #include "kvstore/dist_kvstore.h"
 
 namespace kvtrain {
@@ -59,6 +62,25 @@ int DistKVStore::LevelAnswer(int64_t size) const {
       compressor_.TypeFor(size) != proto::GradientCompression::NONE;
   if (!sync_ || server_optimizer_ || !compressed) return 0;
   return compressor_.LevelAnswer(num_workers());
+}
+
+int64_t DistKVStore::PieceElements(int64_t size) const {
+  const int64_t floats = settings_.piece_bytes / 4;
+  const CompressionType type = compressor_.TypeFor(size);
+  if (floats <= 0 || size <= 0 || type == proto::GradientCompression::NONE)
+    return floats;
+  // What a push-pull moves each way. The answer is known now only as far as
+  // this worker knows its store: an optimizer sent to the servers after
+  // Init turns level answers into weights, which then travel in these
+  // (larger) pieces.
+  const size_t push = EncodedBytes(type, size);
+  const size_t answer =
+      AnswerBytes(size, compressor_.HalfAnswer(size), LevelAnswer(size));
+  const double wire = static_cast<double>(std::max(push, answer));
+  if (wire >= 4.0 * static_cast<double>(size)) return floats;
+  return std::max<int64_t>(
+      floats, static_cast<int64_t>(static_cast<double>(settings_.piece_bytes) *
+                                   static_cast<double>(size) / wire));
 }
 
 }  // namespace kv

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <limits>
+#include <mutex>
+#include <string>
 
 #include "base/file.h"
 #include "kvstore/dist_fixture_testlib.h"
@@ -92,6 +94,50 @@ TEST(DistKVStoreTest, KeysBelowMinBytesTravelUncompressed) {
     });
   });
   EXPECT_TRUE(s.ok()) << s;
+}
+
+// Pieces are cut by what a push-pull moves on the wire: a key of 4000
+// floats with pieces of 4000 bytes travels as 4 pieces uncompressed and as
+// 2 of 2000 halves with fp16, each in a request of its own.
+int64_t RequestsOfOnePushPull(proto::GradientCompression::Type type) {
+  DistFixture f(1, 1, {{"KVTRAIN_PS_PIECE_BYTES", "4000"}});
+  std::mutex mu;
+  int64_t requests = 0;
+  bool counting = false;
+  f.job().net()->SetTap([&](const ps::RawMessage& raw) {
+    size_t keys = 0, bytes = 0;
+    if (!ps::IsDataRequest(raw, &keys, &bytes)) return;
+    std::lock_guard<std::mutex> l(mu);
+    if (counting) ++requests;
+  });
+  const Status s = f.Run("dist_sync", [&](KVStore* kv, int) -> Status {
+    proto::GradientCompression spec;
+    spec.set_type(type);
+    if (type != proto::GradientCompression::NONE) {
+      KV_RETURN_IF_ERROR(kv->SetGradientCompression(spec));
+    }
+    KV_RETURN_IF_ERROR(kv->Init({"w"}, {Filled(4000, 0.0f)}));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      counting = true;
+    }
+    Tensor out = Tensor::Zeros({4000});
+    KV_RETURN_IF_ERROR(kv->PushPull({"w"}, {Filled(4000, 0.5f)}, {out}));
+    std::lock_guard<std::mutex> l(mu);
+    counting = false;
+    for (float v : out.ToVector()) {
+      if (v != 0.5f) return Status::Internal("got " + std::to_string(v));
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  f.job().net()->SetTap(nullptr);
+  return requests;
+}
+
+TEST(DistKVStoreTest, PiecesAreCutByTheirBytesOnTheWire) {
+  EXPECT_EQ(RequestsOfOnePushPull(proto::GradientCompression::NONE), 4);
+  EXPECT_EQ(RequestsOfOnePushPull(proto::GradientCompression::FP16), 2);
 }
 
 TEST(DistKVStoreTest, Fp16PushesAndAnswersHalves) {

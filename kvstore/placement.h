@@ -28,21 +28,26 @@ struct Part {
 class Placement {
  public:
   // A slice is cut into pieces of at least piece_elements, into at most
-  // kPiecesPerSlice of them (pipelining gains little beyond that, and each
-  // message costs), yet never pieces above kMaxPieceElements (the
-  // transport's 4 MiB frame: larger ones are joined by a copy on receipt),
-  // and never more than kMaxPieces.
+  // pieces_per_slice of them (kPiecesPerSlice unless given: pipelining gains
+  // little beyond that, and each message costs), yet never pieces above
+  // kMaxPieceElements (the transport's 4 MiB frame: larger ones are joined
+  // by a copy on receipt), and never more than kMaxPieces.
   static constexpr int kPiecesPerSlice = 4;
   static constexpr int64_t kMaxPieceElements = int64_t{1} << 20;
   static constexpr int kMaxPieces = 1024;
 
   // piece_elements: smallest piece (0: a server's slice is one piece).
-  Placement(int num_servers, int64_t bigarray_bound, int64_t piece_elements = 0);
+  Placement(int num_servers, int64_t bigarray_bound, int64_t piece_elements = 0,
+            int pieces_per_slice = kPiecesPerSlice);
 
   // Places keys with these element counts (one Init call); returns each
   // key's parts in element order (so in server order), in the order of
-  // `sizes`.
-  std::vector<std::vector<Part>> Place(const std::vector<int64_t>& sizes);
+  // `sizes`. piece_elements, when given, holds each key's smallest piece in
+  // place of the constructor's (0: one piece per slice), e.g. larger for a
+  // key whose values travel compressed.
+  std::vector<std::vector<Part>> Place(
+      const std::vector<int64_t>& sizes,
+      const std::vector<int64_t>& piece_elements = {});
 
   // Bytes placed on each server so far.
   const std::vector<int64_t>& server_bytes() const { return bytes_; }
@@ -51,6 +56,7 @@ class Placement {
   const int num_servers_;
   const int64_t bound_;
   const int64_t piece_;
+  const int pieces_per_slice_;
   std::vector<int64_t> bytes_;
 };
 

@@ -86,6 +86,19 @@ TEST(PlacementTest, SlicesAreCutIntoPiecesOfAboutThePieceSize) {
   EXPECT_EQ(p.server_bytes()[0] + p.server_bytes()[1], 4 * 280);
 }
 
+TEST(PlacementTest, KeysMayHaveTheirOwnPieceSizeAndSlicesMorePieces) {
+  // Up to 8 pieces per slice; the second key's pieces are twice as large
+  // (a key whose values travel as halves), the third is uncut.
+  Placement p(1, int64_t{1} << 40, 10, 8);
+  auto parts = p.Place({100, 100, 100, 100}, {10, 20, 0});
+  EXPECT_EQ(parts[0].size(), 8u);  // ceil(100 / 10) = 10 pieces, at most 8
+  EXPECT_EQ(parts[1].size(), 5u);
+  for (const Part& q : parts[1]) EXPECT_EQ(q.count, 20);
+  EXPECT_EQ(parts[2].size(), 1u);
+  // Keys past the list take the constructor's size.
+  EXPECT_EQ(parts[3].size(), 8u);
+}
+
 TEST(PlacementTest, PiecesOfUnevenSlicesDifferByAtMostOne) {
   Placement p(1, 1 << 30, 4);
   auto parts = p.Place({10});
