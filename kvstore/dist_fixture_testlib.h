@@ -4,13 +4,15 @@
 #ifndef KVTRAIN_KVSTORE_DIST_FIXTURE_TESTLIB_H_
 #define KVTRAIN_KVSTORE_DIST_FIXTURE_TESTLIB_H_
 
+#include <glog/logging.h>
+
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
-
-#include <glog/logging.h>
 
 #include "base/env.h"
 #include "kvstore/kvstore.h"
@@ -67,6 +69,42 @@ class DistFixture {
  private:
   ps::InprocJob job_;
   std::map<std::string, std::string> env_;
+};
+
+// Counts the data requests that cross a fixture's network while counting
+// is on, and hands each one's keys and bytes to `each` (if given).
+class RequestTap {
+ public:
+  explicit RequestTap(
+      DistFixture* f,
+      std::function<void(size_t keys, size_t bytes)> each = nullptr)
+      : f_(f), each_(std::move(each)) {
+    f_->job().net()->SetTap([this](const ps::RawMessage& raw) {
+      size_t keys = 0, bytes = 0;
+      if (!ps::IsDataRequest(raw, &keys, &bytes)) return;
+      std::lock_guard<std::mutex> l(mu_);
+      if (!counting_) return;
+      ++requests_;
+      if (each_) each_(keys, bytes);
+    });
+  }
+  ~RequestTap() { f_->job().net()->SetTap(nullptr); }
+
+  void Counting(bool on) {
+    std::lock_guard<std::mutex> l(mu_);
+    counting_ = on;
+  }
+  int64_t requests() {
+    std::lock_guard<std::mutex> l(mu_);
+    return requests_;
+  }
+
+ private:
+  DistFixture* f_;
+  std::function<void(size_t, size_t)> each_;
+  std::mutex mu_;
+  bool counting_ = false;
+  int64_t requests_ = 0;
 };
 
 inline Tensor Filled(int64_t n, float v) {

@@ -23,16 +23,8 @@ using kv_test::Filled;
 // pieces, each sent as soon as the next would overfill its bucket.
 int64_t KVRequestsOfAStep(const std::string& bucket_bytes, int64_t* big_alone) {
   DistFixture f(1, 1, {{"KVTRAIN_PS_BUCKET_BYTES", bucket_bytes}});
-  std::mutex mu;
-  int64_t requests = 0;
   *big_alone = 0;
-  bool counting = false;
-  f.job().net()->SetTap([&](const ps::RawMessage& raw) {
-    size_t keys = 0, bytes = 0;
-    if (!ps::IsDataRequest(raw, &keys, &bytes)) return;
-    std::lock_guard<std::mutex> l(mu);
-    if (!counting) return;
-    ++requests;
+  kv_test::RequestTap tap(&f, [big_alone](size_t keys, size_t bytes) {
     if (keys == 1 && bytes >= 4 * 10000) ++*big_alone;
   });
   const std::vector<int64_t> sizes = {10, 640, 8192, 64, 20000, 128};
@@ -46,10 +38,7 @@ int64_t KVRequestsOfAStep(const std::string& bucket_bytes, int64_t* big_alone) {
     KV_RETURN_IF_ERROR(kv->Init(keys, init));
     std::vector<Tensor> outs;
     for (int64_t n : sizes) outs.push_back(Tensor::Zeros({n}));
-    {
-      std::lock_guard<std::mutex> l(mu);
-      counting = true;
-    }
+    tap.Counting(true);
     std::vector<KVHandle> handles;
     for (size_t i = 0; i < sizes.size(); ++i) {
       KV_ASSIGN_OR_RETURN(KVHandle h,
@@ -58,10 +47,7 @@ int64_t KVRequestsOfAStep(const std::string& bucket_bytes, int64_t* big_alone) {
       handles.push_back(h);
     }
     for (KVHandle h : handles) KV_RETURN_IF_ERROR(kv->Wait(h));
-    {
-      std::lock_guard<std::mutex> l(mu);
-      counting = false;
-    }
+    tap.Counting(false);
     // No optimizer: the step's sum (one worker) is the new value.
     for (size_t i = 0; i < sizes.size(); ++i) {
       const std::vector<float> got = outs[i].ToVector();
@@ -73,8 +59,7 @@ int64_t KVRequestsOfAStep(const std::string& bucket_bytes, int64_t* big_alone) {
     return Status::OK();
   });
   EXPECT_TRUE(s.ok()) << s;
-  f.job().net()->SetTap(nullptr);
-  return requests;
+  return tap.requests();
 }
 
 TEST(DistKVStoreTest, SmallKeysOfAStepTravelAsOneRequest) {

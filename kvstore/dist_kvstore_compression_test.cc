@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <limits>
-#include <mutex>
 #include <string>
 
 #include "base/file.h"
@@ -101,15 +100,7 @@ TEST(DistKVStoreTest, KeysBelowMinBytesTravelUncompressed) {
 // 2 of 2000 halves with fp16, each in a request of its own.
 int64_t RequestsOfOnePushPull(proto::GradientCompression::Type type) {
   DistFixture f(1, 1, {{"KVTRAIN_PS_PIECE_BYTES", "4000"}});
-  std::mutex mu;
-  int64_t requests = 0;
-  bool counting = false;
-  f.job().net()->SetTap([&](const ps::RawMessage& raw) {
-    size_t keys = 0, bytes = 0;
-    if (!ps::IsDataRequest(raw, &keys, &bytes)) return;
-    std::lock_guard<std::mutex> l(mu);
-    if (counting) ++requests;
-  });
+  kv_test::RequestTap tap(&f);
   const Status s = f.Run("dist_sync", [&](KVStore* kv, int) -> Status {
     proto::GradientCompression spec;
     spec.set_type(type);
@@ -117,22 +108,17 @@ int64_t RequestsOfOnePushPull(proto::GradientCompression::Type type) {
       KV_RETURN_IF_ERROR(kv->SetGradientCompression(spec));
     }
     KV_RETURN_IF_ERROR(kv->Init({"w"}, {Filled(4000, 0.0f)}));
-    {
-      std::lock_guard<std::mutex> l(mu);
-      counting = true;
-    }
+    tap.Counting(true);
     Tensor out = Tensor::Zeros({4000});
     KV_RETURN_IF_ERROR(kv->PushPull({"w"}, {Filled(4000, 0.5f)}, {out}));
-    std::lock_guard<std::mutex> l(mu);
-    counting = false;
+    tap.Counting(false);
     for (float v : out.ToVector()) {
       if (v != 0.5f) return Status::Internal("got " + std::to_string(v));
     }
     return Status::OK();
   });
   EXPECT_TRUE(s.ok()) << s;
-  f.job().net()->SetTap(nullptr);
-  return requests;
+  return tap.requests();
 }
 
 TEST(DistKVStoreTest, PiecesAreCutByTheirBytesOnTheWire) {
