@@ -128,8 +128,9 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
       {env::kPsPieceBytes, "65536 (262144 on one host)",
        "Dist stores: larger keys are cut into pieces of about this many bytes "
        "of what a push-pull moves on the wire, the heavier way (the push, or "
-       "its answer: float32, halves or levels), at most 8 per server between "
-       "hosts and 4 on one host unless pieces would exceed 4 MiB; each piece "
+       "its answer: float32, halves or levels; on one host, float32 bytes), "
+       "at most 8 per server between hosts and 4 on one host unless pieces "
+       "would exceed 4 MiB; each piece "
        "is updated and answered on its own and travels in a request of at "
        "most this many bytes, so that one piece's transfer overlaps "
        "another's update and answer. Unset: KVTRAIN_PS_BUCKET_BYTES where "

@@ -138,6 +138,10 @@ struct StoreSettings {
   static constexpr int kPiecesPerSliceAcrossHosts = 8;
   static constexpr int kPiecesPerSliceOneHost = 4;
   int pieces_per_slice = kPiecesPerSliceAcrossHosts;
+  // Whether piece_bytes counts a compressed key's bytes on the wire (between
+  // hosts, where a piece's bytes are its link time) or its float32 bytes
+  // (on one host, where a piece pipelines the copies and the update).
+  bool pieces_by_wire_bytes = true;
   // Longest wait for one push/pull/command.
   std::chrono::milliseconds timeout = std::chrono::seconds(600);
   // Tune glibc malloc for large messages (base/malloc_tuning.h).

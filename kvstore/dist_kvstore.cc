@@ -80,6 +80,7 @@ StatusOr<std::unique_ptr<KVStore>> DistKVStore::Create(
       settings.piece_bytes = StoreSettings::kPieceBytesOneHost;
     }
     settings.pieces_per_slice = StoreSettings::kPiecesPerSliceOneHost;
+    settings.pieces_by_wire_bytes = false;
   }
   if (!settings.server_threads_given) {
     // A server given one CPU thread (KVTRAIN_NUM_THREADS=1: the launcher's

@@ -67,15 +67,18 @@ int DistKVStore::LevelAnswer(int64_t size) const {
 int64_t DistKVStore::PieceElements(int64_t size) const {
   const int64_t floats = settings_.piece_bytes / 4;
   const CompressionType type = compressor_.TypeFor(size);
-  if (floats <= 0 || size <= 0 || type == proto::GradientCompression::NONE)
+  if (floats <= 0 || size <= 0 || type == proto::GradientCompression::NONE ||
+      !settings_.pieces_by_wire_bytes) {
     return floats;
+  }
   // What a push-pull moves each way. The answer is known now only as far as
   // this worker knows its store: an optimizer sent to the servers after
   // Init turns level answers into weights, which then travel in these
-  // (larger) pieces.
+  // (larger) pieces. With one worker there is no sum to share, and a
+  // trainer has the servers update (Module::PrepareFit): no level answers.
+  const int levels = num_workers() > 1 ? LevelAnswer(size) : 0;
   const size_t push = EncodedBytes(type, size);
-  const size_t answer =
-      AnswerBytes(size, compressor_.HalfAnswer(size), LevelAnswer(size));
+  const size_t answer = AnswerBytes(size, compressor_.HalfAnswer(size), levels);
   const double wire = static_cast<double>(std::max(push, answer));
   if (wire >= 4.0 * static_cast<double>(size)) return floats;
   return std::max<int64_t>(

@@ -65,8 +65,9 @@ TEST(DistKVStoreTest, SyncOneWorkerOneServer) { SyncClosedForm(1, 1, "dist_sync"
 TEST(DistKVStoreTest, SyncTwoByTwo) { SyncClosedForm(2, 2, "dist_sync"); }
 TEST(DistKVStoreTest, SyncFourWorkersThreeServers) { SyncClosedForm(3, 4, "dist_sync"); }
 TEST(DistKVStoreTest, DeviceSyncFallsBackToCpu) { SyncClosedForm(2, 2, "dist_device_sync"); }
-// Buckets of 400 bytes: the 5000-element key is cut into 4 pieces per
-// server (Placement::kPiecesPerSlice), each its own server key, step and update.
+// Buckets of 400 bytes: the 5000-element key is cut into 8 pieces per
+// server (StoreSettings::kPiecesPerSliceAcrossHosts: the in-process job's
+// nodes name no host), each its own server key, step and update.
 TEST(DistKVStoreTest, SyncWithPieces) {
   SyncClosedForm(2, 3, "dist_sync", {{"KVTRAIN_PS_BUCKET_BYTES", "400"}});
 }
@@ -76,7 +77,7 @@ TEST(DistKVStoreTest, SyncWithPieces) {
 // per piece), for sync and async servers.
 TEST(DistKVStoreTest, PiecesKeepEveryElementInPlace) {
   for (const std::string type : {"dist_sync", "dist_async"}) {
-    const int64_t n = 1003;  // 4 pieces of 125 or 126 elements on each server
+    const int64_t n = 1003;  // 8 pieces of 62 or 63 elements on each server
     DistFixture f(2, 2, {{"KVTRAIN_PS_BUCKET_BYTES", "100"}, {"KVTRAIN_BIGARRAY_BOUND", "500"}});
     Status s = f.Run(type, [&](KVStore* kv, int rank) -> Status {
       std::vector<float> init(n);
