@@ -175,7 +175,8 @@ class DistKVStore : public KVStore {
   // The smallest piece of a key of `size` elements (Placement): about
   // piece_bytes of what a push-pull of it carries on the wire, the larger
   // of the push and its answer (so piece_bytes / 4 elements uncompressed,
-  // twice that with fp16). 0 when piece_bytes is.
+  // twice that with fp16); of float32 bytes on one host
+  // (StoreSettings::pieces_by_wire_bytes). 0 when piece_bytes is.
   int64_t PieceElements(int64_t size) const;
 
   ps::Postoffice* po_;
