@@ -356,8 +356,8 @@ def main(argv):
     if LINKS[args.link]:
         import emulated_cluster
         if not emulated_cluster.available():
-            print("dist_train_bench: --link=%s skipped: network namespaces cannot be made "
-                  "here (needs root, iproute2, tc and ethtool)" % args.link)
+            print("dist_train_bench: --link=%s skipped: %s" %
+                  (args.link, emulated_cluster.UNAVAILABLE))
             return 0
         # A SIGTERM still takes the cluster down (through the finally below).
         signal.signal(signal.SIGTERM, lambda *_: sys.exit("dist_train_bench: terminated"))

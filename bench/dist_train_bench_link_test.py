@@ -26,9 +26,7 @@ def built(path):
     raise FileNotFoundError(path + " is not built")
 
 
-@unittest.skipUnless(emulated_cluster.available(),
-                     "network namespaces cannot be made here "
-                     "(needs root, iproute2, tc and ethtool)")
+@unittest.skipUnless(emulated_cluster.available(), emulated_cluster.UNAVAILABLE)
 class LinkModeTest(unittest.TestCase):
     def test_rows_against_ideal_and_plain_tcp(self):
         out = subprocess.run(

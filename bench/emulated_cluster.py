@@ -28,6 +28,10 @@ import testbed  # noqa: E402  (tracker/testbed.py: namespaces and sshd)
 RATES = {"1gbit": 1e9, "10gbit": 10e9}
 
 
+# Why available() says no: the words every skip message uses.
+UNAVAILABLE = "network namespaces cannot be made here (needs root, iproute2, tc and ethtool)"
+
+
 def available():
     return (testbed.NetnsBed.available() and shutil.which("tc") is not None and
             shutil.which("ethtool") is not None)
@@ -144,8 +148,7 @@ def main(argv):
                     "default: half the hosts)")
     args = ap.parse_args(argv)
     if not available():
-        print("emulated_cluster: skipped: network namespaces cannot be made here "
-              "(needs root, iproute2, tc and ethtool)")
+        print("emulated_cluster: skipped: " + UNAVAILABLE)
         return 0
     c = Cluster(args.hosts, args.rate).up()
     try:

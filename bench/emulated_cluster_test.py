@@ -70,9 +70,7 @@ def nf_calls(netns=None):
                           text=True).stdout.strip()
 
 
-@unittest.skipUnless(emulated_cluster.available(),
-                     "network namespaces cannot be made here "
-                     "(needs root, iproute2, tc and ethtool)")
+@unittest.skipUnless(emulated_cluster.available(), emulated_cluster.UNAVAILABLE)
 class EmulatedClusterTest(unittest.TestCase):
     def test_links_are_shaped_and_deliver_in_order(self):
         nf_root = nf_calls()
