@@ -45,13 +45,16 @@ def _run(argv):
 
 def shape(dev, rate, netns=None):
     """Rate-limits what `dev` sends. The bucket holds 0.5 ms at the rate, at
-    least 64 KB, so a step's message cannot slip through as one burst. The
+    least 64 KB and at most 128 KB, so a step's messages cannot slip through
+    as one burst: a bucket refilled while the workers compute would let them
+    out faster than the link (at 10 Gbit/s 0.5 ms is 625 KB, more than the
+    MLP's 437.5 KB a step, and plain TCP's step then beat the rate). The
     device's GSO packets are capped at half the bucket: tbf cuts a packet
     larger than its bucket into MTU-sized ones, each then passing the bridge,
     tbf's timer and the receiving stack on its own, which on 1 Gbit/s links
     took half of a 2-core machine's CPU (a real NIC segments in hardware)."""
     bits = RATES[rate]
-    burst = max(64 * 1024, int(bits / 8 * 0.0005))
+    burst = max(64 * 1024, min(128 * 1024, int(bits / 8 * 0.0005)))
     pre = ["ip", "netns", "exec", netns] if netns else []
     _run(pre + ["ip", "link", "set", "dev", dev, "gso_max_size",
                str(min(65536, burst // 2))])

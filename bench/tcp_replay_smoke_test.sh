@@ -33,6 +33,20 @@ out=$(timeout 20 "$bin" --role=worker --servers=127.0.0.1:$((port + 2)) --messag
       --steps=10 --compute_us=0)
 exec 3>&-
 grep -qE "^comm_us median [0-9]+ p10" <<< "$out" || { echo "each: no median line: $out"; exit 1; }
+# A server goes on answering the workers that are left when one is done:
+# here the first stops after 5 steps, the second needs 40.
+"$bin" --role=server --port=$((port + 4)) --workers=2 --answer=each --sndbuf=16384 & s4=$!
+trap 'kill $s0 $s1 $s2 $s4 2>/dev/null || true' EXIT
+short=$(mktemp)
+timeout 20 "$bin" --role=worker --servers=127.0.0.1:$((port + 4)) --messages=0:1000 \
+  --steps=5 --compute_us=0 --sndbuf=16384 > "$short" & w4=$!
+long=$(timeout 20 "$bin" --role=worker --servers=127.0.0.1:$((port + 4)) --messages=0:70000 \
+       --steps=40 --compute_us=2000)
+wait $w4
+grep -qE "^comm_us median [0-9]+ p10" "$short" || { echo "short: no median line"; exit 1; }
+grep -qE "^comm_us median [0-9]+ p10" <<< "$long" || { echo "left alone: no median line: $long"; exit 1; }
+err=$("$bin" --role=worker --servers=$servers --messages=0:10 --sndbuf=-1 2>&1 || true)
+grep -q -- "--sndbuf must be >= 0" <<< "$err" || { echo "bad sndbuf accepted: $err"; exit 1; }
 err=$("$bin" --role=server --port=$((port + 3)) --answer=some 2>&1 || true)
 grep -q -- '--answer: expected all or each, got "some"' <<< "$err" || { echo "bad answer accepted: $err"; exit 1; }
 err=$("$bin" --role=nobody 2>&1 || true)
