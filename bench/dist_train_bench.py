@@ -60,15 +60,16 @@ BIGARRAY_BOUND = 65536  # KVTRAIN_BIGARRAY_BOUND's default
 # arrays of 64 KiB and more (a bias quantized to +-t costs accuracy and
 # saves nothing on the wire).
 GC_MIN_BYTES = {"fp16": 0, "2bit": 65536, "1bit": 65536}
-PIECE_FLOATS = 16384   # KVTRAIN_PS_BUCKET_BYTES' default between hosts, in floats
-PIECES_PER_SLICE = 4   # kv::Placement::kPiecesPerSlice
+PIECE_FLOATS = 16384   # KVTRAIN_PS_PIECE_BYTES' default between hosts, in floats
+PIECES_PER_SLICE = 8   # kv::StoreSettings::kPiecesPerSliceAcrossHosts
 
 
 def step_messages(net, servers):
     """A worker's push messages of one step as (server, bytes), in the order
     the stores send them: each server's small arrays together (one bucket),
     then each large array's slices, server by server, in pieces of at least
-    PIECE_FLOATS, at most PIECES_PER_SLICE of them (kvstore/placement.h).
+    PIECE_FLOATS, at most PIECES_PER_SLICE of them (kvstore/placement.h), as
+    the stores cut them between hosts.
     The answers are as large."""
     small = [0] * servers
     large = []
