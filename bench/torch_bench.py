@@ -71,7 +71,12 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--nets", default="mlp,lenet")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--no-tf32", action="store_true",
+                   help="cuDNN convolutions in plain FP32, as kvtrain's "
+                   "(PyTorch's default lets them use TF32)")
     args = p.parse_args()
+    if args.no_tf32:
+        torch.backends.cudnn.allow_tf32 = False
     if args.device == "cuda" and not torch.cuda.is_available():
         print("torch %s in %s sees no GPU" % (torch.__version__, sys.executable))
         sys.exit(3)

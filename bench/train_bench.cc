@@ -35,6 +35,9 @@ DEFINE_string(gpu_batches, "100,1024", "GPU batch sizes (when a GPU exists)");
 DEFINE_double(seconds, 2.0, "measuring time of one repetition");
 DEFINE_int32(repeats, 3, "repetitions per row; the best is reported (the "
              "machine is shared, so the best is the least disturbed)");
+DEFINE_bool(gpu_cudnn, true,
+            "on GPUs, also measure kvtrain with cuDNN for Convolution, and "
+            "for every op that has a cuDNN path (cudnn_off=false)");
 DEFINE_bool(torch, true, "also measure PyTorch (bench/torch_bench.py)");
 DEFINE_string(python, "/usr/bin/python3", "the Python that has torch");
 DEFINE_string(torch_script, "",
@@ -62,21 +65,43 @@ std::string CpuModel() {
   return "unknown CPU";
 }
 
+// Which GPU ops use cuDNN (the ops that have a cuDNN path).
+enum class Dnn { kNone, kConvOnly, kAll };
+
+// The benchmark network, with cudnn_off=false on the ops `dnn` names.
+StatusOr<Symbol> Network(const std::string& net, Dnn dnn) {
+  const Symbol sym = net == "mlp" ? models::Mlp({128, 64}) : models::LeNet();
+  if (dnn == Dnn::kNone) return sym;
+  KV_ASSIGN_OR_RETURN(std::string text, sym.ToText());
+  for (const char* op : {"Convolution", "Pooling", "Activation",
+                         "SoftmaxOutput", "BatchNorm"}) {
+    if (dnn == Dnn::kConvOnly && std::string(op) != "Convolution") continue;
+    const std::string tag = std::string("op: \"") + op + "\"";
+    for (size_t at = text.find(tag); at != std::string::npos;
+         at = text.find(tag, at + 1)) {
+      text.insert(at + tag.size(),
+                  "\n  attrs { key: \"cudnn_off\" value: \"false\" }");
+    }
+  }
+  return Symbol::FromText(text);
+}
+
 // One network bound for training on one device, with its optimizer and ten
 // batches of data in memory.
 class KvtrainRun {
  public:
-  Status Setup(const std::string& net, const Device& device, int batch) {
+  Status Setup(const std::string& net, const Device& device, int batch,
+               Dnn dnn) {
     device_ = device;
     batch_ = batch;
     const bool mlp = net == "mlp";
     const Shape data_shape = mlp ? Shape{batch, 784} : Shape{batch, 1, 28, 28};
     ExecutorOptions options;
     options.device = device;
+    KV_ASSIGN_OR_RETURN(Symbol sym, Network(net, dnn));
     KV_ASSIGN_OR_RETURN(
-        ex_, Executor::SimpleBind(mlp ? models::Mlp({128, 64}) : models::LeNet(),
-                                  options, {{"data", data_shape},
-                                            {"softmax_label", {batch}}}));
+        ex_, Executor::SimpleBind(sym, options, {{"data", data_shape},
+                                                 {"softmax_label", {batch}}}));
     InitializerOptions io;
     io.type = InitializerOptions::Type::kXavier;
     KV_ASSIGN_OR_RETURN(Initializer init, Initializer::Create(io));
@@ -128,7 +153,9 @@ class KvtrainRun {
       const Tensor w = ex_->arg_arrays()[k], g = ex_->grad_arrays()[k];
       Optimizer* o = opt_.get();
       const int key = static_cast<int>(k);
-      last = engine->Push([o, key, w, g] { return o->Update(key, w, g); },
+      last = engine->Push([o, key, w, g] {
+                            return o->Update(key, w, g, Optimizer::Wait::kQueued);
+                          },
                           {ex_->grad_var(key)}, {ex_->arg_var(key)}, device_,
                           kCompute, "sgd update");
     }
@@ -180,9 +207,9 @@ class KvtrainRun {
 
 // Samples per second of kvtrain training `net` on `device`.
 StatusOr<double> MeasureKvtrain(const std::string& net, const Device& device,
-                                int batch) {
+                                int batch, Dnn dnn = Dnn::kNone) {
   KvtrainRun run;
-  KV_RETURN_IF_ERROR(run.Setup(net, device, batch));
+  KV_RETURN_IF_ERROR(run.Setup(net, device, batch, dnn));
   return run.Measure(FLAGS_seconds, FLAGS_repeats);
 }
 
@@ -309,7 +336,24 @@ int Main(const char* argv0) {
         continue;
       }
       PrintRow(net, "gpu(0)", "-", batch, *rate, torch);
+      if (!FLAGS_gpu_cudnn) continue;
+      for (auto [dnn, label] : {std::make_pair(Dnn::kConvOnly, "gpu(0)c"),
+                                std::make_pair(Dnn::kAll, "gpu(0)+")}) {
+        if (dnn == Dnn::kConvOnly && net != "lenet") continue;
+        rate = MeasureKvtrain(net, Device::GPU(0), batch, dnn);
+        if (!rate.ok()) {
+          std::printf("%s: %s\n", net.c_str(), rate.status().ToString().c_str());
+          failed = true;
+          continue;
+        }
+        PrintRow(net, label, "-", batch, *rate, torch);
+      }
     }
+  }
+  if (NumGpus() > 0 && FLAGS_gpu_cudnn) {
+    std::printf("\ngpu(0): kvtrain's own kernels (the default); gpu(0)c: "
+                "cuDNN for Convolution; gpu(0)+: cuDNN for every op that has "
+                "it (cudnn_off=false)\n");
   }
   for (const std::string& note : torch_notes) std::printf("\n%s\n", note.c_str());
   return failed ? 1 : 0;

@@ -17,6 +17,9 @@ struct Engine::Var {
   std::deque<std::pair<Op*, bool>> queue;
   Status error;
   bool to_delete = false;
+  // The latest GPU compute op on each GPU that read or wrote this var:
+  // where its work ends in that GPU's stream.
+  std::vector<std::shared_ptr<StreamFence>> fences;
 };
 
 struct Engine::Op {
@@ -27,8 +30,11 @@ struct Engine::Op {
   std::vector<Var*> inputs;
   Device device;
   Queue queue = Queue::kCompute;
-  // A GPU compute op: done only when its device's stream is drained.
+  // A GPU compute op: its work is queued on the device's stream and ends
+  // at a fence.
   bool sync_gpu = false;
+  // PushBarrier: waits for no GPU work; its Completion does.
+  bool barrier = false;
   int wait = 0;  // vars not yet granted
   std::shared_ptr<Completion::State> done;
   // Links in the engine's list of pending ops (no allocation per op).
@@ -48,19 +54,30 @@ struct Engine::Worker {
 
 Status Completion::Wait(std::chrono::milliseconds timeout) const {
   if (state_ == nullptr) return Status::OK();
-  std::unique_lock<std::mutex> lock(state_->mu);
-  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
-    return Status::DeadlineExceeded("engine: op \"" + state_->name +
-                                    "\" not finished after " +
-                                    std::to_string(timeout.count()) + " ms");
+  std::vector<std::shared_ptr<StreamFence>> fences;
+  Status status;
+  {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
+      return Status::DeadlineExceeded("engine: op \"" + state_->name +
+                                      "\" not finished after " +
+                                      std::to_string(timeout.count()) + " ms");
+    }
+    fences = state_->fences;
+    status = state_->status;
   }
-  return state_->status;
+  for (const auto& f : fences) f->Wait();
+  return status;
 }
 
 bool Completion::done() const {
   if (state_ == nullptr) return true;
   std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->done;
+  if (!state_->done) return false;
+  for (const auto& f : state_->fences) {
+    if (!f->Passed()) return false;
+  }
+  return true;
 }
 
 // ---- Engine.
@@ -135,7 +152,15 @@ void Engine::ClearErrors(const std::vector<Var*>& vars) {
 Completion Engine::Push(Fn fn, const std::vector<Var*>& reads,
                         const std::vector<Var*>& writes, const Device& device,
                         Queue queue, std::string name) {
+  return Push(std::move(fn), reads, writes, device, queue, std::move(name),
+              /*barrier=*/false);
+}
+
+Completion Engine::Push(Fn fn, const std::vector<Var*>& reads,
+                        const std::vector<Var*>& writes, const Device& device,
+                        Queue queue, std::string name, bool barrier) {
   Op* op = new Op;
+  op->barrier = barrier;
   op->fn = std::move(fn);
   op->device = device;
   op->sync_gpu = queue == Queue::kCompute && device.is_gpu();
@@ -160,6 +185,10 @@ Completion Engine::Push(Fn fn, const std::vector<Var*>& reads,
   bool ready = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (op->sync_gpu &&
+        std::find(gpus_.begin(), gpus_.end(), op->device.id) == gpus_.end()) {
+      gpus_.push_back(op->device.id);
+    }
     ++pending_;
     op->next = pending_list_;
     if (pending_list_ != nullptr) pending_list_->prev = op;
@@ -206,7 +235,7 @@ Engine::Worker* Engine::WorkerFor(const Op& op) {
   std::lock_guard<std::mutex> lock(workers_mu_);
   std::unique_ptr<Worker>* slot = nullptr;
   int threads = 1;
-  if (op.queue == Queue::kIo) {
+  if (op.queue != Queue::kCompute) {
     slot = &io_;
     threads = io_threads_;
   } else {
@@ -222,8 +251,24 @@ Engine::Worker* Engine::WorkerFor(const Op& op) {
   return slot->get();
 }
 
+bool Engine::WaitsForGpu(const Op& op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto* list : {&op.reads, &op.writes}) {
+    for (Var* v : *list) {
+      for (const auto& f : v->fences) {
+        if (!f->Passed()) return true;
+      }
+    }
+  }
+  return false;
+}
+
 void Engine::Dispatch(Op* op) {
-  if (op->queue == Queue::kInline) {
+  // An inline op that would wait for GPU work goes to the I/O pool: run on
+  // the thread that made it ready (often a GPU's compute worker), its wait
+  // would keep that thread from queueing the next ops.
+  if (op->queue == Queue::kInline &&
+      (mode_ == Mode::kNaive || op->barrier || !WaitsForGpu(*op))) {
     Execute(op);
     return;
   }
@@ -251,6 +296,9 @@ void Engine::WorkerLoop(Worker* w) {
 
 void Engine::Execute(Op* op) {
   Status status;
+  // GPU work on the op's vars that this op's stream does not order for it:
+  // waited for here, or by a barrier's Completion.
+  std::vector<std::shared_ptr<StreamFence>> waits;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (Var* v : op->inputs) {
@@ -259,19 +307,43 @@ void Engine::Execute(Op* op) {
         break;
       }
     }
+    for (const auto* list : {&op->reads, &op->writes}) {
+      for (Var* v : *list) {
+        for (const auto& f : v->fences) {
+          if (!op->sync_gpu || f->device_id() != op->device.id) {
+            waits.push_back(f);
+          }
+        }
+      }
+    }
+  }
+  std::shared_ptr<StreamFence> fence;
+  if (op->barrier) {
+    // Traced (its end marks a pass in KVTRAIN_TRACE), though it runs nothing.
+    { trace::Scope span("engine", "", op->done->name); }
+    Finish(op, status, nullptr, std::move(waits));
+    return;
   }
   if (status.ok()) {
     trace::Scope span("engine", "", op->done->name);
+    for (const auto& f : waits) f->Wait();
     status = op->fn();
     if (status.ok() && op->sync_gpu) {
       StatusOr<DeviceContext*> ctx = DeviceContext::Get(op->device);
-      status = ctx.ok() ? (*ctx)->Synchronize() : ctx.status();
+      if (ctx.ok()) {
+        fence = StreamFence::Record(*ctx);
+      } else {
+        status = ctx.status();
+      }
     }
   }
-  Finish(op, status);
+  std::vector<std::shared_ptr<StreamFence>> done_fences;
+  if (fence != nullptr) done_fences.push_back(fence);
+  Finish(op, status, std::move(fence), std::move(done_fences));
 }
 
-void Engine::Finish(Op* op, Status status) {
+void Engine::Finish(Op* op, Status status, std::shared_ptr<StreamFence> fence,
+                    std::vector<std::shared_ptr<StreamFence>> done_fences) {
   std::vector<Op*> ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -279,6 +351,21 @@ void Engine::Finish(Op* op, Status status) {
     for (Var* v : op->writes) {
       v->running_write = false;
       v->error = status;
+    }
+    if (fence != nullptr) {
+      // The newest point in that GPU's stream stands for the older ones.
+      for (const auto* list : {&op->reads, &op->writes}) {
+        for (Var* v : *list) {
+          auto same = std::find_if(
+              v->fences.begin(), v->fences.end(),
+              [&](const auto& f) { return f->device_id() == fence->device_id(); });
+          if (same != v->fences.end()) {
+            *same = fence;
+          } else {
+            v->fences.push_back(fence);
+          }
+        }
+      }
     }
     for (const auto* list : {&op->reads, &op->writes}) {
       for (Var* v : *list) {
@@ -298,26 +385,43 @@ void Engine::Finish(Op* op, Status status) {
     std::lock_guard<std::mutex> lock(op->done->mu);
     op->done->done = true;
     op->done->status = status;
+    op->done->fences = std::move(done_fences);
   }
   op->done->cv.notify_all();
   delete op;
   for (Op* r : ready) Dispatch(r);
 }
 
+Completion Engine::PushBarrier(const std::vector<Var*>& vars,
+                               std::string name) {
+  return Push([] { return Status::OK(); }, vars, {}, Device::CPU(),
+              Queue::kInline, std::move(name), /*barrier=*/true);
+}
+
 Status Engine::WaitForVar(Var* var, std::chrono::milliseconds timeout) {
-  Completion c = Push([] { return Status::OK(); }, {var}, {}, Device::CPU(),
-                      Queue::kInline, "wait for " + var->name);
-  return c.Wait(timeout);
+  return PushBarrier({var}, "wait for " + var->name).Wait(timeout);
 }
 
 Status Engine::WaitForAll(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!idle_cv_.wait_for(lock, timeout, [this] { return pending_ == 0; })) {
-    const std::string one =
-        pending_list_ == nullptr ? "?" : pending_list_->done->name;
-    return Status::DeadlineExceeded(
-        "engine: " + std::to_string(pending_) + " op(s) still pending after " +
-        std::to_string(timeout.count()) + " ms, e.g. \"" + one + "\"");
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!idle_cv_.wait_for(lock, timeout, [this] { return pending_ == 0; })) {
+      const std::string one =
+          pending_list_ == nullptr ? "?" : pending_list_->done->name;
+      return Status::DeadlineExceeded(
+          "engine: " + std::to_string(pending_) + " op(s) still pending after " +
+          std::to_string(timeout.count()) + " ms, e.g. \"" + one + "\"");
+    }
+  }
+  // The ops ran; their GPU work may still be queued.
+  std::vector<int> gpus;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gpus = gpus_;
+  }
+  for (int id : gpus) {
+    KV_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(Device::GPU(id)));
+    KV_RETURN_IF_ERROR(ctx->Synchronize());
   }
   return Status::OK();
 }

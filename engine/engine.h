@@ -46,6 +46,9 @@ class Completion {
     bool done = false;
     Status status;
     std::string name;
+    // Where the op's GPU work ends in each stream it used (a GPU compute
+    // op's own, or for a barrier its vars'): Wait passes them too.
+    std::vector<std::shared_ptr<StreamFence>> fences;
   };
   std::shared_ptr<State> state_;
 };
@@ -59,7 +62,8 @@ class Engine {
   enum class Queue {
     kCompute,  // the compute worker of its device
     kIo,       // the I/O pool: ops that may block (network, disk)
-    kInline,   // whichever thread makes it ready (tiny bookkeeping ops)
+    kInline,   // whichever thread makes it ready (tiny bookkeeping ops);
+               // the I/O pool when it must wait for GPU work
   };
 
   struct Options {
@@ -92,14 +96,23 @@ class Engine {
   // is read and then written. If a var in `reads` holds an error (an op that
   // wrote it failed), `fn` is skipped and the error passes on to `writes`; a
   // successful op clears the errors of its `writes`. Compute ops on a GPU
-  // count as done when the device's stream is drained.
+  // count as done for the next ops on the same GPU once their work is
+  // queued on its stream (the stream keeps their order); ops elsewhere, and
+  // Completion::Wait, first wait until that work has finished.
   Completion Push(Fn fn, const std::vector<Var*>& reads,
                   const std::vector<Var*>& writes, const Device& device,
                   Queue queue, std::string name);
 
+  // Completes after every earlier op that writes a var in `vars`, without
+  // holding the vars or waiting for their GPU work: that wait happens in
+  // the returned Completion's Wait. For "these results are ready" signals
+  // (the executor's end of a pass) that must not delay later ops.
+  Completion PushBarrier(const std::vector<Var*>& vars, std::string name);
+
   // Waits for every op pushed so far that writes `var`; returns its error.
   Status WaitForVar(Var* var, std::chrono::milliseconds timeout);
-  // Waits until no pushed op is pending; DeadlineExceeded names one that is.
+  // Waits until no pushed op is pending and the GPUs' queued work is done;
+  // DeadlineExceeded names an op still pending.
   Status WaitForAll(std::chrono::milliseconds timeout);
   // Forgets the errors held by `vars` (after a caller has reported them).
   void ClearErrors(const std::vector<Var*>& vars);
@@ -112,13 +125,23 @@ class Engine {
   struct Worker;
 
   Engine(Mode mode, int io_threads);
+  Completion Push(Fn fn, const std::vector<Var*>& reads,
+                  const std::vector<Var*>& writes, const Device& device,
+                  Queue queue, std::string name, bool barrier);
 
   // Grants queued ops on `var` what it can; appends ops that became ready.
   void Grant(Var* var, std::vector<Op*>* ready) REQUIRES(mu_);
   void Dispatch(Op* op) EXCLUDES(mu_);
-  // Checks dependencies' errors, runs the op, releases its vars.
+  // True when a var of `op` has GPU work not yet finished.
+  bool WaitsForGpu(const Op& op) EXCLUDES(mu_);
+  // Checks dependencies' errors, waits for their GPU work on other
+  // streams, runs the op, releases its vars.
   void Execute(Op* op) EXCLUDES(mu_);
-  void Finish(Op* op, Status status) EXCLUDES(mu_);
+  // `fence`: the op's own GPU work (put on its vars); `done_fences`: what
+  // its Completion waits for.
+  void Finish(Op* op, Status status, std::shared_ptr<StreamFence> fence,
+              std::vector<std::shared_ptr<StreamFence>> done_fences)
+      EXCLUDES(mu_);
   Worker* WorkerFor(const Op& op) EXCLUDES(workers_mu_);
   void WorkerLoop(Worker* worker);
 
@@ -130,6 +153,8 @@ class Engine {
   int64_t pending_ GUARDED_BY(mu_) = 0;
   // Every pending op (names one in WaitForAll's DeadlineExceeded).
   Op* pending_list_ GUARDED_BY(mu_) = nullptr;
+  // GPUs that compute ops were pushed to (WaitForAll drains their streams).
+  std::vector<int> gpus_ GUARDED_BY(mu_);
 
   std::mutex workers_mu_;
   std::map<std::pair<int, int>, std::unique_ptr<Worker>> workers_

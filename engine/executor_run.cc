@@ -51,8 +51,7 @@ Status Executor::RunBackward(Step* step) {
 
 Completion Executor::Barrier(const std::vector<Engine::Var*>& vars,
                              const char* what) {
-  return engine_->Push([] { return Status::OK(); }, vars, {}, Device::CPU(),
-                       Engine::Queue::kInline, what);
+  return engine_->PushBarrier(vars, what);
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ops/cpu_math.h"
+#include "ops/cudnn.h"
 #include "ops/op_util.h"
 #include "tensor/blas.h"
 #include "tensor/cpu_threads.h"
@@ -81,6 +82,7 @@ StatusOr<std::unique_ptr<Operator>> ActivationOp::Create(const OpSpec& spec) {
         ": missing attribute act_type (relu, sigmoid, tanh or softrelu)");
   }
   op->act_ = static_cast<ActType>(act);
+  KV_RETURN_IF_ERROR(r.Bool("cudnn_off", &op->cudnn_off_, true));
   KV_RETURN_IF_ERROR(r.Finish());
   return std::unique_ptr<Operator>(std::move(op));
 }
@@ -137,9 +139,46 @@ Status ActivationOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
   return Status::OK();
 }
 
+#ifdef KVTRAIN_CUDA
+namespace {
+
+// The descriptors of one cuDNN activation call: the tensor as one row.
+struct CudnnAct {
+  CudnnAct(cudnnHandle_t h, ActType act, int64_t n) : handle(h) {
+    t.Set(1, 1, 1, n);
+    desc.Set(act == ActType::kRelu      ? CUDNN_ACTIVATION_RELU
+             : act == ActType::kSigmoid ? CUDNN_ACTIVATION_SIGMOID
+                                        : CUDNN_ACTIVATION_TANH);
+  }
+  cudnnHandle_t handle;
+  cudnn::TensorDesc t;
+  cudnn::ActDesc desc;
+};
+
+// cuDNN's handle when it runs this call, else null (reference kernels).
+cudnnHandle_t ActHandle(bool cudnn_off, ActType act, const OpContext& ctx,
+                        int64_t n) {
+  if (cudnn_off || act == ActType::kSoftrelu || !cudnn::FitsInt({n})) {
+    return nullptr;
+  }
+  return cudnn::Handle(ctx.device);
+}
+
+}  // namespace
+#endif
+
 Status ActivationOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
 #ifdef KVTRAIN_CUDA
   if (args->req[0] == OpReq::kNull) return Status::OK();
+  const int64_t n = args->in[0].size();
+  if (cudnnHandle_t h = ActHandle(cudnn_off_, act_, ctx, n)) {
+    CudnnAct c(h, act_, n);
+    KV_CUDNN_CHECK(cudnnActivationForward(
+        h, c.desc.get(), &cudnn::kOne, c.t.get(), op_util::Ptr(args->in[0]),
+        cudnn::Beta(args->req[0] == OpReq::kAdd), c.t.get(),
+        op_util::Ptr(args->out[0])));
+    return Status::OK();
+  }
   gpu::ActivationForward(act_, op_util::Ptr(args->in[0]),
                          op_util::Ptr(args->out[0]), args->in[0].size(),
                          args->req[0] == OpReq::kAdd, ctx.device->stream());
@@ -152,6 +191,19 @@ Status ActivationOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
 Status ActivationOp::BackwardGpu(const OpContext& ctx, BackwardArgs* args) {
 #ifdef KVTRAIN_CUDA
   if (args->req[0] == OpReq::kNull) return Status::OK();
+  const int64_t n = args->out[0].size();
+  if (cudnnHandle_t h = ActHandle(cudnn_off_, act_, ctx, n)) {
+    // The input may be gone (Forward may run in place): relu, sigmoid and
+    // tanh have their gradients in terms of the output, passed for both.
+    CudnnAct c(h, act_, n);
+    const float* y = op_util::Ptr(args->out[0]);
+    KV_CUDNN_CHECK(cudnnActivationBackward(
+        h, c.desc.get(), &cudnn::kOne, c.t.get(), y, c.t.get(),
+        op_util::Ptr(args->out_grad[0]), c.t.get(), y,
+        cudnn::Beta(args->req[0] == OpReq::kAdd), c.t.get(),
+        op_util::Ptr(args->in_grad[0])));
+    return Status::OK();
+  }
   gpu::ActivationBackward(act_, op_util::Ptr(args->out[0]),
                           op_util::Ptr(args->out_grad[0]),
                           op_util::Ptr(args->in_grad[0]), args->out[0].size(),

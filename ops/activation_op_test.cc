@@ -103,6 +103,18 @@ TEST_F(ActivationOpTest, GpuMatchesCpu) {
                                 TestDevice());
   }
 }
+
+// cuDNN against kvtrain's kernels (softrelu, which cuDNN lacks, runs the
+// reference both times).
+TEST_F(ActivationOpTest, CudnnMatchesReference) {
+  for (const char* act : {"relu", "sigmoid", "tanh", "softrelu"}) {
+    SCOPED_TRACE(act);
+    op_test::ExpectCudnnMatchesReference("Activation", {{"act_type", act}},
+                                         {{64, 20, 24, 24}},
+                                         {op_test::Random(64 * 20 * 24 * 24, 4, -4, 4)},
+                                         TestDevice(), 1e-5f);
+  }
+}
 #endif
 
 }  // namespace

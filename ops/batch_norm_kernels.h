@@ -23,6 +23,11 @@ void BatchNormStats(const BatchNormDims& d, const float* x, float* mean,
 void BatchNormFinishStats(int64_t c, const float* var, float eps,
                           float momentum, const float* mean, float* invstd,
                           float* moving_mean, float* moving_var, void* stream);
+// The moving averages above with the batch variance recovered from
+// invstd = 1 / sqrt(var + eps) (when cuDNN computed the statistics).
+void BatchNormUpdateMoving(int64_t c, const float* mean, const float* invstd,
+                           float eps, float momentum, float* moving_mean,
+                           float* moving_var, void* stream);
 // y (+)= gamma * (x - mean) * invstd + beta; gamma == null means 1.
 void BatchNormForward(const BatchNormDims& d, const float* x,
                       const float* mean, const float* invstd,

@@ -4,9 +4,14 @@
 
 #include <cmath>
 
+#include "ops/cudnn.h"
 #include "ops/op_util.h"
 #include "tensor/blas.h"
 #include "tensor/cpu_threads.h"
+
+#ifdef KVTRAIN_CUDA
+#include "tensor/fill_kernels.h"
+#endif
 
 namespace kvtrain {
 
@@ -20,6 +25,7 @@ StatusOr<std::unique_ptr<Operator>> BatchNormOp::Create(const OpSpec& spec) {
   KV_RETURN_IF_ERROR(r.Float("momentum", &momentum, 0, 1, 0.9));
   KV_RETURN_IF_ERROR(r.Bool("fix_gamma", &op->fix_gamma_, true));
   KV_RETURN_IF_ERROR(r.Bool("use_global_stats", &op->use_global_stats_, false));
+  KV_RETURN_IF_ERROR(r.Bool("cudnn_off", &op->cudnn_off_, true));
   KV_RETURN_IF_ERROR(r.Finish());
   op->eps_ = static_cast<float>(eps);
   op->momentum_ = static_cast<float>(momentum);
@@ -56,8 +62,9 @@ BackwardNeeds BatchNormOp::DeclareBackwardNeeds() const {
 
 size_t BatchNormOp::WorkspaceBytes(const std::vector<Shape>& in_shapes,
                                    const Device& device) const {
-  // GPU: dgamma and dbeta before they are written with their requests.
-  return device.is_gpu() ? 2 * in_shapes[0][1] * sizeof(float) : 0;
+  // GPU: dgamma and dbeta before they are written with their requests, and
+  // ones for cuDNN's scale under fix_gamma.
+  return device.is_gpu() ? 3 * in_shapes[0][1] * sizeof(float) : 0;
 }
 
 BatchNormDims BatchNormOp::Dims(const Tensor& data) {
@@ -171,12 +178,67 @@ Status BatchNormOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
   return Status::OK();
 }
 
+#ifdef KVTRAIN_CUDA
+namespace {
+
+// Descriptors of one cuDNN batch-norm call: data as (N, C, S, 1), the
+// per-channel vectors as (1, C, 1, 1).
+struct CudnnBn {
+  explicit CudnnBn(const BatchNormDims& d) {
+    x.Set(d.n, d.c, d.s, 1);
+    ch.Set(1, d.c, 1, 1);
+  }
+  cudnn::TensorDesc x, ch;
+};
+
+// gamma, or ones (in the workspace's third part) under fix_gamma.
+const float* Scale(const OpContext& ctx, bool fix_gamma, const Tensor& gamma,
+                   int64_t c) {
+  if (!fix_gamma) return Ptr(gamma);
+  float* ones = static_cast<float*>(ctx.workspace) + 2 * c;
+  gpu::FillPattern(ones, c, 4, 0x3f800000u, ctx.device->stream());
+  return ones;
+}
+
+}  // namespace
+#endif
+
+void* BatchNormOp::CudnnHandle(const OpContext& ctx, const Tensor& data) const {
+#ifdef KVTRAIN_CUDA
+  const BatchNormDims d = Dims(data);
+  if (cudnn_off_ || use_global_stats_ || eps_ < CUDNN_BN_MIN_EPSILON ||
+      !cudnn::FitsInt({d.n, d.c, d.s, data.size()})) {
+    return nullptr;
+  }
+  return cudnn::Handle(ctx.device);
+#else
+  return nullptr;
+#endif
+}
+
 Status BatchNormOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
 #ifdef KVTRAIN_CUDA
   const BatchNormDims d = Dims(args->in[0]);
   void* stream = ctx.device->stream();
   float* mean = Ptr(args->out[1]);
   float* invstd = Ptr(args->out[2]);
+  void* h = args->req[0] == OpReq::kNull || !BatchStats(ctx)
+                ? nullptr
+                : CudnnHandle(ctx, args->in[0]);
+  if (h != nullptr) {
+    // Statistics and output in one call; the moving averages are kvtrain's
+    // (biased variance), where cuDNN's would use the unbiased one.
+    CudnnBn c(d);
+    KV_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+        static_cast<cudnnHandle_t>(h), CUDNN_BATCHNORM_SPATIAL, &cudnn::kOne,
+        cudnn::Beta(args->req[0] == OpReq::kAdd), c.x.get(), Ptr(args->in[0]),
+        c.x.get(), Ptr(args->out[0]), c.ch.get(),
+        Scale(ctx, fix_gamma_, args->in[1], d.c), Ptr(args->in[2]), 0.0,
+        nullptr, nullptr, eps_, mean, invstd));
+    gpu::BatchNormUpdateMoving(d.c, mean, invstd, eps_, momentum_,
+                               Ptr(args->aux[0]), Ptr(args->aux[1]), stream);
+    return Status::OK();
+  }
   if (BatchStats(ctx)) {
     // The variance goes through invstd's buffer.
     gpu::BatchNormStats(d, Ptr(args->in[0]), mean, invstd, stream);
@@ -204,12 +266,24 @@ Status BatchNormOp::BackwardGpu(const OpContext& ctx, BackwardArgs* args) {
   float* dgamma = static_cast<float*>(ctx.workspace);
   float* dbeta = dgamma + d.c;
   const std::vector<OpReq>& req = args->req;
-  gpu::BatchNormBackward(
-      d, Ptr(args->in[0]), Ptr(args->out_grad[0]), Ptr(args->out[1]),
-      Ptr(args->out[2]), fix_gamma_ ? nullptr : Ptr(args->in[1]),
-      !use_global_stats_, dgamma, dbeta,
-      req[0] == OpReq::kNull ? nullptr : Ptr(args->in_grad[0]),
-      req[0] == OpReq::kAdd, ctx.device->stream());
+  void* h = req[0] == OpReq::kNull ? nullptr : CudnnHandle(ctx, args->in[0]);
+  if (h != nullptr) {
+    CudnnBn c(d);
+    KV_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+        static_cast<cudnnHandle_t>(h), CUDNN_BATCHNORM_SPATIAL, &cudnn::kOne,
+        cudnn::Beta(req[0] == OpReq::kAdd), &cudnn::kOne, &cudnn::kZero,
+        c.x.get(), Ptr(args->in[0]), c.x.get(), Ptr(args->out_grad[0]),
+        c.x.get(), Ptr(args->in_grad[0]), c.ch.get(),
+        Scale(ctx, fix_gamma_, args->in[1], d.c), dgamma, dbeta, eps_,
+        Ptr(args->out[1]), Ptr(args->out[2])));
+  } else {
+    gpu::BatchNormBackward(
+        d, Ptr(args->in[0]), Ptr(args->out_grad[0]), Ptr(args->out[1]),
+        Ptr(args->out[2]), fix_gamma_ ? nullptr : Ptr(args->in[1]),
+        !use_global_stats_, dgamma, dbeta,
+        req[0] == OpReq::kNull ? nullptr : Ptr(args->in_grad[0]),
+        req[0] == OpReq::kAdd, ctx.device->stream());
+  }
   if (req[1] != OpReq::kNull) {
     if (fix_gamma_) {
       op_util::ZeroReq(ctx, req[1], Ptr(args->in_grad[1]), d.c);

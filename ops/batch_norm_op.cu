@@ -59,6 +59,18 @@ __global__ void FinishKernel(int64_t channels, const float* var, float eps,
   }
 }
 
+__global__ void UpdateMovingKernel(int64_t channels, const float* mean,
+                                   const float* invstd, float eps,
+                                   float momentum, float* moving_mean,
+                                   float* moving_var) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       c < channels; c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = fmaxf(1.0f / (invstd[c] * invstd[c]) - eps, 0.0f);
+    moving_mean[c] = momentum * moving_mean[c] + (1.0f - momentum) * mean[c];
+    moving_var[c] = momentum * moving_var[c] + (1.0f - momentum) * v;
+  }
+}
+
 __global__ void ForwardKernel(BatchNormDims d, const float* x,
                               const float* mean, const float* invstd,
                               const float* gamma, const float* beta, float* y,
@@ -123,6 +135,14 @@ void BatchNormFinishStats(int64_t c, const float* var, float eps,
                           void* stream) {
   FinishKernel<<<Blocks(c), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       c, var, eps, momentum, mean, invstd, moving_mean, moving_var);
+  KV_CUDA_LAUNCH_CHECK();
+}
+
+void BatchNormUpdateMoving(int64_t c, const float* mean, const float* invstd,
+                           float eps, float momentum, float* moving_mean,
+                           float* moving_var, void* stream) {
+  UpdateMovingKernel<<<Blocks(c), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      c, mean, invstd, eps, momentum, moving_mean, moving_var);
   KV_CUDA_LAUNCH_CHECK();
 }
 

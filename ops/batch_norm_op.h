@@ -7,7 +7,9 @@
 //   aux      moving_mean (C), moving_var (C): updated in training as
 //            moving = momentum * moving + (1 - momentum) * batch
 //   attrs    eps (1e-3), momentum (0.9), fix_gamma (true: gamma is taken as
-//            1 and gets a zero gradient), use_global_stats (false)
+//            1 and gets a zero gradient), use_global_stats (false), cudnn_off
+//            (true: GPUs run the kernels of batch_norm_op.cu; false: cuDNN
+//            for batch statistics, where eps >= 1e-5)
 #ifndef KVTRAIN_OPS_BATCH_NORM_OP_H_
 #define KVTRAIN_OPS_BATCH_NORM_OP_H_
 
@@ -48,11 +50,15 @@ class BatchNormOp : public Operator {
   bool BatchStats(const OpContext& ctx) const {
     return ctx.is_train && !use_global_stats_;
   }
+  // cuDNN's handle (as void*) when it runs a call with batch statistics on
+  // `data`, else null.
+  void* CudnnHandle(const OpContext& ctx, const Tensor& data) const;
 
   float eps_ = 1e-3f;
   float momentum_ = 0.9f;
   bool fix_gamma_ = true;
   bool use_global_stats_ = false;
+  bool cudnn_off_ = true;
 };
 
 }  // namespace kvtrain

@@ -102,6 +102,30 @@ TEST_F(BatchNormTest, GpuMatchesCpu) {
                                op_test::Random(4, 3)},
                               TestDevice());
 }
+
+// cuDNN against kvtrain's kernels: images and plain (N, C) rows, learned and
+// fixed gamma, inference (moving statistics: the reference runs both), and
+// an eps below cuDNN's minimum (the reference runs both).
+TEST_F(BatchNormTest, CudnnMatchesReference) {
+  const std::vector<op_test::Values> images = {
+      op_test::Random(32 * 6 * 5 * 5, 1), op_test::Random(6, 2),
+      op_test::Random(6, 3)};
+  for (const char* fix : {"false", "true"}) {
+    SCOPED_TRACE(std::string("fix_gamma=") + fix);
+    op_test::ExpectCudnnMatchesReference("BatchNorm", {{"fix_gamma", fix}},
+                                         {{32, 6, 5, 5}}, images, TestDevice());
+  }
+  op_test::ExpectCudnnMatchesReference(
+      "BatchNorm", {{"fix_gamma", "false"}}, {{64, 10}},
+      {op_test::Random(640, 4), op_test::Random(10, 5), op_test::Random(10, 6)},
+      TestDevice());
+  op_test::ExpectCudnnMatchesReference("BatchNorm", {{"fix_gamma", "false"}},
+                                       {{32, 6, 5, 5}}, images, TestDevice(),
+                                       1e-4f, /*is_train=*/false);
+  op_test::ExpectCudnnMatchesReference(
+      "BatchNorm", {{"fix_gamma", "false"}, {"eps", "1e-7"}}, {{32, 6, 5, 5}},
+      images, TestDevice());
+}
 #endif
 
 }  // namespace

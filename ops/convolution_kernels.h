@@ -42,6 +42,12 @@ void ScatterBias(const float* tmp, const float* bias, int g, int filters,
 // tmp[f][j*P + p] = dout[j][f][p].
 void Gather(const float* dout, int g, int filters, int64_t P, float* tmp,
             void* stream);
+// out[j][f][p] += bias[f] for j < n (the cuDNN path's bias).
+void AddBias(const float* bias, int n, int filters, int64_t P, float* out,
+             void* stream);
+// db[f] = (or +=, when `add`) the sum over j < n and p of dout[j][f][p].
+void BiasGrad(const float* dout, int n, int filters, int64_t P, float* db,
+              bool add, void* stream);
 
 }  // namespace gpu
 }  // namespace kvtrain

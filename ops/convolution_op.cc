@@ -99,12 +99,24 @@ StatusOr<std::unique_ptr<Operator>> ConvolutionOp::Create(const OpSpec& spec) {
   KV_RETURN_IF_ERROR(r.Tuple("pad", 2, 0, &pad, &has_pad));
   KV_RETURN_IF_ERROR(r.Int("num_filter", &op->num_filter_, 1, INT_MAX));
   KV_RETURN_IF_ERROR(r.Bool("no_bias", &op->no_bias_, false));
+  bool cudnn_off = true;
+  int64_t workspace_mb = 1024;
+  KV_RETURN_IF_ERROR(r.Bool("cudnn_off", &cudnn_off, true));
+  KV_RETURN_IF_ERROR(r.Int("workspace", &workspace_mb, 0, 1 << 20, 1024));
   KV_RETURN_IF_ERROR(r.Finish());
+  ConvParams params;
   for (int i = 0; i < 2; ++i) {
     op->kernel_[i] = kernel[i];
     if (has_stride) op->stride_[i] = stride[i];
     if (has_pad) op->pad_[i] = pad[i];
+    params.kernel[i] = op->kernel_[i];
+    params.stride[i] = op->stride_[i];
+    params.pad[i] = op->pad_[i];
   }
+  params.num_filter = op->num_filter_;
+  params.no_bias = op->no_bias_;
+  params.workspace_limit = static_cast<size_t>(workspace_mb) << 20;
+  if (!cudnn_off) op->cudnn_.reset(new ConvCudnn(params));
   return std::unique_ptr<Operator>(std::move(op));
 }
 
@@ -186,8 +198,18 @@ ConvolutionOp::Plan ConvolutionOp::MakePlan(const Shape& data,
   return p;
 }
 
+bool ConvolutionOp::UseCudnn(const DeviceContext* ctx, const Shape& data,
+                             size_t* bytes) const {
+  return cudnn_ != nullptr && cudnn_->Ready(ctx, data, bytes);
+}
+
 size_t ConvolutionOp::WorkspaceBytes(const std::vector<Shape>& in_shapes,
                                      const Device& device) const {
+  if (device.is_gpu() && cudnn_ != nullptr) {
+    StatusOr<DeviceContext*> ctx = DeviceContext::Get(device);
+    size_t bytes = 0;
+    if (ctx.ok() && UseCudnn(*ctx, in_shapes[0], &bytes)) return bytes;
+  }
   const Plan p = MakePlan(in_shapes[0], device, CpuThreads());
   return p.slots * p.slot_floats * sizeof(float);
 }
@@ -342,6 +364,11 @@ Status ConvolutionOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
 #ifdef KVTRAIN_CUDA
   const OpReq req = args->req[0];
   if (req == OpReq::kNull) return Status::OK();
+  size_t bytes = 0;
+  if (UseCudnn(ctx.device, args->in[0].shape(), &bytes)) {
+    if (bytes > ctx.workspace_bytes) return Error("workspace too small");
+    return cudnn_->Forward(ctx, args);
+  }
   const Plan p = CallPlan(ctx, args->in[0]);
   const ConvGeometry& g = p.geo;
   const int64_t K = g.K(), P = g.P();
@@ -367,6 +394,11 @@ Status ConvolutionOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
 
 Status ConvolutionOp::BackwardGpu(const OpContext& ctx, BackwardArgs* args) {
 #ifdef KVTRAIN_CUDA
+  size_t bytes = 0;
+  if (UseCudnn(ctx.device, args->in[0].shape(), &bytes)) {
+    if (bytes > ctx.workspace_bytes) return Error("workspace too small");
+    return cudnn_->Backward(ctx, args);
+  }
   const Plan p = CallPlan(ctx, args->in[0]);
   const ConvGeometry& g = p.geo;
   const int64_t K = g.K(), P = g.P();

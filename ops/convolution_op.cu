@@ -91,7 +91,47 @@ __global__ void GatherKernel(const float* dout, int g, int filters, int64_t P,
   }
 }
 
+__global__ void AddBiasKernel(const float* bias, int n, int filters,
+                              int64_t P, float* out) {
+  const int64_t total = static_cast<int64_t>(n) * filters * P;
+  KV_GRID_LOOP(idx, total) { out[idx] += bias[(idx / P) % filters]; }
+}
+
+// One block per filter: a block-wide sum over the batch and positions.
+__global__ void BiasGradKernel(const float* dout, int n, int filters,
+                               int64_t P, float* db, bool add) {
+  __shared__ float partial[256];
+  const int f = blockIdx.x;
+  float sum = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float* row = dout + (static_cast<int64_t>(j) * filters + f) * P;
+    for (int64_t p = threadIdx.x; p < P; p += blockDim.x) sum += row[p];
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int width = blockDim.x / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) db[f] = add ? db[f] + partial[0] : partial[0];
+}
+
 }  // namespace
+
+void AddBias(const float* bias, int n, int filters, int64_t P, float* out,
+             void* stream) {
+  AddBiasKernel<<<Blocks(static_cast<int64_t>(n) * filters * P), 256, 0,
+                  static_cast<cudaStream_t>(stream)>>>(bias, n, filters, P,
+                                                       out);
+  KV_CUDA_LAUNCH_CHECK();
+}
+
+void BiasGrad(const float* dout, int n, int filters, int64_t P, float* db,
+              bool add, void* stream) {
+  BiasGradKernel<<<filters, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      dout, n, filters, P, db, add);
+  KV_CUDA_LAUNCH_CHECK();
+}
 
 void Im2Col(const ConvGeometry& geo, const float* data, int g, float* col,
             void* stream) {

@@ -3,14 +3,22 @@
 //           bias (num_filter) unless no_bias
 //   output  (N, num_filter, (H + 2 ph - kh) / sh + 1, (W + 2 pw - kw) / sw + 1)
 //   attrs   kernel (required, "(kh, kw)"), num_filter (required),
-//           stride ((1, 1)), pad ((0, 0)), no_bias (false)
+//           stride ((1, 1)), pad ((0, 0)), no_bias (false), cudnn_off
+//           (true; false: GPUs use cuDNN), workspace (1024: MB of scratch
+//           one cuDNN algorithm may use)
 // Algorithm: im2col + one GEMM per group of images (the group sized so its
 // column matrix stays in cache), bias fused into the scatter back to NCHW.
 // On the CPU each thread of the pool takes a contiguous share of the batch
-// with its own workspace and a single-threaded GEMM.
+// with its own workspace and a single-threaded GEMM. With cudnn_off=false,
+// GPUs use cuDNN instead, with the algorithms timed once per input shape
+// (convolution_cudnn.h); it is not the default because it measured no
+// faster (docs/operators.md).
 #ifndef KVTRAIN_OPS_CONVOLUTION_OP_H_
 #define KVTRAIN_OPS_CONVOLUTION_OP_H_
 
+#include <memory>
+
+#include "ops/convolution_cudnn.h"
 #include "ops/convolution_kernels.h"
 #include "ops/operator.h"
 
@@ -51,11 +59,17 @@ class ConvolutionOp : public Operator {
   void BackwardSlotCpu(const Plan& plan, const BackwardArgs& args, int slot,
                        float* ws, const OpContext& ctx) const;
 
+  // The cuDNN path for this call, if it runs it (*bytes: its workspace).
+  bool UseCudnn(const DeviceContext* ctx, const Shape& data,
+                size_t* bytes) const;
+
   int64_t kernel_[2] = {0, 0};
   int64_t stride_[2] = {1, 1};
   int64_t pad_[2] = {0, 0};
   int64_t num_filter_ = 0;
   bool no_bias_ = false;
+  // Null unless cudnn_off=false.
+  std::unique_ptr<ConvCudnn> cudnn_;
 };
 
 }  // namespace kvtrain

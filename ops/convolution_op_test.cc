@@ -134,6 +134,21 @@ TEST(ConvolutionErrors, ShapesAndAttributes) {
             ">= 1, e.g. (2, 2)");
 }
 
+// cudnn_off and workspace are accepted everywhere (CPUs ignore them), and a
+// bad workspace is an error naming it.
+TEST(Convolution, CudnnAttributes) {
+  OpAttrs attrs = {{"kernel", "(3,3)"}, {"num_filter", "2"},
+                   {"cudnn_off", "true"}, {"workspace", "256"}};
+  auto r = OpRunner::Create("Convolution", attrs, {{2, 3, 5, 5}}, Device::CPU());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE((*r)->Forward(true).ok());
+  attrs["workspace"] = "-1";
+  const Status bad =
+      OpRunner::Create("Convolution", attrs, {{2, 3, 5, 5}}, Device::CPU())
+          .status();
+  EXPECT_NE(bad.message().find("workspace"), std::string::npos) << bad;
+}
+
 #ifdef KV_TEST_ON_GPU
 TEST(ConvolutionGpu, MatchesCpu) {
   KV_SKIP_IF_NO_TEST_DEVICE();
@@ -142,6 +157,38 @@ TEST(ConvolutionGpu, MatchesCpu) {
       "Convolution", AttrsOf(k), {{k.n, k.c, k.h, k.w}},
       {op_test::Random(5 * 3 * 9 * 8, 1), op_test::Random(4 * 3 * 9, 2),
        op_test::Random(4, 3)},
+      TestDevice());
+}
+
+// cuDNN against the im2col kernels: LeNet's two layers at a batch that
+// fills the GPU, stride and padding, no bias, a 1x1 kernel, and no cuDNN
+// workspace at all.
+TEST(ConvolutionGpu, CudnnMatchesReference) {
+  KV_SKIP_IF_NO_TEST_DEVICE();
+  const Case cases[] = {
+      {256, 1, 28, 28, 20, 5, 5, 1, 1, 0, 0},
+      {256, 20, 12, 12, 50, 5, 5, 1, 1, 0, 0},
+      {5, 3, 9, 8, 4, 3, 3, 2, 1, 1, 1},
+      {7, 16, 6, 5, 8, 1, 1, 1, 1, 0, 0},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(::testing::Message() << "input " << k.n << "x" << k.c << "x"
+                                      << k.h << "x" << k.w << " filters " << k.f);
+    const int64_t in = int64_t{k.n} * k.c * k.h * k.w;
+    const std::vector<op_test::Values> inputs = {
+        op_test::Random(in, 1), op_test::Random(k.f * k.c * k.kh * k.kw, 2),
+        op_test::Random(k.f, 3)};
+    op_test::ExpectCudnnMatchesReference("Convolution", AttrsOf(k),
+                                         {{k.n, k.c, k.h, k.w}}, inputs,
+                                         TestDevice());
+  }
+  const Case k{6, 4, 10, 10, 5, 3, 3, 1, 1, 1, 1};
+  OpAttrs attrs = AttrsOf(k);
+  attrs["no_bias"] = "true";
+  attrs["workspace"] = "0";
+  op_test::ExpectCudnnMatchesReference(
+      "Convolution", attrs, {{k.n, k.c, k.h, k.w}},
+      {op_test::Random(6 * 4 * 100, 4), op_test::Random(5 * 4 * 9, 5)},
       TestDevice());
 }
 #endif

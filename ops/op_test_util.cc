@@ -253,6 +253,81 @@ void ExpectSameOnDevice(const std::string& type, const OpAttrs& attrs,
   }
 }
 
+namespace {
+
+void ExpectClose(const Values& a, const Values& b, float tol,
+                 const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t j = 0; j < a.size(); ++j) {
+    ASSERT_FALSE(std::isnan(b[j])) << what << "[" << j << "] not written";
+    ASSERT_NEAR(a[j], b[j], tol * (1 + std::fabs(a[j])))
+        << what << "[" << j << "]";
+  }
+}
+
+}  // namespace
+
+void ExpectCudnnMatchesReference(const std::string& type, const OpAttrs& attrs,
+                                 const std::vector<Shape>& in_shapes,
+                                 const std::vector<Values>& inputs,
+                                 const Device& device, float tol,
+                                 bool is_train) {
+  OpAttrs off = attrs, on = attrs;
+  off["cudnn_off"] = "true";
+  on["cudnn_off"] = "false";
+  StatusOr<std::unique_ptr<OpRunner>> ref =
+      OpRunner::Create(type, off, in_shapes, device);
+  StatusOr<std::unique_ptr<OpRunner>> dnn =
+      OpRunner::Create(type, on, in_shapes, device);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_TRUE(dnn.ok()) << dnn.status();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    (*ref)->SetInput(static_cast<int>(i), inputs[i]);
+    (*dnn)->SetInput(static_cast<int>(i), inputs[i]);
+  }
+  const size_t n_out = (*ref)->out_shapes().size();
+  for (OpReq req : {OpReq::kWrite, OpReq::kAdd}) {
+    const std::string mode = req == OpReq::kAdd ? " (kAdd)" : " (kWrite)";
+    Status a = (*ref)->Forward(is_train, req);
+    if (req == OpReq::kAdd && !a.ok()) continue;  // e.g. probabilities
+    ASSERT_TRUE(a.ok()) << a;
+    const Status b = (*dnn)->Forward(is_train, req);
+    ASSERT_TRUE(b.ok()) << b;
+    for (size_t k = 0; k < n_out; ++k) {
+      ExpectClose((*ref)->Output(k), (*dnn)->Output(k), tol,
+                  "output " + std::to_string(k) + mode);
+    }
+    for (size_t k = 0; k < (*ref)->op()->ListAuxiliaryStates().size(); ++k) {
+      ExpectClose((*ref)->Aux(k), (*dnn)->Aux(k), tol,
+                  "auxiliary state " + std::to_string(k) + mode);
+    }
+  }
+  if (!(*ref)->op()->differentiable()) return;
+  // Backward after a fresh kWrite forward, so both read the same outputs.
+  ASSERT_TRUE((*ref)->Forward(is_train).ok());
+  ASSERT_TRUE((*dnn)->Forward(is_train).ok());
+  std::vector<Values> out_grads;
+  for (int k = 0; k < (*ref)->num_visible_outputs(); ++k) {
+    out_grads.push_back(Random((*ref)->out_shapes()[k].NumElements(), 700 + k));
+  }
+  const size_t n_in = (*ref)->in_shapes().size();
+  for (OpReq req : {OpReq::kWrite, OpReq::kAdd}) {
+    std::vector<Values> ga(n_in), gb(n_in);
+    for (size_t i = 0; i < n_in; ++i) {
+      ga[i] = Random((*ref)->in_shapes()[i].NumElements(), 800 + i);
+      gb[i] = ga[i];
+    }
+    const std::vector<OpReq> reqs(n_in, req);
+    ASSERT_TRUE((*ref)->Backward(out_grads, reqs, &ga).ok());
+    ASSERT_TRUE((*dnn)->Backward(out_grads, reqs, &gb).ok());
+    for (size_t i = 0; i < n_in; ++i) {
+      ExpectClose(ga[i], gb[i], tol,
+                  "gradient of input " + std::to_string(i) +
+                      (req == OpReq::kAdd ? " (kAdd)" : " (kWrite)"));
+    }
+  }
+}
+
 void ExpectNear(const Values& got, const std::vector<double>& want,
                 double atol, double rtol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;

@@ -96,6 +96,18 @@ void ExpectSameOnDevice(const std::string& type, const OpAttrs& attrs,
                         const std::vector<Values>& inputs,
                         const Device& device, float tol = 1e-4f);
 
+// Runs the op on `device` twice with the same inputs: with cudnn_off=false
+// (cuDNN on GPUs) and with cudnn_off=true (kvtrain's own kernels, the
+// reference).
+// Expects equal outputs, hidden ones included, auxiliary states after the
+// forward in `is_train` mode, and input gradients, with kWrite and then kAdd
+// requests (forward and backward).
+void ExpectCudnnMatchesReference(const std::string& type, const OpAttrs& attrs,
+                                 const std::vector<Shape>& in_shapes,
+                                 const std::vector<Values>& inputs,
+                                 const Device& device, float tol = 1e-4f,
+                                 bool is_train = true);
+
 // Expects every element of got to be within atol + rtol * |want|.
 void ExpectNear(const Values& got, const std::vector<double>& want,
                 double atol, double rtol, const std::string& what);

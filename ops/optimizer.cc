@@ -177,7 +177,7 @@ StatusOr<Optimizer::KeyState*> Optimizer::StateFor(int64_t key,
 }
 
 Status Optimizer::Update(int64_t key, const Tensor& weight,
-                         const Tensor& grad) {
+                         const Tensor& grad, Wait wait) {
   const std::string what = "optimizer key " + std::to_string(key);
   if (!weight.defined() || !grad.defined()) {
     return Status::InvalidArgument(what + ": undefined weight or gradient");
@@ -202,7 +202,10 @@ Status Optimizer::Update(int64_t key, const Tensor& weight,
     p.lr = static_cast<float>(p.lr * std::sqrt(1 - std::pow(p.beta2, c)) /
                               (1 - std::pow(p.beta1, c)));
   }
-  return ApplyUpdate(rule_, p, weight, grad, state->arrays, what);
+  KV_RETURN_IF_ERROR(ApplyUpdate(rule_, p, weight, grad, state->arrays, what));
+  if (wait == Wait::kQueued || !weight.device().is_gpu()) return Status::OK();
+  KV_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(weight.device()));
+  return ctx->Synchronize();
 }
 
 StatusOr<std::string> Optimizer::SaveStates() const {

@@ -31,11 +31,20 @@ class Optimizer {
   static StatusOr<std::unique_ptr<Optimizer>> Create(
       const proto::OptimizerSpec& spec);
 
+  // How Update returns when the weight is on a GPU.
+  enum class Wait {
+    kDone,    // once the weight is updated
+    kQueued,  // once the update is queued on the device's stream: for
+              // callers whose next use of the weight is ordered by that
+              // stream (the engine's ops on that GPU) or synchronises it
+  };
+
   // One step: weight -= f(grad, state). `weight` and `grad` must have the
   // same shape and device; the key's state is created (zeros, on the
   // weight's device) on first use and moved there if it was loaded
-  // elsewhere. Runs on the weight's device and returns when done.
-  Status Update(int64_t key, const Tensor& weight, const Tensor& grad);
+  // elsewhere. Runs on the weight's device.
+  Status Update(int64_t key, const Tensor& weight, const Tensor& grad,
+                Wait wait = Wait::kDone);
 
   // The learning rate the next update will use.
   float CurrentLearningRate() const EXCLUDES(mu_);

@@ -21,6 +21,7 @@ namespace kvtrain {
 
 // Runs one update on tensors of any single device: `states` holds
 // NumUpdateStates(rule) tensors shaped like `weight`. Errors name `what`.
+// On a GPU the update is queued on the device's stream.
 Status ApplyUpdate(UpdateRule rule, const UpdateParams& params,
                    const Tensor& weight, const Tensor& grad,
                    const std::vector<Tensor>& states, const std::string& what);

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "ops/cpu_math.h"
+#include "ops/cudnn.h"
 #include "ops/op_util.h"
 #include "tensor/blas.h"
 #include "tensor/cpu_threads.h"
@@ -168,6 +169,7 @@ StatusOr<std::unique_ptr<Operator>> PoolingOp::Create(const OpSpec& spec) {
   KV_RETURN_IF_ERROR(r.Tuple("kernel", 2, 1, &kernel, &has_kernel));
   KV_RETURN_IF_ERROR(r.Tuple("stride", 2, 1, &stride, &has_stride));
   KV_RETURN_IF_ERROR(r.Tuple("pad", 2, 0, &pad, &has_pad));
+  KV_RETURN_IF_ERROR(r.Bool("cudnn_off", &op->cudnn_off_, true));
   KV_RETURN_IF_ERROR(r.Finish());
   if (!has_kernel && !op->global_) {
     return Status::InvalidArgument(
@@ -281,9 +283,49 @@ Status PoolingOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
   return Status::OK();
 }
 
+#ifdef KVTRAIN_CUDA
+namespace {
+
+// The descriptors of one cuDNN pooling call.
+struct CudnnPool {
+  CudnnPool(cudnnHandle_t h, PoolType type, const PoolGeometry& g,
+            const Shape& data)
+      : handle(h) {
+    x.Set(data[0], data[1], g.h, g.w);
+    y.Set(data[0], data[1], g.oh, g.ow);
+    pool.Set(type == PoolType::kMax ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                    : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+             g.kh, g.kw, g.ph, g.pw, g.sh, g.sw);
+  }
+  cudnnHandle_t handle;
+  cudnn::TensorDesc x, y;
+  cudnn::PoolDesc pool;
+};
+
+// cuDNN's handle when it runs this call, else null (reference kernels).
+cudnnHandle_t PoolHandle(bool cudnn_off, const OpContext& ctx,
+                         const Shape& data) {
+  if (cudnn_off || !cudnn::FitsInt({data[0], data[1], data.NumElements()})) {
+    return nullptr;
+  }
+  return cudnn::Handle(ctx.device);
+}
+
+}  // namespace
+#endif
+
 Status PoolingOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
 #ifdef KVTRAIN_CUDA
   if (args->req[0] == OpReq::kNull) return Status::OK();
+  const Shape& shape = args->in[0].shape();
+  if (cudnnHandle_t h = PoolHandle(cudnn_off_, ctx, shape)) {
+    CudnnPool c(h, type_, Geometry(shape), shape);
+    KV_CUDNN_CHECK(cudnnPoolingForward(
+        h, c.pool.get(), &cudnn::kOne, c.x.get(), Ptr(args->in[0]),
+        cudnn::Beta(args->req[0] == OpReq::kAdd), c.y.get(),
+        Ptr(args->out[0])));
+    return Status::OK();
+  }
   gpu::PoolForward(type_, Geometry(args->in[0].shape()),
                    args->in[0].dim(0) * args->in[0].dim(1), Ptr(args->in[0]),
                    Ptr(args->out[0]), args->req[0] == OpReq::kAdd,
@@ -297,6 +339,16 @@ Status PoolingOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
 Status PoolingOp::BackwardGpu(const OpContext& ctx, BackwardArgs* args) {
 #ifdef KVTRAIN_CUDA
   if (args->req[0] == OpReq::kNull) return Status::OK();
+  const Shape& shape = args->in[0].shape();
+  if (cudnnHandle_t h = PoolHandle(cudnn_off_, ctx, shape)) {
+    CudnnPool c(h, type_, Geometry(shape), shape);
+    KV_CUDNN_CHECK(cudnnPoolingBackward(
+        h, c.pool.get(), &cudnn::kOne, c.y.get(), Ptr(args->out[0]), c.y.get(),
+        Ptr(args->out_grad[0]), c.x.get(), Ptr(args->in[0]),
+        cudnn::Beta(args->req[0] == OpReq::kAdd), c.x.get(),
+        Ptr(args->in_grad[0])));
+    return Status::OK();
+  }
   gpu::PoolBackward(type_, Geometry(args->in[0].shape()),
                     args->in[0].dim(0) * args->in[0].dim(1), Ptr(args->in[0]),
                     Ptr(args->out[0]), Ptr(args->out_grad[0]),

@@ -3,7 +3,8 @@
 //   output (N, C, (H + 2 ph - kh) / sh + 1, (W + 2 pw - kw) / sw + 1)
 //   attrs  pool_type (max, avg; default max), kernel (required unless
 //          global_pool), stride ((1, 1)), pad ((0, 0)), global_pool (false:
-//          true pools each whole plane to 1x1)
+//          true pools each whole plane to 1x1), cudnn_off (true: GPUs run
+//          the kernels of pooling_op.cu; false: cuDNN)
 // Average pooling divides by the full window (padding counts as zeros). The
 // max gradient goes to the first maximal element of each window.
 #ifndef KVTRAIN_OPS_POOLING_OP_H_
@@ -36,6 +37,7 @@ class PoolingOp : public Operator {
   int64_t stride_[2] = {1, 1};
   int64_t pad_[2] = {0, 0};
   bool global_ = false;
+  bool cudnn_off_ = true;
 };
 
 }  // namespace kvtrain

@@ -114,6 +114,26 @@ TEST(PoolingGpu, MatchesCpu) {
         {{4, 5, 11, 9}}, {op_test::Random(4 * 5 * 11 * 9, 8)}, TestDevice());
   }
 }
+
+// cuDNN against kvtrain's kernels: LeNet's pools, padded windows, and
+// global pooling.
+TEST(PoolingGpu, CudnnMatchesReference) {
+  KV_SKIP_IF_NO_TEST_DEVICE();
+  for (const char* type : {"max", "avg"}) {
+    SCOPED_TRACE(type);
+    op_test::ExpectCudnnMatchesReference(
+        "Pooling", {{"pool_type", type}, {"kernel", "(2,2)"}, {"stride", "2"}},
+        {{64, 20, 24, 24}}, {op_test::Random(64 * 20 * 24 * 24, 9)},
+        TestDevice());
+    op_test::ExpectCudnnMatchesReference(
+        "Pooling",
+        {{"pool_type", type}, {"kernel", "(3,3)"}, {"stride", "2"}, {"pad", "1"}},
+        {{4, 5, 11, 9}}, {op_test::Random(4 * 5 * 11 * 9, 8)}, TestDevice());
+    op_test::ExpectCudnnMatchesReference(
+        "Pooling", {{"pool_type", type}, {"global_pool", "true"}},
+        {{4, 5, 7, 7}}, {op_test::Random(4 * 5 * 7 * 7, 7)}, TestDevice());
+  }
+}
 #endif
 
 }  // namespace

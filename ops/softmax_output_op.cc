@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ops/cpu_math.h"
+#include "ops/cudnn.h"
 #include "ops/op_util.h"
 #include "ops/softmax_output_kernels.h"
 #include "tensor/blas.h"
@@ -25,6 +26,7 @@ StatusOr<std::unique_ptr<Operator>> SoftmaxOutputOp::Create(
       r.Enum("normalization", {"null", "batch", "valid"}, &norm, 0));
   KV_RETURN_IF_ERROR(r.Bool("use_ignore", &op->use_ignore_, false));
   KV_RETURN_IF_ERROR(r.Float("ignore_label", &ignore, -1e30, 1e30, -1));
+  KV_RETURN_IF_ERROR(r.Bool("cudnn_off", &op->cudnn_off_, true));
   KV_RETURN_IF_ERROR(r.Finish());
   op->grad_scale_ = static_cast<float>(scale);
   op->norm_ = static_cast<Norm>(norm);
@@ -135,7 +137,19 @@ Status SoftmaxOutputOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
   if (args->req[0] == OpReq::kNull) return Status::OK();
   if (args->req[0] == OpReq::kAdd) return Error("cannot add to probabilities");
   const int64_t rows = args->in[0].dim(0);
-  gpu::SoftmaxRows(Ptr(args->in[0]), rows, args->in[0].size() / rows,
+  const int64_t classes = args->in[0].size() / rows;
+  cudnnHandle_t h = cudnn_off_ || !cudnn::FitsInt({rows, classes})
+                        ? nullptr
+                        : cudnn::Handle(ctx.device);
+  if (h != nullptr) {
+    cudnn::TensorDesc t;
+    t.Set(rows, classes, 1, 1);
+    KV_CUDNN_CHECK(cudnnSoftmaxForward(
+        h, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &cudnn::kOne,
+        t.get(), Ptr(args->in[0]), &cudnn::kZero, t.get(), Ptr(args->out[0])));
+    return Status::OK();
+  }
+  gpu::SoftmaxRows(Ptr(args->in[0]), rows, classes,
                    Ptr(args->out[0]), ctx.device->stream());
   return Status::OK();
 #else

@@ -4,7 +4,9 @@
 //   output  the class probabilities, shaped like data
 //   attrs   grad_scale (1), normalization (null, batch, valid; default null:
 //           the gradient is not divided by the batch size), use_ignore
-//           (false), ignore_label (-1: rows with this label get no gradient)
+//           (false), ignore_label (-1: rows with this label get no gradient),
+//           cudnn_off (true: GPUs run the kernel of softmax_output_op.cu;
+//           false: the softmax from cuDNN)
 // A label outside [0, C) is an error naming the op.
 #ifndef KVTRAIN_OPS_SOFTMAX_OUTPUT_OP_H_
 #define KVTRAIN_OPS_SOFTMAX_OUTPUT_OP_H_
@@ -43,6 +45,7 @@ class SoftmaxOutputOp : public Operator {
   Norm norm_ = Norm::kNull;
   bool use_ignore_ = false;
   float ignore_label_ = -1.0f;
+  bool cudnn_off_ = true;
 };
 
 }  // namespace kvtrain

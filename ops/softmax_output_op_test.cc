@@ -103,6 +103,15 @@ TEST_F(SoftmaxOutputTest, GpuMatchesCpu) {
                               {{37, 10}}, {op_test::Random(370, 1, -5, 5), label},
                               TestDevice());
 }
+
+// cuDNN's softmax against kvtrain's kernel, at a batch that fills the GPU.
+TEST_F(SoftmaxOutputTest, CudnnMatchesReference) {
+  Values label;
+  for (int i = 0; i < 1024; ++i) label.push_back(i % 10);
+  op_test::ExpectCudnnMatchesReference(
+      "SoftmaxOutput", {{"normalization", "batch"}}, {{1024, 10}},
+      {op_test::Random(10240, 1, -5, 5), label}, TestDevice(), 1e-5f);
+}
 #endif
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #ifdef KVTRAIN_CUDA
 #include <cublas_v2.h>
@@ -156,6 +157,70 @@ Status DeviceContext::Synchronize() const {
   }
 #endif
   return Status::OK();
+}
+
+#ifdef KVTRAIN_CUDA
+namespace {
+
+// Idle events (no StreamFence holds them), per GPU.
+std::mutex fence_pool_mu;
+std::map<int, std::vector<cudaEvent_t>>* FencePool() {
+  static auto* pool = new std::map<int, std::vector<cudaEvent_t>>;
+  return pool;
+}
+
+}  // namespace
+#endif
+
+std::shared_ptr<StreamFence> StreamFence::Record(const DeviceContext* ctx) {
+#ifdef KVTRAIN_CUDA
+  if (!ctx->device().is_gpu()) return nullptr;
+  const int id = ctx->device().id;
+  cudaEvent_t event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(fence_pool_mu);
+    std::vector<cudaEvent_t>& idle = (*FencePool())[id];
+    if (!idle.empty()) {
+      event = idle.back();
+      idle.pop_back();
+    }
+  }
+  KV_CUDA_CHECK(cudaSetDevice(id));
+  if (event == nullptr) {
+    KV_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  }
+  KV_CUDA_CHECK(cudaEventRecord(event, KV_CUDA_STREAM(ctx)));
+  return std::shared_ptr<StreamFence>(new StreamFence(id, event));
+#else
+  (void)ctx;
+  return nullptr;
+#endif
+}
+
+StreamFence::~StreamFence() {
+#ifdef KVTRAIN_CUDA
+  // Nobody can wait on it any more: the event may be recorded again.
+  std::lock_guard<std::mutex> lock(fence_pool_mu);
+  (*FencePool())[device_id_].push_back(static_cast<cudaEvent_t>(event_));
+#endif
+}
+
+void StreamFence::Wait() const {
+#ifdef KVTRAIN_CUDA
+  KV_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
+#endif
+}
+
+bool StreamFence::Passed() const {
+#ifdef KVTRAIN_CUDA
+  const cudaError_t st = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (st == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // not an error: keep it from later checks
+    return false;
+  }
+  KV_CUDA_CHECK(st);
+#endif
+  return true;
 }
 
 }  // namespace kvtrain

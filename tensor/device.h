@@ -4,6 +4,7 @@
 #ifndef KVTRAIN_TENSOR_DEVICE_H_
 #define KVTRAIN_TENSOR_DEVICE_H_
 
+#include <memory>
 #include <string>
 
 #include "base/status.h"
@@ -79,6 +80,34 @@ class DeviceContext {
   Device device_;
   void* stream_ = nullptr;
   void* cublas_ = nullptr;
+};
+
+// A point in one GPU's stream: once it is passed, every operation queued on
+// that stream before Record() has finished. Lets work queued on a stream
+// count as done without draining the stream (the engine orders ops of one
+// device by the stream and waits on fences only across streams and for the
+// host). Thread-safe; CUDA events are reused from a process-wide pool.
+class StreamFence {
+ public:
+  // A fence at the current end of `ctx`'s stream; null on a CPU context.
+  static std::shared_ptr<StreamFence> Record(const DeviceContext* ctx);
+  ~StreamFence();
+
+  int device_id() const { return device_id_; }
+  // Blocks until the fence is passed.
+  void Wait() const;
+  // True once the fence is passed (does not block).
+  bool Passed() const;
+
+  StreamFence(const StreamFence&) = delete;
+  StreamFence& operator=(const StreamFence&) = delete;
+
+ private:
+  StreamFence(int device_id, void* event)
+      : device_id_(device_id), event_(event) {}
+
+  const int device_id_;
+  void* const event_;  // cudaEvent_t
 };
 
 }  // namespace kvtrain

@@ -165,6 +165,17 @@ Status CopyBytes(void* dst, const Device& dst_device, const void* src,
     KV_CUDA_CHECK(
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
   }
+  // No wait where the stream orders everything that could observe the
+  // copy: a copy within one GPU (the destination is read there, or through
+  // a copy that waits), and one from pageable host memory (CUDA has staged
+  // the source before returning, so the caller may reuse it). Copies to the
+  // host, to another GPU or from pinned host memory wait here.
+  if (dst_device == src_device) return Status::OK();
+  if (src_device.is_cpu()) {
+    cudaPointerAttributes attr;
+    KV_CUDA_CHECK(cudaPointerGetAttributes(&attr, src));
+    if (attr.type == cudaMemoryTypeUnregistered) return Status::OK();
+  }
   KV_CUDA_CHECK(cudaStreamSynchronize(stream));
   return Status::OK();
 #else

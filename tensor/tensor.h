@@ -103,7 +103,8 @@ class Tensor {
   StatusOr<Tensor> Slice(int64_t begin, int64_t end) const;
 
   // Copies `src` into this tensor (shapes and dtypes must match; devices may
-  // differ). Returns when the copy is complete.
+  // differ). Returns when the copy is complete, except where the GPU's
+  // stream orders it for every reader (CopyBytes).
   Status CopyFrom(const Tensor& src);
   // A new tensor on `device` holding a copy of this one.
   StatusOr<Tensor> CopyTo(const Device& device) const;
@@ -136,7 +137,10 @@ class Tensor {
   Device device_;
 };
 
-// Copies `bytes` between any two devices; returns when done.
+// Copies `bytes` between any two devices. Returns when done, except for a
+// copy within one GPU or from pageable host memory to a GPU: that one is
+// queued on the GPU's stream, which orders it before every later use there,
+// and the source may be reused at once.
 Status CopyBytes(void* dst, const Device& dst_device, const void* src,
                  const Device& src_device, size_t bytes);
 

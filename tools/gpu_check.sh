@@ -4,7 +4,8 @@
 #   tools/gpu_check.sh pack DIR   (here, after a --config=cuda build)
 #       copies every `gpu`-tagged test, train_mnist, train_bench and
 #       kvtrain_info with the shared libraries they need (not libc, the
-#       driver or cuBLAS, which the GPU machine's CUDA provides) and a small
+#       driver, cuBLAS or cuDNN, which the GPU machine's CUDA or PyTorch
+#       provides: cuDNN's engines alone are over 300 MB) and a small
 #       Fashion-MNIST set (the 10,000 test images, also as the training set)
 #       into DIR.
 #   tools/gpu_check.sh run DIR    (on the GPU machine)
@@ -30,9 +31,9 @@ pack() {
     cp "$path" "$dir/bin/" && bins+=("$path")
   done
   # Libraries by resolved path; the GPU machine brings libc, the driver,
-  # cudart and cuBLAS.
+  # cudart, cuBLAS and cuDNN.
   ldd "${bins[@]}" | awk '/=> \// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux[^/]*|libcuda|libcudart|libcublas|libcublasLt)\.so' |
+    grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux[^/]*|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*)\.so' |
     while read -r lib; do cp -L "$lib" "$dir/lib/"; done
   local data=/usr/share/datasets/fashion-mnist
   cp "$data"/t10k-* "$dir/data/"
@@ -44,9 +45,10 @@ pack() {
 run() {
   local dir
   dir=$(cd "$1" && pwd) || return 1
-  # cudart and cuBLAS from the machine's CUDA (toolkit or the pip wheels).
+  # cudart, cuBLAS and cuDNN from the machine's CUDA (toolkit or the pip
+  # wheels PyTorch uses).
   local cuda_libs=""
-  for name in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+  for name in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9; do
     local found
     found=$(find /usr/local/cuda*/ /usr/lib /opt -name "$name" 2>/dev/null | head -n 1)
     if [ -z "$found" ]; then
@@ -79,7 +81,8 @@ run() {
   echo
   # The PyTorch peer runs under the python3 on PATH (it should have torch
   # with CUDA); run from the repository root, where bench/torch_bench.py is.
-  "$dir/bin/train_bench" --python "$(command -v python3)" || failed=$((failed + 1))
+  # GPU rows only: the CPU rows of a GPU host say nothing about the GPU.
+  "$dir/bin/train_bench" --threads= --python "$(command -v python3)" || failed=$((failed + 1))
   echo
   # Training on gpu(0): alone (local and device stores), and as 2 workers
   # and 1 server (dist_device_sync; also with 2bit gradient compression,

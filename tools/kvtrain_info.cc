@@ -8,6 +8,7 @@
 
 #include "net/node_config.h"
 #include "net/curve.h"
+#include "ops/cudnn.h"
 #include "tensor/blas.h"
 #include "tensor/cpu_threads.h"
 #include "tensor/device.h"
@@ -46,6 +47,9 @@ int Main() {
   std::printf("kvtrain built with CUDA: %s\n", BuiltWithCuda() ? "yes" : "no");
   std::printf("GPUs: %d%s%s\n", NumGpus(), NumGpus() ? "" : " (",
               NumGpus() ? "" : (NoGpuReason() + ")").c_str());
+  if (BuiltWithCuda()) {
+    std::printf("cuDNN (loaded): %s\n", cudnn::Version().c_str());
+  }
   StatusOr<int> threads = CpuThreadsFromEnv(ProcessEnv());
   if (!threads.ok()) {
     std::fprintf(stderr, "error: %s\n", threads.status().message().c_str());

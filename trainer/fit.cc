@@ -191,9 +191,11 @@ Status Module::FinishStep(KVStore* kv, const std::vector<KVHandle>& handles) {
     if (local_optimizer == nullptr) continue;
     const int arg = param_args_[p];
     for (int d = 0; d < ndev; ++d) {
-      KV_RETURN_IF_ERROR(local_optimizer->Update(static_cast<int64_t>(p) * ndev + d,
-                                                 execs_[d]->arg_arrays()[arg],
-                                                 execs_[d]->grad_arrays()[arg]));
+      // Queued on the device's stream, which orders the next forward after
+      // it; whatever reads the weight elsewhere synchronises first.
+      KV_RETURN_IF_ERROR(local_optimizer->Update(
+          static_cast<int64_t>(p) * ndev + d, execs_[d]->arg_arrays()[arg],
+          execs_[d]->grad_arrays()[arg], Optimizer::Wait::kQueued));
     }
   }
   return Status::OK();
