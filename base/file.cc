@@ -1,4 +1,4 @@
-// Atomic file writes and whole-file reads.
+// Atomic file writes, whole-file reads, and checksummed checkpoint files.
 #include "base/file.h"
 
 #include <fcntl.h>
@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+
+#include "base/crc32c.h"
 
 namespace kvtrain {
 namespace {
@@ -104,6 +106,59 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
   }
   close(fd);
   return out;
+}
+
+namespace {
+
+constexpr char kTrailerMagic[4] = {'K', 'V', 'C', '1'};
+constexpr size_t kTrailerBytes = 8;
+
+std::string Hex(uint32_t v) {
+  char buf[11];
+  std::snprintf(buf, sizeof(buf), "0x%08x", v);
+  return buf;
+}
+
+}  // namespace
+
+Status WriteChecksummedFile(const std::string& path, const std::string& bytes) {
+  const uint32_t crc = Crc32c(bytes.data(), bytes.size());
+  std::string out;
+  out.reserve(bytes.size() + kTrailerBytes);
+  out.append(bytes);
+  out.append(kTrailerMagic, sizeof(kTrailerMagic));
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(crc >> (8 * i)));
+  return WriteFileAtomic(path, out);
+}
+
+StatusOr<std::string> StripChecksum(const std::string& path,
+                                    std::string contents) {
+  if (contents.size() < kTrailerBytes ||
+      std::memcmp(contents.data() + contents.size() - kTrailerBytes,
+                  kTrailerMagic, sizeof(kTrailerMagic)) != 0) {
+    return Status::DataLoss(path +
+                            ": no checksum trailer (cut short, corrupt, or "
+                            "not written by this version of kvtrain)");
+  }
+  uint32_t stored = 0;
+  for (int i = 0; i < 4; ++i) {
+    stored |= static_cast<uint32_t>(static_cast<unsigned char>(
+                  contents[contents.size() - 4 + i]))
+              << (8 * i);
+  }
+  contents.resize(contents.size() - kTrailerBytes);
+  const uint32_t actual = Crc32c(contents.data(), contents.size());
+  if (actual != stored) {
+    return Status::DataLoss(path + ": checksum mismatch (CRC32C " + Hex(actual) +
+                            ", the file says " + Hex(stored) +
+                            "): the file is corrupt");
+  }
+  return contents;
+}
+
+StatusOr<std::string> ReadChecksummedFile(const std::string& path) {
+  KV_ASSIGN_OR_RETURN(std::string contents, ReadWholeFile(path));
+  return StripChecksum(path, std::move(contents));
 }
 
 }  // namespace kvtrain

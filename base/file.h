@@ -20,6 +20,20 @@ Status WriteFileAtomic(const std::string& path, const std::string& bytes);
 // The whole file; NotFound when it does not exist.
 StatusOr<std::string> ReadWholeFile(const std::string& path);
 
+// Checkpoint files: WriteFileAtomic of `bytes` followed by an 8-byte
+// trailer, "KVC1" and the CRC32C of `bytes` (little-endian).
+Status WriteChecksummedFile(const std::string& path, const std::string& bytes);
+
+// `contents` (a whole file read from `path`) without its trailer, once the
+// checksum matches; DataLoss naming `path` when the trailer is missing (an
+// older or foreign file, or one cut short) or the checksum differs (a
+// corrupt file).
+StatusOr<std::string> StripChecksum(const std::string& path,
+                                    std::string contents);
+
+// ReadWholeFile + StripChecksum.
+StatusOr<std::string> ReadChecksummedFile(const std::string& path);
+
 }  // namespace kvtrain
 
 #endif  // KVTRAIN_BASE_FILE_H_

@@ -55,5 +55,32 @@ TEST(FileTest, PlantedSymlinkAtTheTemporaryNameIsNotFollowed) {
   unlink(guess.c_str());
 }
 
+// A checkpoint file comes back as written; one flipped bit anywhere, a cut,
+// or a file without the trailer is refused, naming the file.
+TEST(FileTest, ChecksummedFilesRefuseCorruption) {
+  const std::string p = Tmp("c.params");
+  std::string data(5000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31);
+  ASSERT_TRUE(WriteChecksummedFile(p, data).ok());
+  StatusOr<std::string> back = ReadChecksummedFile(p);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, data);
+  const std::string raw = *ReadWholeFile(p);
+  ASSERT_EQ(raw.size(), data.size() + 8);
+  for (size_t byte : {size_t{0}, size_t{2500}, data.size() - 1, raw.size() - 1}) {
+    std::string bad = raw;
+    bad[byte] ^= 0x04;
+    const Status s = StripChecksum(p, bad).status();
+    EXPECT_EQ(s.code(), Status::Code::kDataLoss) << byte;
+    EXPECT_EQ(s.message().rfind(p + ": checksum mismatch", 0), 0u)
+        << byte << ": " << s;
+  }
+  for (const std::string& bad : {raw.substr(0, 3000), data, std::string()}) {
+    const Status s = StripChecksum(p, bad).status();
+    EXPECT_EQ(s.code(), Status::Code::kDataLoss);
+    EXPECT_EQ(s.message().rfind(p + ": no checksum trailer", 0), 0u) << s;
+  }
+}
+
 }  // namespace
 }  // namespace kvtrain

@@ -157,12 +157,12 @@ Status WriteStatesFile(const std::string& path, const std::string& store_type,
         "saving optimizer states: " + std::to_string(file.ByteSizeLong()) +
         " bytes; a states file holds at most 2147483647 (protobuf's 2 GB limit)");
   }
-  return WriteFileAtomic(path, file.SerializeAsString())
+  return WriteChecksummedFile(path, file.SerializeAsString())
       .Annotate("saving optimizer states");
 }
 
 StatusOr<std::vector<std::string>> ReadStatesFile(const std::string& path) {
-  KV_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  KV_ASSIGN_OR_RETURN(std::string bytes, ReadChecksummedFile(path));
   proto::KVStoreStatesFile file;
   if (!file.ParseFromString(bytes) || file.store_type().empty()) {
     return Status::DataLoss(path + ": not an optimizer states file (corrupt or "
@@ -355,12 +355,13 @@ Status Compressor::Save(const std::string& path, int rank, int num_workers,
   if (file.ByteSizeLong() > static_cast<size_t>(INT32_MAX)) {
     return Status::FailedPrecondition("saving residuals: more than 2 GB");
   }
-  return WriteFileAtomic(path, file.SerializeAsString()).Annotate("saving residuals");
+  return WriteChecksummedFile(path, file.SerializeAsString())
+      .Annotate("saving residuals");
 }
 
 Status Compressor::Load(const std::string& path, int rank, int num_workers, KeyTable* keys,
                         const std::function<StatusOr<int64_t>(uint64_t id)>& size_of) {
-  KV_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  KV_ASSIGN_OR_RETURN(std::string bytes, ReadChecksummedFile(path));
   proto::ResidualsFile file;
   if (!file.ParseFromString(bytes) ||
       file.num_residuals() != static_cast<uint32_t>(file.residuals_size()) ||

@@ -376,16 +376,28 @@ TEST(DistKVStoreTest, CompressionSpecsAndResidualFilesAreChecked) {
     // Another spec's file is refused, naming both.
     proto::ResidualsFile file;
     std::string bytes;
-    KV_ASSIGN_OR_RETURN(bytes, ReadWholeFile(dir + "/r"));
+    KV_ASSIGN_OR_RETURN(bytes, ReadChecksummedFile(dir + "/r"));
     EXPECT_TRUE(file.ParseFromString(bytes));
     file.mutable_spec()->set_threshold(0.25f);
-    KV_RETURN_IF_ERROR(WriteFileAtomic(dir + "/other", file.SerializeAsString()));
+    KV_RETURN_IF_ERROR(WriteChecksummedFile(dir + "/other", file.SerializeAsString()));
     const Status other = kv->LoadResiduals(dir + "/other");
     EXPECT_NE(other.message().find("saved with gradient compression 2bit threshold 0.25"),
               std::string::npos)
         << other;
     KV_RETURN_IF_ERROR(WriteFileAtomic(dir + "/cut", bytes.substr(0, bytes.size() / 2)));
-    EXPECT_NE(kv->LoadResiduals(dir + "/cut").message().find("not a residuals file"),
+    EXPECT_NE(kv->LoadResiduals(dir + "/cut").message().find(
+                  dir + "/cut: no checksum trailer"),
+              std::string::npos);
+    // A checksummed file that is no residuals file.
+    KV_RETURN_IF_ERROR(WriteChecksummedFile(dir + "/junk", "junk"));
+    EXPECT_NE(kv->LoadResiduals(dir + "/junk").message().find("not a residuals file"),
+              std::string::npos);
+    // One flipped bit anywhere in a saved file.
+    KV_ASSIGN_OR_RETURN(std::string raw, ReadWholeFile(dir + "/r"));
+    raw[raw.size() / 2] ^= 0x01;
+    KV_RETURN_IF_ERROR(WriteFileAtomic(dir + "/flipped", raw));
+    EXPECT_NE(kv->LoadResiduals(dir + "/flipped").message().find(
+                  dir + "/flipped: checksum mismatch"),
               std::string::npos);
     return Status::OK();
   });

@@ -161,7 +161,7 @@ TEST_P(LocalKVStoreTest, BadInputNamesKeyAndShapes) {
   EXPECT_FALSE(kv->Wait(12345).ok());
   EXPECT_EQ(kv->SaveOptimizerStates(Tmp("x")).code(), Status::Code::kFailedPrecondition);
   EXPECT_EQ(kv->RunServer().code(), Status::Code::kFailedPrecondition);
-  ASSERT_TRUE(WriteFileAtomic(Tmp("garbage"), "not a states file").ok());
+  ASSERT_TRUE(WriteChecksummedFile(Tmp("garbage"), "not a states file").ok());
   proto::OptimizerSpec sgd;
   sgd.set_type(proto::OptimizerSpec::SGD);
   sgd.set_learning_rate(0.1f);
@@ -169,6 +169,11 @@ TEST_P(LocalKVStoreTest, BadInputNamesKeyAndShapes) {
   EXPECT_NE(kv->LoadOptimizerStates(Tmp("garbage")).message().find(
                 "not an optimizer states file"),
             std::string::npos);
+  // Without the checksum trailer (cut, or not kvtrain's): refused, named.
+  ASSERT_TRUE(WriteFileAtomic(Tmp("plain"), "not a states file").ok());
+  EXPECT_EQ(kv->LoadOptimizerStates(Tmp("plain")).message(),
+            Tmp("plain") + ": no checksum trailer (cut short, corrupt, or not "
+                           "written by this version of kvtrain)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, LocalKVStoreTest, ::testing::Values("local", "device"));

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/crc32c.h"
 #include "base/file.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/kvstore.pb.h"
@@ -44,6 +45,7 @@ Status AddArrays(const std::map<std::string, Tensor>& arrays, const std::string&
     a->set_name(kind + ":" + name);
     for (int64_t d : t.shape().dims()) a->add_shape(d);
     a->set_data(std::string(static_cast<const char*>(host.raw_data()), host.nbytes()));
+    a->set_crc32c(Crc32c(a->data().data(), a->data().size()));
   }
   return Status::OK();
 }
@@ -109,6 +111,10 @@ StatusOr<ModelArrays> DecodeParams(const std::string& bytes, const std::string& 
                               shape.ToString() + " holds " +
                               std::to_string(a.data().size()) + " bytes");
     }
+    if (Crc32c(a.data().data(), a.data().size()) != a.crc32c()) {
+      return Status::DataLoss(name + ": array " + a.name() +
+                              ": checksum mismatch (the file is corrupt)");
+    }
     Tensor t = Tensor::Empty(shape);
     if (!a.data().empty()) std::memcpy(t.raw_data(), a.data().data(), a.data().size());
     auto& dst = kind == "arg" ? out.args : out.aux;
@@ -123,7 +129,7 @@ StatusOr<ModelArrays> DecodeParams(const std::string& bytes, const std::string& 
 Status SaveParams(const std::string& path, const ModelArrays& arrays, int epoch,
                   uint64_t states_digest) {
   KV_ASSIGN_OR_RETURN(std::string bytes, EncodeParams(arrays, epoch, states_digest));
-  return WriteFileAtomic(path, bytes);
+  return WriteChecksummedFile(path, bytes);
 }
 
 uint64_t StatesDigest(const std::string& bytes) {
@@ -169,11 +175,11 @@ Status WriteLocalStates(const std::string& path, const std::string& states) {
                                       std::to_string(file.ByteSizeLong()) +
                                       " bytes; a states file holds at most 2147483647");
   }
-  return WriteFileAtomic(path, file.SerializeAsString());
+  return WriteChecksummedFile(path, file.SerializeAsString());
 }
 
 StatusOr<std::string> ReadLocalStates(const std::string& path) {
-  KV_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  KV_ASSIGN_OR_RETURN(std::string bytes, ReadChecksummedFile(path));
   proto::KVStoreStatesFile file;
   if (!file.ParseFromString(bytes) || file.states_size() != 1) {
     return Status::DataLoss(path + ": not the optimizer states of one worker");
@@ -183,7 +189,22 @@ StatusOr<std::string> ReadLocalStates(const std::string& path) {
 
 StatusOr<ModelArrays> LoadParams(const std::string& path, int* epoch) {
   KV_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
-  return DecodeParams(bytes, path, epoch);
+  if (bytes.empty()) return Status::DataLoss(path + ": the file is empty");
+  StatusOr<std::string> intact = StripChecksum(path, bytes);
+  if (!intact.ok()) {
+    // A corrupt file: name the array the damage is in where the rest still
+    // decodes (each array has its own checksum).
+    if (bytes.size() > 8) {
+      StatusOr<ModelArrays> decoded =
+          DecodeParams(bytes.substr(0, bytes.size() - 8), path, epoch);
+      if (!decoded.ok() &&
+          decoded.status().message().find(": checksum mismatch") != std::string::npos) {
+        return decoded.status();
+      }
+    }
+    return intact.status();
+  }
+  return DecodeParams(*intact, path, epoch);
 }
 
 }  // namespace kvtrain

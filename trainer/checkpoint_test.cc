@@ -50,6 +50,36 @@ TEST(CheckpointTest, CorruptFilesAreNamed) {
             "checkpoint: i is int32, only float32 is saved");
 }
 
+// A flipped bit is caught by the file's checksum; where the damage is in
+// an array's data the error names the array.
+TEST(CheckpointTest, FlippedBitsAreCaughtAndNamed) {
+  ModelArrays a;
+  a.args["fc1_weight"] = Tensor::FromVector(std::vector<float>(1000, 0.5f), {1000});
+  a.args["fc1_bias"] = Tensor::FromVector({5, 6}, {2});
+  const std::string p = Tmp("flip.params");
+  ASSERT_TRUE(SaveParams(p, a, 1).ok());
+  const std::string raw = *ReadWholeFile(p);
+  // Arrays are saved in name order: fc1_bias, then fc1_weight's 4000 bytes,
+  // which hold the middle of the file.
+  const size_t in_weight = raw.size() / 2;
+  std::string bad = raw;
+  bad[in_weight] ^= 0x20;
+  ASSERT_TRUE(WriteFileAtomic(p, bad).ok());
+  StatusOr<ModelArrays> loaded = LoadParams(p);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), Status::Code::kDataLoss);
+  EXPECT_EQ(loaded.status().message(),
+            p + ": array arg:fc1_weight: checksum mismatch (the file is corrupt)");
+  // In the epoch field (the file's second byte): the file's checksum.
+  bad = raw;
+  bad[1] ^= 0x02;
+  ASSERT_TRUE(WriteFileAtomic(p, bad).ok());
+  loaded = LoadParams(p);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().message().rfind(p + ": checksum mismatch", 0), 0u)
+      << loaded.status();
+}
+
 TEST(CheckpointTest, EmptyAndCutFilesAreRefused) {
   ModelArrays a;
   a.args["fc1_weight"] = Tensor::FromVector({1, 2, 3, 4}, {2, 2});
