@@ -137,9 +137,10 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "that is given, else the default. 0: keys travel uncut."},
       {env::kSameHostIpc, "1",
        "Processes of a job on the same host (same kernel and network "
-       "namespace) connect over an abstract Unix-domain socket that only the "
-       "job's user id may open, without CURVE (the kernel vouches for the "
-       "peer), instead of TCP; parameter servers and all-reduce groups alike. "
+       "namespace) connect over a Unix-domain socket in /tmp/kvtrain-<uid> "
+       "(mode 0700) that only the job's user id may open, without CURVE (the "
+       "kernel vouches for the peer), instead of TCP; parameter servers and "
+       "all-reduce groups alike. "
        "0: always TCP (with CURVE unless insecure)."},
       {env::kShmBytes, "67108864",
        "Parameter-server nodes on the same host (over the same-host socket) "

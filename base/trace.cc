@@ -1,16 +1,19 @@
 // The process's trace buffer and its JSON file (see trace.h).
 #include "base/trace.h"
 
-#include "base/env.h"
-
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
+
+#include "base/env.h"
 
 namespace kvtrain {
 namespace trace {
@@ -28,6 +31,10 @@ struct Event {
 struct Tracer {
   std::mutex mu;
   std::string path;
+  // Opened once, as a new file (never through a link or over an existing
+  // file: the name is predictable), and kept open.
+  std::FILE* file = nullptr;
+  bool failed = false;
   std::string process_name;
   std::vector<Event> events;
   bool written_header = false;
@@ -50,9 +57,22 @@ std::string Escape(const std::string& s) {
 void WriteOut() {
   Tracer* t = Get();
   std::lock_guard<std::mutex> l(t->mu);
-  if (t->path.empty()) return;
-  std::FILE* f = std::fopen(t->path.c_str(), t->written_header ? "r+" : "w");
-  if (f == nullptr) return;
+  if (t->path.empty() || t->failed) return;
+  if (t->file == nullptr) {
+    const int fd = open(t->path.c_str(),
+                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    t->file = fd < 0 ? nullptr : fdopen(fd, "w");
+    if (t->file == nullptr) {
+      std::fprintf(stderr, "%s: cannot create %s (%s); no trace is written%s\n",
+                   env::kTrace, t->path.c_str(), std::strerror(errno),
+                   errno == EEXIST ? ": a file or link is already there" : "");
+      if (fd >= 0) close(fd);
+      t->failed = true;
+      t->events.clear();
+      return;
+    }
+  }
+  std::FILE* f = t->file;
   if (!t->written_header) {
     std::fprintf(f, "{\"traceEvents\":[\n");
     std::fprintf(f,
@@ -74,7 +94,7 @@ void WriteOut() {
     std::fprintf(f, "}");
   }
   std::fprintf(f, "]}\n");
-  std::fclose(f);
+  std::fflush(f);
   t->events.clear();
 }
 

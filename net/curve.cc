@@ -1,8 +1,10 @@
 // JobKey (environment, key files), SecureSocket and the ZAP handler.
 #include "net/curve.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
@@ -10,9 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <vector>
 
 #include "net/zmq_error.h"
@@ -37,29 +37,67 @@ std::string OctalMode(mode_t mode) {
   return buf;
 }
 
+// The key file's text. Every check is made on the descriptor that is then
+// read (a file swapped in after a check by path would go unseen): not a
+// symbolic link, a regular file, owned by this user, unreadable to others.
 StatusOr<std::string> ReadKeyFile(const std::string& path) {
-  const std::string var = env::kJobKeyFile;
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    return Status::NotFound(var + "=\"" + path +
-                            "\": cannot read the job key file: " +
+  const std::string what = std::string(env::kJobKeyFile) + "=\"" + path + "\"";
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      return Status::FailedPrecondition(
+          what + ": the job key file is a symbolic link; name the file itself");
+    }
+    return Status::NotFound(what + ": cannot read the job key file: " +
                             std::strerror(errno));
   }
+  auto fail = [fd](Status s) {
+    close(fd);
+    return s;
+  };
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    return fail(Status::Unavailable(what + ": cannot stat the job key file: " +
+                                    std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return fail(Status::FailedPrecondition(
+        what + ": the job key file is not a regular file"));
+  }
+  if (st.st_uid != geteuid()) {
+    return fail(Status::FailedPrecondition(
+        what + ": the job key file belongs to uid " + std::to_string(st.st_uid) +
+        ", not to this process's user (uid " + std::to_string(geteuid()) +
+        "), who could not keep others from replacing it"));
+  }
   if ((st.st_mode & 077) != 0) {
-    return Status::FailedPrecondition(
-        var + "=\"" + path + "\": the job key file has mode " +
-        OctalMode(st.st_mode) +
+    return fail(Status::FailedPrecondition(
+        what + ": the job key file has mode " + OctalMode(st.st_mode) +
         ", which lets other users read it; it must be 0600 or stricter "
-        "(chmod 600 " + path + ")");
+        "(chmod 600 " + path + ")"));
   }
-  std::ifstream in(path);
-  if (!in) {
-    return Status::FailedPrecondition(var + "=\"" + path +
-                                    "\": cannot open the job key file");
+  // A key is 40 characters; anything much longer is not a key file.
+  constexpr size_t kMaxBytes = 4096;
+  if (st.st_size > static_cast<off_t>(kMaxBytes)) {
+    return fail(Status::FailedPrecondition(
+        what + ": " + std::to_string(st.st_size) +
+        " bytes is too long for a job key file"));
   }
-  std::ostringstream os;
-  os << in.rdbuf();
-  return Trim(os.str());
+  std::string text(kMaxBytes, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = read(fd, &text[got], text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return fail(Status::Unavailable(what + ": cannot read the job key file: " +
+                                      std::strerror(errno)));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  text.resize(got);
+  return Trim(text);
 }
 
 // Receives one multi-part message; false on timeout or error.

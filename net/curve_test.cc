@@ -87,6 +87,30 @@ TEST(JobKeyTest, FromEnv) {
   k = JobKey::FromEnv(MapEnv({{"KVTRAIN_JOB_KEY_FILE", group_file}}));
   ASSERT_FALSE(k.ok());
   EXPECT_THAT(k.status().message(), HasSubstr("mode 0640"));
+  // A symbolic link to a good key file is refused: the checks are made on
+  // the file that is read, and a link can be swapped between them.
+  const std::string link = good + ".link";
+  ASSERT_EQ(symlink(good.c_str(), link.c_str()), 0);
+  k = JobKey::FromEnv(MapEnv({{"KVTRAIN_JOB_KEY_FILE", link}}));
+  ASSERT_FALSE(k.ok());
+  EXPECT_THAT(k.status().message(), HasSubstr(link));
+  EXPECT_THAT(k.status().message(), HasSubstr("symbolic link"));
+  // So is a 0600 file of another user's (they could replace it).
+  const std::string foreign = WriteKeyFile(g.secret_z85(), 0600);
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(foreign.c_str(), 65534, 65534), 0);
+    k = JobKey::FromEnv(MapEnv({{"KVTRAIN_JOB_KEY_FILE", foreign}}));
+    ASSERT_FALSE(k.ok());
+    EXPECT_THAT(k.status().message(), HasSubstr("belongs to uid 65534"));
+  }
+  // And a directory, and a file far too long to be a key.
+  k = JobKey::FromEnv(MapEnv({{"KVTRAIN_JOB_KEY_FILE", "/tmp"}}));
+  ASSERT_FALSE(k.ok());
+  const std::string huge = WriteKeyFile(std::string(10000, 'k'), 0600);
+  k = JobKey::FromEnv(MapEnv({{"KVTRAIN_JOB_KEY_FILE", huge}}));
+  ASSERT_FALSE(k.ok());
+  EXPECT_THAT(k.status().message(), HasSubstr("too long"));
+  for (const std::string& p : {link, foreign, huge}) unlink(p.c_str());
   // A missing file names itself.
   k = JobKey::FromEnv(MapEnv({{"KVTRAIN_JOB_KEY_FILE", "/nonexistent/key"}}));
   ASSERT_FALSE(k.ok());

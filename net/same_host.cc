@@ -1,11 +1,14 @@
-// Same-host links over abstract Unix-domain sockets (see same_host.h).
+// Same-host links over Unix-domain sockets in a private directory (see
+// same_host.h).
 #include "net/same_host.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 
@@ -24,6 +27,42 @@ bool IsToken(const std::string& s) {
 }
 
 }  // namespace
+
+Status CheckPrivateDir(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) {
+    return Status::Unavailable("same-host sockets: cannot stat " + path + ": " +
+                               std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::FailedPrecondition("same-host sockets: " + path +
+                                      " is not a directory (a link or a file)");
+  }
+  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "0%03o", static_cast<unsigned>(st.st_mode & 0777));
+    return Status::FailedPrecondition(
+        "same-host sockets: " + path + " belongs to uid " + std::to_string(st.st_uid) +
+        " with mode " + mode + "; it must be this user's (uid " +
+        std::to_string(geteuid()) + ") with mode 0700, or other users could "
+        "bind its sockets' names");
+  }
+  return Status::OK();
+}
+
+StatusOr<std::string> SocketDir() {
+  static const StatusOr<std::string>* dir = [] {
+    const std::string path = "/tmp/kvtrain-" + std::to_string(geteuid());
+    if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+      return new StatusOr<std::string>(Status::Unavailable(
+          "same-host sockets: cannot create " + path + ": " + std::strerror(errno)));
+    }
+    const Status ok = CheckPrivateDir(path);
+    return new StatusOr<std::string>(ok.ok() ? StatusOr<std::string>(path)
+                                              : StatusOr<std::string>(ok));
+  }();
+  return *dir;
+}
 
 std::string PidNamespace() {
   struct stat st;
@@ -46,6 +85,7 @@ StatusOr<std::string> BindSameHost(void* socket, const std::string& prefix) {
     return Status::Unavailable("no host identity (/proc/sys/kernel/random/boot_id, "
                                "/proc/self/ns/net)");
   }
+  KV_ASSIGN_OR_RETURN(std::string dir, SocketDir());
   std::random_device rd;
   char name[96];
   std::snprintf(name, sizeof(name), "kvtrain-%s-%d-%08x%08x.%s", prefix.c_str(),
@@ -59,8 +99,9 @@ StatusOr<std::string> BindSameHost(void* socket, const std::string& prefix) {
     return Status::Unavailable(std::string("same-host socket options: ") +
                                zmq_strerror(zmq_errno()));
   }
-  if (zmq_bind(socket, (std::string("ipc://@") + name).c_str()) != 0) {
-    return Status::Unavailable(std::string("cannot bind ipc://@") + name + ": " +
+  const std::string endpoint = "ipc://" + dir + "/" + name;
+  if (zmq_bind(socket, endpoint.c_str()) != 0) {
+    return Status::Unavailable("cannot bind " + endpoint + ": " +
                                zmq_strerror(zmq_errno()));
   }
   return host + "@" + name;
@@ -76,7 +117,9 @@ std::string SameHostIdentity(const std::string& address) {
 std::string SameHostEndpoint(const std::string& address) {
   const std::string host = SameHostIdentity(address);
   if (host.empty() || host != HostIdentity()) return "";
-  return "ipc://@" + address.substr(address.find('@') + 1);
+  StatusOr<std::string> dir = SocketDir();
+  if (!dir.ok()) return "";
+  return "ipc://" + *dir + "/" + address.substr(address.find('@') + 1);
 }
 
 bool SameHostSharesPids(const std::string& address) {

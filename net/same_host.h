@@ -1,11 +1,14 @@
 // Same-host links: peers that share a kernel and a network namespace talk
-// over Unix-domain sockets in the abstract namespace instead of TCP. Such a
-// socket admits only processes of this process's user id (the kernel's
-// SO_PEERCRED, checked by ZeroMQ before any byte is read), so it needs no
-// CURVE: the job's key is no secret from a process of the same user (it can
-// read our environment and memory), and no other user can connect at all.
-// Abstract sockets live in the network namespace, so a peer in another
-// namespace is "another host" and keeps TCP + CURVE.
+// over Unix-domain sockets instead of TCP. Such a socket admits only
+// processes of this process's user id (the kernel's SO_PEERCRED, checked by
+// ZeroMQ before any byte is read), so it needs no CURVE: the job's key is no
+// secret from a process of the same user (it can read our environment and
+// memory), and no other user can connect at all. The sockets are files in
+// /tmp/kvtrain-<uid>, a directory of mode 0700 that this user owns, so no
+// other user can bind a name there either: not even the name of a node that
+// died, which its peers would reconnect to (an abstract socket name has no
+// owner). A peer in another network namespace is "another host" and keeps
+// TCP + CURVE.
 #ifndef KVTRAIN_NET_SAME_HOST_H_
 #define KVTRAIN_NET_SAME_HOST_H_
 
@@ -20,9 +23,9 @@ namespace net {
 // processes that can reach each other's abstract sockets. "" if unknown.
 std::string HostIdentity();
 
-// Also binds `socket` (a ROUTER already bound on TCP) on a fresh abstract
-// ipc endpoint named after `prefix`, open to this user id only and without
-// CURVE. Call it after the socket's other binds: it switches the socket's
+// Also binds `socket` (a ROUTER already bound on TCP) on a fresh ipc
+// endpoint in SocketDir() named after `prefix`, open to this user id only
+// and without CURVE. Call it after the socket's other binds: it switches the socket's
 // mechanism to NULL for binds that follow (earlier listeners keep theirs).
 // Returns the address to advertise, "<host identity>@<name>", the name
 // ending with ".<PID namespace>".
@@ -33,9 +36,17 @@ StatusOr<std::string> BindSameHost(void* socket, const std::string& prefix);
 std::string SameHostIdentity(const std::string& address);
 
 // For a peer that advertised `address` (BindSameHost's result, or ""): the
-// endpoint to connect to, "ipc://@name", when the peer is on this host;
-// else "" (use TCP).
+// endpoint to connect to, "ipc://<SocketDir()>/name", when the peer is on
+// this host and the directory is sound; else "" (use TCP).
 std::string SameHostEndpoint(const std::string& address);
+
+// /tmp/kvtrain-<euid>, created (mode 0700) if missing; an error naming it
+// when it is not a directory of this user's that only this user can enter
+// (another user made it first): same-host links are then not used.
+StatusOr<std::string> SocketDir();
+
+// The checks SocketDir makes, on any path (for tests).
+Status CheckPrivateDir(const std::string& path);
 
 // The inode of this process's PID namespace, as text ("" if unknown).
 // BindSameHost ends the socket's name with ".<it>", so that a peer can tell

@@ -1,11 +1,15 @@
-// Same-host links: the host identity follows the network namespace and only
-// this host's addresses give an ipc endpoint (kvstore/ps's
+// Same-host links: the host identity follows the network namespace, only
+// this host's addresses give an ipc endpoint, and the sockets' directory is
+// private (kvstore/ps's
 // zmq_van_security_test drives the links through Vans).
 #include "net/same_host.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -44,13 +48,69 @@ TEST(SameHostTest, IdentityNamesTheKernelAndTheNetworkNamespace) {
 }
 
 TEST(SameHostTest, OnlyThisHostsAddressesGiveAnEndpoint) {
-  EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@kvtrain-ps-1-ab"), "ipc://@kvtrain-ps-1-ab");
+  const std::string dir = "/tmp/kvtrain-" + std::to_string(geteuid());
+  EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@kvtrain-ps-1-ab"),
+            "ipc://" + dir + "/kvtrain-ps-1-ab");
   EXPECT_EQ(SameHostEndpoint("0000-other-boot.4026531840@kvtrain-ps-1-ab"), "");
   EXPECT_EQ(SameHostEndpoint(""), "");
   EXPECT_EQ(SameHostEndpoint(HostIdentity()), "");
   EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@"), "");
   EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@a/b"), "");
   EXPECT_EQ(SameHostEndpoint(HostIdentity() + "@a b"), "");
+}
+
+// The sockets' directory is this user's, mode 0700: another user (a real
+// process, uid 65534) cannot bind a name in it, so cannot stand in for a
+// node that died; a directory someone else made, or a link, is refused.
+TEST(SameHostTest, AnotherUserCannotBindOurNames) {
+  StatusOr<std::string> dir = SocketDir();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  EXPECT_TRUE(CheckPrivateDir(*dir).ok());
+  const std::string name = *dir + "/taken-by-" + std::to_string(getpid());
+  auto try_bind = [&name]() -> int {  // 0 or errno
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, name.c_str(), sizeof(addr.sun_path) - 1);
+    const int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    const int err = rc == 0 ? 0 : errno;
+    close(fd);
+    return err;
+  };
+  if (geteuid() == 0) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(99);
+      _exit(try_bind() == EACCES ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "another user could bind " << name;
+  }
+  EXPECT_EQ(try_bind(), 0);
+  unlink(name.c_str());
+  // Directories that are not private.
+  char tmpl[] = "/tmp/kvtrain-dirtest-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string open_dir = tmpl;
+  ASSERT_EQ(chmod(open_dir.c_str(), 0755), 0);
+  Status s = CheckPrivateDir(open_dir);
+  EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition);
+  EXPECT_NE(s.message().find("mode 0755"), std::string::npos) << s;
+  const std::string link = open_dir + ".link";
+  ASSERT_EQ(symlink(open_dir.c_str(), link.c_str()), 0);
+  s = CheckPrivateDir(link);
+  EXPECT_NE(s.message().find("is not a directory"), std::string::npos) << s;
+  if (geteuid() == 0) {
+    ASSERT_EQ(chmod(open_dir.c_str(), 0700), 0);
+    ASSERT_EQ(chown(open_dir.c_str(), 65534, 65534), 0);
+    s = CheckPrivateDir(open_dir);
+    EXPECT_NE(s.message().find("belongs to uid 65534"), std::string::npos) << s;
+  }
+  unlink(link.c_str());
+  rmdir(open_dir.c_str());
 }
 
 // Any host's address names its host; malformed ones name none.

@@ -52,4 +52,13 @@ grep -Eq "^  backward ends apart \(first to last\) +55 +90 +90$" <<< "$two" ||
 rm -f "$dir"/job.*.json
 "$train" --num-epochs 1 --num-examples 500 --disp-batches 0 >/dev/null 2>&1
 [ -z "$(ls "$dir" | grep '^job\.' || true)" ] || fail "a trace was written without KVTRAIN_TRACE"
+# A link planted at the predictable PREFIX.<pid>.json is not written
+# through: the process says so and its file is left alone.
+echo precious > "$dir/victim"
+KVTRAIN_TRACE="$dir/planted" sh -c 'ln -s "$1" "$2.$$.json" && exec "$3" --num-epochs 1 \
+  --num-examples 500 --disp-batches 0' _ "$dir/victim" "$dir/planted" "$train" \
+  >"$dir/planted.out" 2>&1 || fail "the job failed with a planted trace link"
+[ "$(cat "$dir/victim")" = precious ] || fail "the trace was written through a planted link"
+grep -q "KVTRAIN_TRACE: cannot create $dir/planted\..*already there" "$dir/planted.out" ||
+  { cat "$dir/planted.out"; fail "no error naming the planted trace file"; }
 echo PASSED
