@@ -210,41 +210,60 @@ void CheckGradient(OpRunner* r, const GradCheckOptions& o) {
   ExpectAddAccumulates(r, o, weights, analytic);
 }
 
+namespace {
+
+// Two runners of one op type (attributes and device each) fed the same
+// inputs; gtest failures when either cannot be made.
+void RunnerPair(const std::string& type, const OpAttrs& attrs_a,
+                const Device& device_a, const OpAttrs& attrs_b,
+                const Device& device_b, const std::vector<Shape>& in_shapes,
+                const std::vector<Values>& inputs, std::unique_ptr<OpRunner>* a,
+                std::unique_ptr<OpRunner>* b) {
+  StatusOr<std::unique_ptr<OpRunner>> ra =
+      OpRunner::Create(type, attrs_a, in_shapes, device_a);
+  StatusOr<std::unique_ptr<OpRunner>> rb =
+      OpRunner::Create(type, attrs_b, in_shapes, device_b);
+  ASSERT_TRUE(ra.ok()) << ra.status();
+  ASSERT_TRUE(rb.ok()) << rb.status();
+  *a = std::move(*ra);
+  *b = std::move(*rb);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    (*a)->SetInput(static_cast<int>(i), inputs[i]);
+    (*b)->SetInput(static_cast<int>(i), inputs[i]);
+  }
+}
+
+}  // namespace
+
 void ExpectSameOnDevice(const std::string& type, const OpAttrs& attrs,
                         const std::vector<Shape>& in_shapes,
                         const std::vector<Values>& inputs,
                         const Device& device, float tol) {
-  StatusOr<std::unique_ptr<OpRunner>> cpu =
-      OpRunner::Create(type, attrs, in_shapes, Device::CPU());
-  StatusOr<std::unique_ptr<OpRunner>> dev =
-      OpRunner::Create(type, attrs, in_shapes, device);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  ASSERT_TRUE(dev.ok()) << dev.status();
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    (*cpu)->SetInput(static_cast<int>(i), inputs[i]);
-    (*dev)->SetInput(static_cast<int>(i), inputs[i]);
-  }
-  ASSERT_TRUE((*cpu)->Forward(true).ok());
-  ASSERT_TRUE((*dev)->Forward(true).ok());
+  std::unique_ptr<OpRunner> cpu, dev;
+  RunnerPair(type, attrs, Device::CPU(), attrs, device, in_shapes, inputs, &cpu,
+             &dev);
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_TRUE(cpu->Forward(true).ok());
+  ASSERT_TRUE(dev->Forward(true).ok());
   std::vector<Values> out_grads;
-  for (int k = 0; k < (*cpu)->num_visible_outputs(); ++k) {
-    const Values a = (*cpu)->Output(k), b = (*dev)->Output(k);
+  for (int k = 0; k < cpu->num_visible_outputs(); ++k) {
+    const Values a = cpu->Output(k), b = dev->Output(k);
     ASSERT_EQ(a.size(), b.size());
     for (size_t j = 0; j < a.size(); ++j) {
       ASSERT_NEAR(a[j], b[j], tol * (1 + std::fabs(a[j]))) << "output " << k;
     }
     out_grads.push_back(Random(a.size(), 500 + k));
   }
-  const size_t n_in = (*cpu)->in_shapes().size();
+  const size_t n_in = cpu->in_shapes().size();
   std::vector<Values> ga(n_in), gb(n_in);
   for (size_t i = 0; i < n_in; ++i) {
-    ga[i].assign((*cpu)->in_shapes()[i].NumElements(), 0.0f);
+    ga[i].assign(cpu->in_shapes()[i].NumElements(), 0.0f);
     gb[i] = ga[i];
   }
   const std::vector<OpReq> reqs(n_in, OpReq::kWrite);
-  if (!(*cpu)->op()->differentiable()) return;
-  ASSERT_TRUE((*cpu)->Backward(out_grads, reqs, &ga).ok());
-  ASSERT_TRUE((*dev)->Backward(out_grads, reqs, &gb).ok());
+  if (!cpu->op()->differentiable()) return;
+  ASSERT_TRUE(cpu->Backward(out_grads, reqs, &ga).ok());
+  ASSERT_TRUE(dev->Backward(out_grads, reqs, &gb).ok());
   for (size_t i = 0; i < n_in; ++i) {
     for (size_t j = 0; j < ga[i].size(); ++j) {
       ASSERT_NEAR(ga[i][j], gb[i][j], tol * (1 + std::fabs(ga[i][j])))
@@ -275,51 +294,44 @@ void ExpectCudnnMatchesReference(const std::string& type, const OpAttrs& attrs,
   OpAttrs off = attrs, on = attrs;
   off["cudnn_off"] = "true";
   on["cudnn_off"] = "false";
-  StatusOr<std::unique_ptr<OpRunner>> ref =
-      OpRunner::Create(type, off, in_shapes, device);
-  StatusOr<std::unique_ptr<OpRunner>> dnn =
-      OpRunner::Create(type, on, in_shapes, device);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  ASSERT_TRUE(dnn.ok()) << dnn.status();
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    (*ref)->SetInput(static_cast<int>(i), inputs[i]);
-    (*dnn)->SetInput(static_cast<int>(i), inputs[i]);
-  }
-  const size_t n_out = (*ref)->out_shapes().size();
+  std::unique_ptr<OpRunner> ref, dnn;
+  RunnerPair(type, off, device, on, device, in_shapes, inputs, &ref, &dnn);
+  if (::testing::Test::HasFatalFailure()) return;
+  const size_t n_out = ref->out_shapes().size();
   for (OpReq req : {OpReq::kWrite, OpReq::kAdd}) {
     const std::string mode = req == OpReq::kAdd ? " (kAdd)" : " (kWrite)";
-    Status a = (*ref)->Forward(is_train, req);
+    Status a = ref->Forward(is_train, req);
     if (req == OpReq::kAdd && !a.ok()) continue;  // e.g. probabilities
     ASSERT_TRUE(a.ok()) << a;
-    const Status b = (*dnn)->Forward(is_train, req);
+    const Status b = dnn->Forward(is_train, req);
     ASSERT_TRUE(b.ok()) << b;
     for (size_t k = 0; k < n_out; ++k) {
-      ExpectClose((*ref)->Output(k), (*dnn)->Output(k), tol,
+      ExpectClose(ref->Output(k), dnn->Output(k), tol,
                   "output " + std::to_string(k) + mode);
     }
-    for (size_t k = 0; k < (*ref)->op()->ListAuxiliaryStates().size(); ++k) {
-      ExpectClose((*ref)->Aux(k), (*dnn)->Aux(k), tol,
+    for (size_t k = 0; k < ref->op()->ListAuxiliaryStates().size(); ++k) {
+      ExpectClose(ref->Aux(k), dnn->Aux(k), tol,
                   "auxiliary state " + std::to_string(k) + mode);
     }
   }
-  if (!(*ref)->op()->differentiable()) return;
+  if (!ref->op()->differentiable()) return;
   // Backward after a fresh kWrite forward, so both read the same outputs.
-  ASSERT_TRUE((*ref)->Forward(is_train).ok());
-  ASSERT_TRUE((*dnn)->Forward(is_train).ok());
+  ASSERT_TRUE(ref->Forward(is_train).ok());
+  ASSERT_TRUE(dnn->Forward(is_train).ok());
   std::vector<Values> out_grads;
-  for (int k = 0; k < (*ref)->num_visible_outputs(); ++k) {
-    out_grads.push_back(Random((*ref)->out_shapes()[k].NumElements(), 700 + k));
+  for (int k = 0; k < ref->num_visible_outputs(); ++k) {
+    out_grads.push_back(Random(ref->out_shapes()[k].NumElements(), 700 + k));
   }
-  const size_t n_in = (*ref)->in_shapes().size();
+  const size_t n_in = ref->in_shapes().size();
   for (OpReq req : {OpReq::kWrite, OpReq::kAdd}) {
     std::vector<Values> ga(n_in), gb(n_in);
     for (size_t i = 0; i < n_in; ++i) {
-      ga[i] = Random((*ref)->in_shapes()[i].NumElements(), 800 + i);
+      ga[i] = Random(ref->in_shapes()[i].NumElements(), 800 + i);
       gb[i] = ga[i];
     }
     const std::vector<OpReq> reqs(n_in, req);
-    ASSERT_TRUE((*ref)->Backward(out_grads, reqs, &ga).ok());
-    ASSERT_TRUE((*dnn)->Backward(out_grads, reqs, &gb).ok());
+    ASSERT_TRUE(ref->Backward(out_grads, reqs, &ga).ok());
+    ASSERT_TRUE(dnn->Backward(out_grads, reqs, &gb).ok());
     for (size_t i = 0; i < n_in; ++i) {
       ExpectClose(ga[i], gb[i], tol,
                   "gradient of input " + std::to_string(i) +
