@@ -91,6 +91,26 @@ class HandleTable {
   std::map<KVHandle, T> items_ GUARDED_BY(mu_);
 };
 
+// A row-sparse call's row ids, checked (int64, 1-D, valid for `spec`) and
+// on the host.
+struct SparseIds {
+  Tensor host;
+  const int64_t* data = nullptr;
+  size_t n = 0;
+};
+StatusOr<SparseIds> SparseIdsOnHost(const std::string& name,
+                                    const proto::SparseTableSpec& spec,
+                                    const Tensor& ids);
+// Checks that `rows` is float32 (n, width); errors name the key, `what`
+// ("pushed rows", "pull output") and the shapes.
+Status CheckSparseRows(const std::string& name, int64_t width, size_t n,
+                       const Tensor& rows, const char* what);
+
+// A row-sparse key's saved table: its shards (one per server; one for the
+// non-distributed types) in one checksummed file. Errors name the file.
+Status WriteTableFile(const std::string& path, const std::vector<std::string>& shards);
+StatusOr<std::vector<std::string>> ReadTableFile(const std::string& path);
+
 // "key fc1_weight: <message>", with `code`.
 Status KeyError(Status::Code code, const std::string& name,
                 const std::string& message);

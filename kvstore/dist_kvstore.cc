@@ -20,6 +20,8 @@ namespace {
 // server's range holds them unless a job has more than 2^14 servers.
 constexpr uint64_t kPieceStride = uint64_t{1} << 40;
 
+}  // namespace
+
 StatusOr<uint64_t> ServerKey(const ps::KeyRange& range, uint64_t id, int piece,
                              const std::string& name) {
   const uint64_t width = range.end - range.begin;
@@ -31,8 +33,6 @@ StatusOr<uint64_t> ServerKey(const ps::KeyRange& range, uint64_t id, int piece,
   }
   return range.begin + offset;
 }
-
-}  // namespace
 
 std::string DistKVStore::RequestBody(proto::KVSyncMode mode, int64_t step,
                                      const std::string& name,
@@ -158,7 +158,7 @@ Status DistKVStore::Init(const std::vector<Key>& keys,
         return KeyError(Status::Code::kInvalidArgument, g.name,
                         "init got several values; give one per key");
       }
-      if (info_.count(g.id)) {
+      if (info_.count(g.id) || tables_.count(g.id)) {
         return KeyError(Status::Code::kAlreadyExists, g.name, "already initialised");
       }
       sizes.push_back(g.tensors[0].size());
@@ -210,6 +210,11 @@ StatusOr<DistKVStore::KeyInfo*> DistKVStore::Lookup(const KeyGroup& g,
   std::lock_guard<std::mutex> lock(mu_);
   auto it = info_.find(g.id);
   if (it == info_.end()) {
+    if (tables_.count(g.id)) {
+      return KeyError(Status::Code::kInvalidArgument, g.name,
+                      "is a row-sparse key: push it with PushRowSparse and pull "
+                      "it with RowSparsePull");
+    }
     return KeyError(Status::Code::kNotFound, g.name,
                     "was never initialised (call Init first)");
   }

@@ -27,6 +27,12 @@
 namespace kvtrain {
 namespace kv {
 
+// Key `id`'s server key for piece `piece` on the server of `range` (a
+// row-sparse key: piece 0 on every server); an error naming the key when
+// the range is too small.
+StatusOr<uint64_t> ServerKey(const ps::KeyRange& range, uint64_t id, int piece,
+                             const std::string& name);
+
 // Thread-safe.
 class DistKVStore : public KVStore {
  public:
@@ -67,6 +73,16 @@ class DistKVStore : public KVStore {
   bool SumsComeBackAsLevels() const override;
   Status SaveResiduals(const std::string& path) override;
   Status LoadResiduals(const std::string& path) override;
+  // Row-sparse keys (dist_kvstore_sparse.cc): one request per call to
+  // the servers that hold the call's rows (dist_sync pushes: to every
+  // server, so that each counts every worker's push).
+  Status InitRowSparse(const Key& key, const proto::SparseTableSpec& spec) override;
+  StatusOr<KVHandle> PushRowSparseAsync(const Key& key, const Tensor& ids,
+                                        const Tensor& rows, int priority) override;
+  StatusOr<KVHandle> RowSparsePullAsync(const Key& key, const Tensor& ids,
+                                        const Tensor& out, int priority) override;
+  Status SaveRowSparse(const Key& key, const std::string& path) override;
+  Status LoadRowSparse(const Key& key, const std::string& path) override;
   Status RunServer() override;
   Status Finalize() override;
   void Abort(const std::string& reason) override;
@@ -109,6 +125,14 @@ class DistKVStore : public KVStore {
     // "fc1_weight, fc1_bias": the keys, for error messages.
     std::string Names() const;
   };
+  // A row-sparse key: its table's server key on each server, in rank order.
+  struct TableInfo {
+    std::string name;
+    proto::SparseTableSpec spec;
+    std::vector<uint64_t> server_keys;
+    int64_t pushes = 0;  // this worker's push count
+  };
+  StatusOr<TableInfo*> LookupTable(const Key& key) EXCLUDES(mu_);
   // Requests in flight for one handle, and what to do when they are done.
   // A push that never left: gives its step back when it is still the key's
   // latest, so the next push takes the step the servers wait for.
@@ -193,6 +217,7 @@ class DistKVStore : public KVStore {
 
   std::mutex mu_;
   std::map<uint64_t, KeyInfo> info_ GUARDED_BY(mu_);
+  std::map<uint64_t, TableInfo> tables_ GUARDED_BY(mu_);
   Placement placement_ GUARDED_BY(mu_);
 
   std::mutex bucket_mu_;

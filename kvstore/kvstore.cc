@@ -70,6 +70,47 @@ Status KVStore::SetGradientCompression(const proto::GradientCompression& spec) {
       "dist_allreduce)");
 }
 
+Status KVStore::InitRowSparse(const Key& key, const proto::SparseTableSpec& spec) {
+  (void)spec;
+  return Status::FailedPrecondition("key " + key.ToString() + ": the '" + type_ +
+                                    "' store has no row-sparse keys (it has no servers "
+                                    "to hold a table; use dist_sync or dist_async)");
+}
+
+StatusOr<KVHandle> KVStore::PushRowSparseAsync(const Key& key, const Tensor& ids,
+                                               const Tensor& rows, int priority) {
+  (void)ids, (void)rows, (void)priority;
+  return InitRowSparse(key, {});
+}
+
+StatusOr<KVHandle> KVStore::RowSparsePullAsync(const Key& key, const Tensor& ids,
+                                               const Tensor& out, int priority) {
+  (void)ids, (void)out, (void)priority;
+  return InitRowSparse(key, {});
+}
+
+Status KVStore::PushRowSparse(const Key& key, const Tensor& ids, const Tensor& rows,
+                              int priority) {
+  KV_ASSIGN_OR_RETURN(KVHandle h, PushRowSparseAsync(key, ids, rows, priority));
+  return Wait(h);
+}
+
+Status KVStore::RowSparsePull(const Key& key, const Tensor& ids, const Tensor& out,
+                              int priority) {
+  KV_ASSIGN_OR_RETURN(KVHandle h, RowSparsePullAsync(key, ids, out, priority));
+  return Wait(h);
+}
+
+Status KVStore::SaveRowSparse(const Key& key, const std::string& path) {
+  (void)path;
+  return InitRowSparse(key, {});
+}
+
+Status KVStore::LoadRowSparse(const Key& key, const std::string& path) {
+  (void)path;
+  return InitRowSparse(key, {});
+}
+
 Status KVStore::SaveResiduals(const std::string& path) {
   (void)path;
   return Status::FailedPrecondition("SaveResiduals: the '" + type_ +

@@ -149,6 +149,44 @@ class KVStore {
                   const std::vector<Tensor>& values,
                   const std::vector<Tensor>& outs, int priority = 0);
 
+  // Row-sparse keys: a table of rows of spec.width float32 values indexed by
+  // int64 row ids (an embedding), of which only the rows a call names move.
+  // Rows come into being when first pushed (proto::SparseTableSpec: initial
+  // values, admission, expiry, a row cap); dist types spread each table's
+  // rows over all servers by a hash of the row id. Every type but
+  // dist_allreduce (which has no servers) supports them.
+  //
+  // Declares `key` a row-sparse key. Dist types: rank 0's spec is sent,
+  // and every worker returns once the servers hold the table.
+  virtual Status InitRowSparse(const Key& key, const proto::SparseTableSpec& spec);
+  // Pushes gradient rows: `ids` int64 (n), any order, repeats summed;
+  // `rows` float32 (n, width). Then the touched rows are updated lazily by
+  // the optimizer (SetOptimizer; only rows a push names change, and only
+  // they carry optimizer state), or without one become the pushed sum.
+  // dist_sync: a step sums every worker's push (a worker with no rows
+  // pushes n = 0, which still counts). Do not modify the tensors until
+  // Wait returns.
+  virtual StatusOr<KVHandle> PushRowSparseAsync(const Key& key, const Tensor& ids,
+                                                const Tensor& rows, int priority = 0);
+  // Copies the rows of `ids` (int64 (n), repeats allowed) into `out`
+  // (float32 (n, width)): rows never pushed read as their initial value.
+  // dist_sync: the values after this worker's last push of the key was
+  // applied (every worker's push of that step).
+  virtual StatusOr<KVHandle> RowSparsePullAsync(const Key& key, const Tensor& ids,
+                                                const Tensor& out, int priority = 0);
+  Status PushRowSparse(const Key& key, const Tensor& ids, const Tensor& rows,
+                       int priority = 0);
+  // Writes the whole table of a row-sparse key (every server's shard: rows,
+  // their optimizer state, recency and admission counters) to `path`,
+  // atomically and checksummed; Load restores it into a table declared
+  // with the same spec (dist types: on as many servers), and training goes
+  // on exactly as it would have. Dist types: one worker calls them, after
+  // its pushes were waited for.
+  virtual Status SaveRowSparse(const Key& key, const std::string& path);
+  virtual Status LoadRowSparse(const Key& key, const std::string& path);
+  Status RowSparsePull(const Key& key, const Tensor& ids, const Tensor& out,
+                       int priority = 0);
+
   // The optimizer applied on every push. Dist types: sent to the servers as
   // a protobuf (never code) and applied there.
   virtual Status SetOptimizer(const proto::OptimizerSpec& spec) = 0;

@@ -3,6 +3,8 @@
 
 #include <glog/logging.h>
 
+#include "kvstore/sparse/rows.h"
+
 namespace kvtrain {
 namespace kv {
 
@@ -33,7 +35,7 @@ Status LocalKVStore::Init(const std::vector<Key>& keys,
                       "init got " + std::to_string(g.tensors.size()) +
                           " values; give one per key");
     }
-    if (store_.count(g.id)) {
+    if (store_.count(g.id) || tables_.count(g.id)) {
       return KeyError(Status::Code::kAlreadyExists, g.name,
                       "already initialised");
     }
@@ -49,10 +51,114 @@ Status LocalKVStore::Init(const std::vector<Key>& keys,
 StatusOr<LocalKVStore::Entry*> LocalKVStore::Find(const KeyGroup& g) {
   auto it = store_.find(g.id);
   if (it == store_.end()) {
+    if (tables_.count(g.id)) {
+      return KeyError(Status::Code::kInvalidArgument, g.name,
+                      "is a row-sparse key: push it with PushRowSparse and pull "
+                      "it with RowSparsePull");
+    }
     return KeyError(Status::Code::kNotFound, g.name,
                     "was never initialised (call Init first)");
   }
   return &it->second;
+}
+
+StatusOr<sparse::Table*> LocalKVStore::FindTable(const Key& key, uint64_t* id) {
+  KV_ASSIGN_OR_RETURN(*id, keys_.Id(key));
+  auto it = tables_.find(*id);
+  if (it != tables_.end()) return it->second.get();
+  if (store_.count(*id)) {
+    return KeyError(Status::Code::kInvalidArgument, key.ToString(),
+                    "is a dense key: push and pull it with Push and Pull");
+  }
+  return KeyError(Status::Code::kNotFound, key.ToString(),
+                  "was never initialised (call InitRowSparse first)");
+}
+
+Status LocalKVStore::InitRowSparse(const Key& key, const proto::SparseTableSpec& spec) {
+  KV_ASSIGN_OR_RETURN(const uint64_t id, keys_.Id(key));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<sparse::Table> table,
+                      sparse::Table::Create(key.ToString(), spec));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (store_.count(id) || tables_.count(id)) {
+    return KeyError(Status::Code::kAlreadyExists, key.ToString(), "already initialised");
+  }
+  tables_.emplace(id, std::move(table));
+  return Status::OK();
+}
+
+Status LocalKVStore::DoPushRows(const Key& key, const Tensor& ids, const Tensor& rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t id;
+  KV_ASSIGN_OR_RETURN(sparse::Table * table, FindTable(key, &id));
+  const std::string name = key.ToString();
+  KV_ASSIGN_OR_RETURN(SparseIds host_ids, SparseIdsOnHost(name, table->spec(), ids));
+  KV_RETURN_IF_ERROR(CheckSparseRows(name, table->width(), host_ids.n, rows, "pushed rows"));
+  if (update_.active() && update_.optimizer() == nullptr) {
+    return KeyError(Status::Code::kFailedPrecondition, name,
+                    "a custom updater does not apply to row-sparse keys; use "
+                    "SetOptimizer");
+  }
+  Tensor host_rows = rows;
+  if (!rows.device().is_cpu()) {
+    KV_ASSIGN_OR_RETURN(host_rows, rows.CopyTo(Device::CPU()));
+  }
+  sparse::RowSum sum(table->width());
+  sum.Add(host_ids.data, host_ids.n, host_rows.data<float>());
+  return table->Update(sum.ids().data(), sum.size(), sum.rows().data(),
+                       update_.optimizer().get());
+}
+
+Status LocalKVStore::DoPullRows(const Key& key, const Tensor& ids, const Tensor& out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t id;
+  KV_ASSIGN_OR_RETURN(sparse::Table * table, FindTable(key, &id));
+  const std::string name = key.ToString();
+  KV_ASSIGN_OR_RETURN(SparseIds host_ids, SparseIdsOnHost(name, table->spec(), ids));
+  KV_RETURN_IF_ERROR(CheckSparseRows(name, table->width(), host_ids.n, out, "output rows"));
+  if (out.device().is_cpu()) {
+    table->Read(host_ids.data, host_ids.n, out.data<float>());
+    return Status::OK();
+  }
+  Tensor host = Tensor::Empty(out.shape());
+  table->Read(host_ids.data, host_ids.n, host.data<float>());
+  Tensor dst = out;
+  return dst.CopyFrom(host);
+}
+
+Status LocalKVStore::SaveRowSparse(const Key& key, const std::string& path) {
+  std::string shard;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t id;
+    KV_ASSIGN_OR_RETURN(sparse::Table * table, FindTable(key, &id));
+    shard = table->Save();
+  }
+  return WriteTableFile(path, {shard});
+}
+
+Status LocalKVStore::LoadRowSparse(const Key& key, const std::string& path) {
+  KV_ASSIGN_OR_RETURN(std::vector<std::string> shards, ReadTableFile(path));
+  if (shards.size() != 1) {
+    return KeyError(Status::Code::kInvalidArgument, key.ToString(),
+                    path + " holds a table of " + std::to_string(shards.size()) +
+                        " server shards; the '" + type() + "' store holds one");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t id;
+  KV_ASSIGN_OR_RETURN(sparse::Table * table, FindTable(key, &id));
+  return table->Load(shards[0]).Annotate(path);
+}
+
+StatusOr<KVHandle> LocalKVStore::PushRowSparseAsync(const Key& key, const Tensor& ids,
+                                                    const Tensor& rows, int priority) {
+  (void)priority;
+  return Finish(DoPushRows(key, ids, rows));
+}
+
+StatusOr<KVHandle> LocalKVStore::RowSparsePullAsync(const Key& key, const Tensor& ids,
+                                                    const Tensor& out, int priority) {
+  (void)priority;
+  return Finish(DoPullRows(key, ids, out));
 }
 
 Status LocalKVStore::DoPush(const std::vector<Key>& keys,

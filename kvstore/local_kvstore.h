@@ -11,6 +11,7 @@
 #include "base/thread_annotations.h"
 #include "kvstore/common.h"
 #include "kvstore/kvstore.h"
+#include "kvstore/sparse/table.h"
 #include "ops/optimizer.h"
 
 namespace kvtrain {
@@ -35,6 +36,15 @@ class LocalKVStore : public InProcessKVStore {
                                    const std::vector<Tensor>& outs,
                                    int priority) override;
   Status Wait(KVHandle handle) override;
+  // Row-sparse tables live in host memory, whatever the type; rows go to
+  // and come from the callers' devices.
+  Status InitRowSparse(const Key& key, const proto::SparseTableSpec& spec) override;
+  StatusOr<KVHandle> PushRowSparseAsync(const Key& key, const Tensor& ids,
+                                        const Tensor& rows, int priority) override;
+  StatusOr<KVHandle> RowSparsePullAsync(const Key& key, const Tensor& ids,
+                                        const Tensor& out, int priority) override;
+  Status SaveRowSparse(const Key& key, const std::string& path) override;
+  Status LoadRowSparse(const Key& key, const std::string& path) override;
 
  private:
   struct Entry {
@@ -51,9 +61,14 @@ class LocalKVStore : public InProcessKVStore {
   KVHandle Finish(Status status);
   // The entry of g's key, or a not-found error naming it.
   StatusOr<Entry*> Find(const KeyGroup& g) REQUIRES(mu_);
+  // The table of a row-sparse key, or an error naming the key.
+  StatusOr<sparse::Table*> FindTable(const Key& key, uint64_t* id) REQUIRES(mu_);
+  Status DoPushRows(const Key& key, const Tensor& ids, const Tensor& rows) EXCLUDES(mu_);
+  Status DoPullRows(const Key& key, const Tensor& ids, const Tensor& out) EXCLUDES(mu_);
 
   const bool on_gpu_;
   std::map<uint64_t, Entry> store_ GUARDED_BY(mu_);
+  std::map<uint64_t, std::unique_ptr<sparse::Table>> tables_ GUARDED_BY(mu_);
 
   // Each call's outcome until its Wait.
   kv::HandleTable<Status> done_;

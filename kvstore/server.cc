@@ -80,6 +80,12 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
     case proto::KV_SET_OPTIMIZER: return SetOptimizer(meta, info, server);
     case proto::KV_SAVE_STATES: return SaveStates(meta, server);
     case proto::KV_LOAD_STATES: return LoadStates(meta, data, server);
+    case proto::KV_SPARSE_INIT:
+    case proto::KV_SPARSE_PUSH:
+    case proto::KV_SPARSE_PULL:
+    case proto::KV_SPARSE_SAVE:
+    case proto::KV_SPARSE_LOAD:
+      return sparse_.Handle(command, meta, data, info, server);
     default:
       server->RespondError(meta, Status::InvalidArgument(
           "unknown KVStore command " + std::to_string(meta.head)));

@@ -17,6 +17,7 @@
 
 #include "base/thread_annotations.h"
 #include "kvstore/ps/ps.h"
+#include "kvstore/sparse/server.h"
 #include "ops/optimizer.h"
 #include "proto/kvstore.pb.h"
 
@@ -33,7 +34,12 @@ class ServerHandler {
   // for each step's answer is never more than one ahead).
   static constexpr int64_t kSyncWindow = 16;
 
-  explicit ServerHandler(int num_workers) : num_workers_(num_workers) {}
+  explicit ServerHandler(int num_workers)
+      : num_workers_(num_workers),
+        sparse_(num_workers, [this] { return optimizer(); }) {}
+
+  // The row-sparse keys' tables on this server.
+  sparse::SparseServer* sparse() { return &sparse_; }
 
   void Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
               ps::KVServer* server);
@@ -132,6 +138,7 @@ class ServerHandler {
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);
   std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);
+  sparse::SparseServer sparse_;
 };
 
 }  // namespace kv

@@ -57,7 +57,7 @@ Status CheckSchedule(const LrSchedule& s) {
 Status CheckSpec(const OptimizerSpec& s) {
   if (s.type() == OptimizerSpec::TYPE_UNSPECIFIED ||
       !OptimizerSpec::Type_IsValid(s.type())) {
-    return Bad("type is unspecified; expected one of SGD, NAG, ADAM, ADAGRAD");
+    return Bad("type is unspecified; expected one of SGD, NAG, ADAM, ADAGRAD, FTRL");
   }
   if (!(s.learning_rate() > 0) || !std::isfinite(s.learning_rate())) {
     return Bad("learning_rate " + Num(s.learning_rate()) + " must be > 0");
@@ -66,7 +66,8 @@ Status CheckSpec(const OptimizerSpec& s) {
     return Bad("momentum " + Num(s.momentum()) + " must be in [0, 1)");
   }
   if (s.momentum() != 0 && (s.type() == OptimizerSpec::ADAM ||
-                            s.type() == OptimizerSpec::ADAGRAD)) {
+                            s.type() == OptimizerSpec::ADAGRAD ||
+                            s.type() == OptimizerSpec::FTRL)) {
     return Bad("momentum is not used by " + OptimizerSpec::Type_Name(s.type()) +
                "; leave it 0");
   }
@@ -85,6 +86,12 @@ Status CheckSpec(const OptimizerSpec& s) {
   if (s.has_epsilon() && !(s.epsilon() > 0)) {
     return Bad("epsilon " + Num(s.epsilon()) + " must be > 0");
   }
+  if (s.has_lamda1() && !(s.lamda1() >= 0 && std::isfinite(s.lamda1()))) {
+    return Bad("lamda1 " + Num(s.lamda1()) + " must be >= 0");
+  }
+  if (s.has_beta() && !(s.beta() >= 0 && std::isfinite(s.beta()))) {
+    return Bad("beta " + Num(s.beta()) + " must be >= 0");
+  }
   return CheckSchedule(s.lr_schedule());
 }
 
@@ -101,6 +108,9 @@ Optimizer::Optimizer(const OptimizerSpec& spec) : spec_(spec) {
     case OptimizerSpec::ADAGRAD:
       rule_ = UpdateRule::kAdaGrad;
       break;
+    case OptimizerSpec::FTRL:
+      rule_ = UpdateRule::kFtrl;
+      break;
     default:
       rule_ = spec.momentum() > 0 ? UpdateRule::kSgdMom : UpdateRule::kSgd;
       break;
@@ -115,6 +125,8 @@ Optimizer::Optimizer(const OptimizerSpec& spec) : spec_(spec) {
   base_.epsilon = spec.has_epsilon()
                       ? spec.epsilon()
                       : (rule_ == UpdateRule::kAdaGrad ? 1e-7f : 1e-8f);
+  base_.lamda1 = spec.has_lamda1() ? spec.lamda1() : 0.01f;
+  base_.beta = spec.has_beta() ? spec.beta() : 1.0f;
 }
 
 StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
@@ -135,6 +147,17 @@ float Optimizer::LearningRateAt(int64_t t) const {
   }
   const double lr = spec_.learning_rate() * std::pow(s.factor(), decays);
   return static_cast<float>(std::max<double>(lr, s.min_lr()));
+}
+
+UpdateParams Optimizer::StepParams(int64_t t, int64_t count) const {
+  UpdateParams p = base_;
+  p.lr = LearningRateAt(t);
+  if (rule_ == UpdateRule::kAdam) {
+    const double c = static_cast<double>(count);
+    p.lr = static_cast<float>(p.lr * std::sqrt(1 - std::pow(p.beta2, c)) /
+                              (1 - std::pow(p.beta1, c)));
+  }
+  return p;
 }
 
 float Optimizer::CurrentLearningRate() const {
@@ -190,18 +213,12 @@ Status Optimizer::Update(int64_t key, const Tensor& weight,
                                    grad.device().ToString());
   }
   KV_ASSIGN_OR_RETURN(KeyState * state, StateFor(key, weight));
-  UpdateParams p = base_;
   int64_t t = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     t = num_update_;
   }
-  p.lr = LearningRateAt(t);
-  if (rule_ == UpdateRule::kAdam) {
-    const double c = static_cast<double>(state->count);
-    p.lr = static_cast<float>(p.lr * std::sqrt(1 - std::pow(p.beta2, c)) /
-                              (1 - std::pow(p.beta1, c)));
-  }
+  const UpdateParams p = StepParams(t, state->count);
   KV_RETURN_IF_ERROR(ApplyUpdate(rule_, p, weight, grad, state->arrays, what));
   if (wait == Wait::kQueued || !weight.device().is_gpu()) return Status::OK();
   KV_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(weight.device()));

@@ -46,6 +46,13 @@ class Optimizer {
   Status Update(int64_t key, const Tensor& weight, const Tensor& grad,
                 Wait wait = Wait::kDone);
 
+  // The rule and the scalars of an update at schedule count `t` of an array
+  // updated `count` times, this update included (Adam's bias correction):
+  // for callers that apply the rule themselves with UpdateCpu, e.g. a
+  // sparse table updating only the rows a step touched.
+  UpdateRule rule() const { return rule_; }
+  UpdateParams StepParams(int64_t t, int64_t count) const;
+
   // The learning rate the next update will use.
   float CurrentLearningRate() const EXCLUDES(mu_);
   // Updates counted by the schedule (the largest per-key count).

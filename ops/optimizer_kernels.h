@@ -14,6 +14,7 @@ enum class UpdateRule : int {
   kNag = 2,      // state: momentum
   kAdam = 3,     // state: mean, var
   kAdaGrad = 4,  // state: history
+  kFtrl = 5,     // state: z, n
 };
 
 // Scalars of one update step (see proto/optimizer.proto for the formulas).
@@ -26,11 +27,15 @@ struct UpdateParams {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
+  float lamda1 = 0.01f;         // FTRL
+  float beta = 1.0f;            // FTRL
 };
 
 // Number of state arrays `rule` keeps per weight.
 inline int NumUpdateStates(UpdateRule rule) {
-  return rule == UpdateRule::kSgd ? 0 : (rule == UpdateRule::kAdam ? 2 : 1);
+  return rule == UpdateRule::kSgd
+             ? 0
+             : (rule == UpdateRule::kAdam || rule == UpdateRule::kFtrl ? 2 : 1);
 }
 
 // w[0, n) updated in place from g; s0/s1 are the rule's states (unused ones

@@ -61,6 +61,20 @@ void UpdateRange(UpdateRule rule, const UpdateParams& p, int64_t b, int64_t e,
         w[i] -= lr * (g / std::sqrt(s0[i] + eps) + wd * w[i]);
       }
       break;
+    case UpdateRule::kFtrl: {
+      const float l1 = p.lamda1, beta = p.beta;
+      for (int64_t i = b; i < e; ++i) {
+        const float g = g_at(i);
+        const float n_new = s1[i] + g * g;
+        s0[i] += g - (std::sqrt(n_new) - std::sqrt(s1[i])) / lr * w[i];
+        s1[i] = n_new;
+        const float z = s0[i];
+        w[i] = std::fabs(z) > l1
+                   ? ((z > 0 ? l1 : -l1) - z) / ((beta + std::sqrt(n_new)) / lr + wd)
+                   : 0.0f;
+      }
+      break;
+    }
   }
 }
 
@@ -132,6 +146,11 @@ StatusOr<std::unique_ptr<Operator>> UpdateOp::CreateFor(UpdateRule rule,
   if (rule == UpdateRule::kSgdMom || rule == UpdateRule::kNag) {
     KV_RETURN_IF_ERROR(r.Float("momentum", &momentum, 0, 1, 0));
   }
+  double lamda1 = 0.01, beta = 1;
+  if (rule == UpdateRule::kFtrl) {
+    KV_RETURN_IF_ERROR(r.Float("lamda1", &lamda1, 0, 1e9, 0.01));
+    KV_RETURN_IF_ERROR(r.Float("beta", &beta, 0, 1e9, 1));
+  }
   KV_RETURN_IF_ERROR(r.Float("beta1", &beta1, 0, 1, 0.9));
   KV_RETURN_IF_ERROR(r.Float("beta2", &beta2, 0, 1, 0.999));
   KV_RETURN_IF_ERROR(r.Float("epsilon", &eps, 0, 1,
@@ -145,6 +164,8 @@ StatusOr<std::unique_ptr<Operator>> UpdateOp::CreateFor(UpdateRule rule,
   p.beta1 = static_cast<float>(beta1);
   p.beta2 = static_cast<float>(beta2);
   p.epsilon = static_cast<float>(eps);
+  p.lamda1 = static_cast<float>(lamda1);
+  p.beta = static_cast<float>(beta);
   return std::unique_ptr<Operator>(std::move(op));
 }
 
@@ -156,6 +177,8 @@ std::vector<std::string> UpdateOp::ListAuxiliaryStates() const {
       return {"mean", "var"};
     case UpdateRule::kAdaGrad:
       return {"history"};
+    case UpdateRule::kFtrl:
+      return {"z", "n"};
     default:
       return {"momentum"};
   }
@@ -193,5 +216,6 @@ KV_REGISTER_OP("sgd_mom_update", UpdateOp::Create<UpdateRule::kSgdMom>);
 KV_REGISTER_OP("nag_mom_update", UpdateOp::Create<UpdateRule::kNag>);
 KV_REGISTER_OP("adam_update", UpdateOp::Create<UpdateRule::kAdam>);
 KV_REGISTER_OP("adagrad_update", UpdateOp::Create<UpdateRule::kAdaGrad>);
+KV_REGISTER_OP("ftrl_update", UpdateOp::Create<UpdateRule::kFtrl>);
 
 }  // namespace kvtrain

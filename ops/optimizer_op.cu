@@ -45,6 +45,17 @@ __global__ void UpdateKernel(UpdateRule rule, UpdateParams p, int64_t n,
         s0[i] += g * g;
         w[i] -= p.lr * (g / sqrtf(s0[i] + p.epsilon) + p.wd * w[i]);
         break;
+      case UpdateRule::kFtrl: {
+        const float n_new = s1[i] + g * g;
+        s0[i] += g - (sqrtf(n_new) - sqrtf(s1[i])) / p.lr * w[i];
+        s1[i] = n_new;
+        const float z = s0[i];
+        w[i] = fabsf(z) > p.lamda1
+                   ? ((z > 0 ? p.lamda1 : -p.lamda1) - z) /
+                         ((p.beta + sqrtf(n_new)) / p.lr + p.wd)
+                   : 0.0f;
+        break;
+      }
     }
   }
 }

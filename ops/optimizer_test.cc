@@ -63,6 +63,17 @@ struct Ref {
         w -= lr_t * m / (std::sqrt(v) + 1e-8);
         break;
       }
+      case OptimizerSpec::FTRL: {
+        // m: z, v: n.
+        const double l1 = s.has_lamda1() ? s.lamda1() : 0.01;
+        const double beta = s.has_beta() ? s.beta() : 1.0;
+        const double n = v + g * g;
+        m += g - (std::sqrt(n) - std::sqrt(v)) / lr * w;
+        v = n;
+        w = std::fabs(m) <= l1 ? 0.0
+                               : ((m > 0 ? l1 : -l1) - m) / ((beta + std::sqrt(v)) / lr + wd);
+        break;
+      }
       default:
         v += g * g;
         w -= lr * (g / std::sqrt(v + 1e-7) + wd * w);
@@ -113,13 +124,22 @@ TEST_F(OptimizerTest, EachRuleMatchesReference) {
   adam.set_weight_decay(0.01f);
   ExpectMatchesReference(adam);
   ExpectMatchesReference(Spec(OptimizerSpec::ADAGRAD, 0.1f));
+  OptimizerSpec ftrl = Spec(OptimizerSpec::FTRL, 0.5f);
+  ExpectMatchesReference(ftrl);
+  ftrl.set_lamda1(0.3f);
+  ftrl.set_beta(0.5f);
+  ftrl.set_weight_decay(0.1f);
+  ExpectMatchesReference(ftrl);
 }
 
 TEST_F(OptimizerTest, BadSpecsAreRejected) {
   OptimizerSpec s;
   EXPECT_EQ(Optimizer::Create(s).status().message(),
             "optimizer: type is unspecified; expected one of SGD, NAG, ADAM, "
-            "ADAGRAD");
+            "ADAGRAD, FTRL");
+  s = Spec(OptimizerSpec::FTRL, 0.1f);
+  s.set_lamda1(-1);
+  EXPECT_EQ(Optimizer::Create(s).status().message(), "optimizer: lamda1 -1 must be >= 0");
   s = Spec(OptimizerSpec::SGD, 0);
   EXPECT_EQ(Optimizer::Create(s).status().message(),
             "optimizer: learning_rate 0 must be > 0");

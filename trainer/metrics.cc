@@ -1,9 +1,10 @@
-// Accuracy, top-k accuracy and cross-entropy.
+// Accuracy, top-k accuracy and cross-entropy; binary AUC and log-loss.
 #include "trainer/metrics.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace kvtrain {
 namespace {
@@ -129,6 +130,49 @@ std::string MetricSet::ToString(const std::string& prefix) const {
     out += buf;
   }
   return out;
+}
+
+double BinaryAuc(const std::vector<float>& labels,
+                 const std::vector<float>& scores) {
+  CHECK_EQ(labels.size(), scores.size()) << "BinaryAuc: labels and scores differ in size";
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  std::vector<std::pair<float, bool>> rows(scores.size());
+  for (size_t i = 0; i < scores.size(); ++i) {
+    if (std::isnan(scores[i])) return kNaN;
+    rows[i] = {scores[i], labels[i] > 0.5f};
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Mann-Whitney: each positive wins against the negatives scored below it
+  // and half-wins against those tied with it. Counts stay exact integers.
+  double wins = 0;
+  int64_t negatives_below = 0, positives = 0;
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i;
+    int64_t pos = 0;
+    for (; j < rows.size() && rows[j].first == rows[i].first; ++j) pos += rows[j].second;
+    const int64_t neg = static_cast<int64_t>(j - i) - pos;
+    wins += pos * (negatives_below + 0.5 * neg);
+    negatives_below += neg;
+    positives += pos;
+    i = j;
+  }
+  if (positives == 0 || negatives_below == 0) return kNaN;
+  return wins / (static_cast<double>(positives) * negatives_below);
+}
+
+double LogLoss(const std::vector<float>& labels,
+               const std::vector<float>& probs) {
+  CHECK_EQ(labels.size(), probs.size()) << "LogLoss: labels and probabilities differ in size";
+  if (labels.empty()) return std::numeric_limits<double>::quiet_NaN();
+  constexpr double kEps = 1e-12;
+  double sum = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const double p = probs[i];
+    sum -= labels[i] * std::log(std::max(p, kEps)) +
+           (1.0 - labels[i]) * std::log(std::max(1 - p, kEps));
+  }
+  return sum / labels.size();
 }
 
 }  // namespace kvtrain

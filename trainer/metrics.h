@@ -1,5 +1,6 @@
 // Evaluation metrics over (label, prediction) batches: accuracy, top-k
-// accuracy and cross-entropy. Padded rows of a batch are ignored.
+// accuracy and cross-entropy. Padded rows of a batch are ignored. For binary
+// classification over a whole evaluation set: AUC and log-loss.
 #ifndef KVTRAIN_TRAINER_METRICS_H_
 #define KVTRAIN_TRAINER_METRICS_H_
 
@@ -59,6 +60,24 @@ class MetricSet {
  private:
   std::vector<std::shared_ptr<Metric>> metrics_;
 };
+
+// Binary classification (click-through rate): label 1 positive, 0 negative.
+// Functions of a whole evaluation set, not Metrics: the AUC ranks every
+// score of the set together, which a mean over rows cannot express.
+// `labels` and the predictions must have the same size (a CHECK).
+
+// The exact ROC AUC: the probability that a random positive (label > 0.5)
+// scores above a random negative, a tie counting one half (equivalently,
+// tied scores share their average rank). NaN when the labels hold only
+// one class (or none) and when a score is NaN.
+double BinaryAuc(const std::vector<float>& labels,
+                 const std::vector<float>& scores);
+
+// The mean of -(y log p + (1 - y) log(1 - p)) over the rows, p and 1 - p
+// each taken as at least 1e-12, so that a confident mistake costs about
+// 27.6, not infinity. NaN for no rows and when a probability is NaN.
+double LogLoss(const std::vector<float>& labels,
+               const std::vector<float>& probs);
 
 }  // namespace kvtrain
 

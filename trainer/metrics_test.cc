@@ -1,6 +1,7 @@
 #include "trainer/metrics.h"
 
 #include <cmath>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -50,6 +51,70 @@ TEST(MetricsTest, Errors) {
   EXPECT_NE(acc->Update(Tensor::FromVector({0, 7, 1}, {3}), Probs()).message().find(
                 "label 7 is not a class 0..2"),
             std::string::npos);
+}
+
+// The AUC by its definition: over every (positive, negative) pair, 1 when
+// the positive scores higher, 1/2 on a tie.
+double PairwiseAuc(const std::vector<float>& labels, const std::vector<float>& scores) {
+  double wins = 0, pairs = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    for (size_t j = 0; j < labels.size(); ++j) {
+      if (labels[i] != 1 || labels[j] != 0) continue;
+      wins += scores[i] > scores[j] ? 1.0 : scores[i] == scores[j] ? 0.5 : 0.0;
+      pairs += 1;
+    }
+  }
+  return wins / pairs;
+}
+
+TEST(MetricsTest, AucOfPerfectReversedAndTiedOrders) {
+  const std::vector<float> labels = {0, 1, 0, 1, 1};
+  EXPECT_EQ(BinaryAuc(labels, {0.1f, 0.8f, 0.3f, 0.9f, 0.5f}), 1.0);
+  EXPECT_EQ(BinaryAuc(labels, {0.9f, 0.2f, 0.7f, 0.1f, 0.3f}), 0.0);
+  EXPECT_EQ(BinaryAuc(labels, {0.4f, 0.4f, 0.4f, 0.4f, 0.4f}), 0.5);
+  // Hand-computed, 3 positives x 2 negatives = 6 pairs: 0.9 beats 0.8 and
+  // 0.4 (2), the positive 0.4 ties the negative 0.4 (1/2), 0.2 beats none.
+  EXPECT_DOUBLE_EQ(BinaryAuc({1, 0, 1, 0, 1}, {0.9f, 0.8f, 0.4f, 0.4f, 0.2f}), 2.5 / 6);
+}
+
+TEST(MetricsTest, AucMatchesThePairwiseDefinition) {
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(0, 1);
+  // Scores rounded to tenths: many ties. Labels lean towards high scores.
+  std::vector<float> labels, scores;
+  for (int i = 0; i < 500; ++i) {
+    const float s = std::round(u(gen) * 10) / 10;
+    scores.push_back(s);
+    labels.push_back(u(gen) < 0.2f + 0.6f * s ? 1 : 0);
+  }
+  const double auc = BinaryAuc(labels, scores);
+  EXPECT_NEAR(auc, PairwiseAuc(labels, scores), 1e-12);
+  EXPECT_GT(auc, 0.6);
+
+  // Scores that know nothing of the labels: about 1/2.
+  std::vector<float> random_labels, random_scores;
+  for (int i = 0; i < 20000; ++i) {
+    random_labels.push_back(u(gen) < 0.3f ? 1 : 0);
+    random_scores.push_back(u(gen));
+  }
+  EXPECT_NEAR(BinaryAuc(random_labels, random_scores), 0.5, 0.02);
+}
+
+TEST(MetricsTest, AucIsNaNWithoutBothClasses) {
+  EXPECT_TRUE(std::isnan(BinaryAuc({1, 1, 1}, {0.1f, 0.5f, 0.9f})));
+  EXPECT_TRUE(std::isnan(BinaryAuc({0, 0}, {0.1f, 0.5f})));
+  EXPECT_TRUE(std::isnan(BinaryAuc({}, {})));
+  EXPECT_TRUE(std::isnan(BinaryAuc({0, 1}, {0.1f, NAN})));
+}
+
+TEST(MetricsTest, LogLoss) {
+  EXPECT_NEAR(LogLoss({1, 0, 1}, {0.9f, 0.2f, 0.5f}),
+              -(std::log(0.9) + std::log(0.8) + std::log(0.5)) / 3, 1e-7);
+  // A confident mistake costs -log(1e-12), a confident hit nothing.
+  EXPECT_NEAR(LogLoss({1, 0}, {0.0f, 1.0f}), -std::log(1e-12), 1e-9);
+  EXPECT_EQ(LogLoss({1, 0}, {1.0f, 0.0f}), 0.0);
+  EXPECT_TRUE(std::isnan(LogLoss({}, {})));
+  EXPECT_TRUE(std::isnan(LogLoss({1, 0}, {0.5f, NAN})));
 }
 
 }  // namespace

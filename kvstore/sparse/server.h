@@ -1,0 +1,101 @@
+// The servers' side of row-sparse keys (the KV_SPARSE_* commands of
+// proto/kvstore.proto): each server holds, for every sparse key, the table
+// shard of the row ids that hash to it (ServerOfRow).
+//
+// dist_sync: every worker pushes each step to every server (with no rows
+// where it touched none); once a server holds one push per worker for the
+// key's next step, it sums the rows by id and applies one lazy update to the
+// rows touched. A pull for step s is answered after step s's update.
+// dist_async: each push is an update when it arrives; pulls are answered
+// at once.
+#ifndef KVTRAIN_KVSTORE_SPARSE_SERVER_H_
+#define KVTRAIN_KVSTORE_SPARSE_SERVER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "kvstore/ps/ps.h"
+#include "kvstore/sparse/rows.h"
+#include "kvstore/sparse/table.h"
+#include "ops/optimizer.h"
+#include "proto/kvstore.pb.h"
+
+namespace kvtrain {
+namespace sparse {
+
+// Thread-safe; requests of one key arrive in order.
+class SparseServer {
+ public:
+  // dist_sync: how many steps a push or pull may be ahead of the step being
+  // summed before it is refused (the dense keys' window).
+  static constexpr int64_t kSyncWindow = 16;
+
+  // `optimizer`: the server's optimizer now (null: none set).
+  SparseServer(int num_workers, std::function<std::shared_ptr<Optimizer>()> optimizer)
+      : num_workers_(num_workers), optimizer_(std::move(optimizer)) {}
+
+  // Handles a KV_SPARSE_* request (data: one server key).
+  void Handle(proto::KVCommand command, const ps::RequestMeta& meta,
+              const ps::KVPairs& data, const proto::RequestInfo& info,
+              ps::KVServer* server);
+
+  // Every table's counters, one line per key: for PS_VERBOSE and metrics.
+  std::string StatsReport() EXCLUDES(mu_);
+  // The counters of the key with server key `key` (zeros if none).
+  TableStats Stats(uint64_t key) EXCLUDES(mu_);
+
+ private:
+  struct Deferred {
+    ps::RequestMeta meta;
+    ps::KVPairs data;
+    proto::RequestInfo info;
+  };
+  struct KeyState {
+    explicit KeyState(std::unique_ptr<Table> t)
+        : table(std::move(t)), sum(table->width()) {}
+    std::mutex mu;
+    std::unique_ptr<Table> table;
+    bool sync = true;
+    int64_t step = 0;                       // sync: completed steps
+    RowSum sum;                             // sync: this step's rows
+    std::vector<bool> pushed;               // sync: by worker rank
+    int num_pushed = 0;
+    std::multimap<int64_t, Deferred> later;  // sync: pushes of later steps
+    std::vector<Deferred> pulls;             // sync: answered after a step
+  };
+
+  void Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
+            const proto::RequestInfo& info, ps::KVServer* server);
+  void Push(KeyState* st, const Deferred& push, ps::KVServer* server) REQUIRES(st->mu);
+  // Adds a sync push to its step (or queues or refuses it); true when the
+  // step is complete. A push is acknowledged once: when it is added or
+  // queued (`queued`: it was, and is now added).
+  bool Admit(KeyState* st, const Deferred& push, bool queued, ps::KVServer* server)
+      REQUIRES(st->mu);
+  void CompleteStep(KeyState* st, ps::KVServer* server) REQUIRES(st->mu);
+  void AnswerPull(KeyState* st, const Deferred& pull, ps::KVServer* server)
+      REQUIRES(st->mu);
+  void Save(KeyState* st, const Deferred& req, ps::KVServer* server) REQUIRES(st->mu);
+  void Load(KeyState* st, const Deferred& req, ps::KVServer* server) REQUIRES(st->mu);
+  // The ids and rows of a push (rows null for a pull), checked: errors name
+  // the key, the sender and the size or id.
+  Status Parse(KeyState* st, const Deferred& req, bool with_rows, const int64_t** ids,
+               size_t* n, const float** rows) REQUIRES(st->mu);
+
+  KeyState* Find(uint64_t key) EXCLUDES(mu_);
+
+  const int num_workers_;
+  const std::function<std::shared_ptr<Optimizer>()> optimizer_;
+  std::mutex mu_;
+  std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);
+};
+
+}  // namespace sparse
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_KVSTORE_SPARSE_SERVER_H_
