@@ -7,7 +7,7 @@
 
 #include <gflags/gflags.h>
 
-DEFINE_string(optimizer, "sgd", "sgd, nag, adam or adagrad");
+DEFINE_string(optimizer, "sgd", "sgd, nag, adam, adagrad or ftrl");
 DEFINE_double(lr, 0.05, "learning rate");
 DEFINE_double(momentum, 0.9, "momentum (sgd, nag)");
 DEFINE_double(wd, 0.0001, "weight decay");
@@ -51,11 +51,12 @@ StatusOr<proto::OptimizerSpec> OptimizerFromFlags(int64_t batches_per_epoch) {
   proto::OptimizerSpec spec;
   const std::map<std::string, proto::OptimizerSpec::Type> types = {
       {"sgd", proto::OptimizerSpec::SGD}, {"nag", proto::OptimizerSpec::NAG},
-      {"adam", proto::OptimizerSpec::ADAM}, {"adagrad", proto::OptimizerSpec::ADAGRAD}};
+      {"adam", proto::OptimizerSpec::ADAM}, {"adagrad", proto::OptimizerSpec::ADAGRAD},
+      {"ftrl", proto::OptimizerSpec::FTRL}};
   auto it = types.find(FLAGS_optimizer);
   if (it == types.end()) {
     return Status::InvalidArgument("--optimizer=" + FLAGS_optimizer +
-                                   ": expected sgd, nag, adam or adagrad");
+                                   ": expected sgd, nag, adam, adagrad or ftrl");
   }
   spec.set_type(it->second);
   spec.set_learning_rate(static_cast<float>(FLAGS_lr));

@@ -93,11 +93,12 @@ py::bytes OptimizerSpec(const std::string& name, const py::dict& params) {
       {"sgd", proto::OptimizerSpec::SGD},
       {"nag", proto::OptimizerSpec::NAG},
       {"adam", proto::OptimizerSpec::ADAM},
-      {"adagrad", proto::OptimizerSpec::ADAGRAD}};
+      {"adagrad", proto::OptimizerSpec::ADAGRAD},
+      {"ftrl", proto::OptimizerSpec::FTRL}};
   auto t = kTypes.find(name);
   if (t == kTypes.end()) {
-    throw StatusError{Status::InvalidArgument("optimizer \"" + name +
-                                              "\": expected sgd, nag, adam or adagrad")};
+    throw StatusError{Status::InvalidArgument(
+        "optimizer \"" + name + "\": expected sgd, nag, adam, adagrad or ftrl")};
   }
   proto::OptimizerSpec spec;
   spec.set_type(t->second);
@@ -127,6 +128,10 @@ py::bytes OptimizerSpec(const std::string& name, const py::dict& params) {
       spec.set_beta2(number());
     } else if (key == "epsilon") {
       spec.set_epsilon(number());
+    } else if (key == "lamda1") {
+      spec.set_lamda1(number());
+    } else if (key == "beta") {
+      spec.set_beta(number());
     } else if (key == "lr_scheduler") {
       if (v.is_none()) continue;
       py::dict s = v.attr("_spec")();
@@ -144,11 +149,35 @@ py::bytes OptimizerSpec(const std::string& name, const py::dict& params) {
       throw StatusError{Status::InvalidArgument(
           "optimizer parameter \"" + key +
           "\" is unknown; accepted: learning_rate, momentum, wd, rescale_grad, "
-          "clip_gradient, beta1, beta2, epsilon, lr_scheduler")};
+          "clip_gradient, beta1, beta2, epsilon, lamda1, beta, lr_scheduler")};
     }
   }
   Check(Optimizer::Create(spec).status());
   return py::bytes(spec.SerializeAsString());
+}
+
+proto::SparseTableSpec TableSpec(int64_t width, int64_t num_rows, const std::string& init,
+                                float scale, uint64_t seed, int64_t admit_after,
+                                int64_t expire_after, int64_t max_rows) {
+  proto::SparseTableSpec spec;
+  spec.set_width(width);
+  spec.set_num_rows(num_rows);
+  if (init == "zeros") {
+    spec.set_init(proto::SparseTableSpec::ZEROS);
+  } else if (init == "uniform") {
+    spec.set_init(proto::SparseTableSpec::UNIFORM);
+  } else if (init == "normal") {
+    spec.set_init(proto::SparseTableSpec::NORMAL);
+  } else {
+    throw StatusError{Status::InvalidArgument("row-sparse init \"" + init +
+                                              "\": expected zeros, uniform or normal")};
+  }
+  spec.set_scale(scale);
+  spec.set_seed(seed);
+  spec.set_admit_after(admit_after);
+  spec.set_expire_after(expire_after);
+  spec.set_max_rows(max_rows);
+  return spec;
 }
 
 }  // namespace
@@ -219,6 +248,72 @@ void BindKVStore(py::module_& m) {
                return Status::OK();
              }, nullptr, false);
              return h;
+           })
+      .def("init_row_sparse",
+           [](PyKVStore& s, const py::handle& key, int64_t width, int64_t num_rows,
+              const std::string& init, float scale, uint64_t seed, int64_t admit_after,
+              int64_t expire_after, int64_t max_rows) {
+             const Key k = ToKey(key);
+             const proto::SparseTableSpec spec = TableSpec(
+                 width, num_rows, init, scale, seed, admit_after, expire_after, max_rows);
+             RunBlocking([&] { return s.kv()->InitRowSparse(k, spec); }, s.Aborter(), s.watch());
+           })
+      // Row ids: an int64 array (other dtypes are an error naming the key).
+      .def("push_row_sparse",
+           [](PyKVStore& s, const py::handle& key, const py::array& ids, const py::array& rows,
+              int priority) {
+             const Key k = ToKey(key);
+             const Tensor i = ViewAnyArray(ids, "key " + k.ToString() + " row ids");
+             const Tensor r = ViewArray(rows, "key " + k.ToString() + " rows", false);
+             RunBlocking([&] { return s.kv()->PushRowSparse(k, i, r, priority); }, s.Aborter(),
+                         s.watch());
+           })
+      .def("row_sparse_pull",
+           [](PyKVStore& s, const py::handle& key, const py::array& ids, const py::array& out,
+              int priority) {
+             const Key k = ToKey(key);
+             const Tensor i = ViewAnyArray(ids, "key " + k.ToString() + " row ids");
+             const Tensor o = ViewArray(out, "key " + k.ToString() + " out", true);
+             RunBlocking([&] { return s.kv()->RowSparsePull(k, i, o, priority); }, s.Aborter(),
+                         s.watch());
+           })
+      // Asynchronous forms (kvtrain.torch overlaps them with compute): a
+      // handle for wait(); the caller keeps the arrays alive until then.
+      .def("push_row_sparse_async",
+           [](PyKVStore& s, const py::handle& key, const py::array& ids, const py::array& rows,
+              int priority) {
+             const Key k = ToKey(key);
+             const Tensor i = ViewAnyArray(ids, "key " + k.ToString() + " row ids");
+             const Tensor r = ViewArray(rows, "key " + k.ToString() + " rows", false);
+             KVHandle h = 0;
+             RunBlocking([&]() -> Status {
+               KV_ASSIGN_OR_RETURN(h, s.kv()->PushRowSparseAsync(k, i, r, priority));
+               return Status::OK();
+             }, nullptr, false);
+             return h;
+           })
+      .def("row_sparse_pull_async",
+           [](PyKVStore& s, const py::handle& key, const py::array& ids, const py::array& out,
+              int priority) {
+             const Key k = ToKey(key);
+             const Tensor i = ViewAnyArray(ids, "key " + k.ToString() + " row ids");
+             const Tensor o = ViewArray(out, "key " + k.ToString() + " out", true);
+             KVHandle h = 0;
+             RunBlocking([&]() -> Status {
+               KV_ASSIGN_OR_RETURN(h, s.kv()->RowSparsePullAsync(k, i, o, priority));
+               return Status::OK();
+             }, nullptr, false);
+             return h;
+           })
+      .def("save_row_sparse",
+           [](PyKVStore& s, const py::handle& key, const std::string& path) {
+             const Key k = ToKey(key);
+             RunBlocking([&] { return s.kv()->SaveRowSparse(k, path); }, s.Aborter());
+           })
+      .def("load_row_sparse",
+           [](PyKVStore& s, const py::handle& key, const std::string& path) {
+             const Key k = ToKey(key);
+             RunBlocking([&] { return s.kv()->LoadRowSparse(k, path); }, s.Aborter());
            })
       .def("wait",
            [](PyKVStore& s, KVHandle h) {

@@ -95,6 +95,7 @@ from . import lr_scheduler  # noqa: E402
 from . import model  # noqa: E402
 from . import module  # noqa: E402
 from . import optimizer  # noqa: E402
+from . import sparse  # noqa: E402
 from . import symbol  # noqa: E402
 
 kv = kvstore

@@ -23,6 +23,7 @@ import numpy as np
 from . import _lib
 from . import base
 from . import optimizer as _opt
+from . import sparse as _sparse
 
 TYPES = tuple(_lib.kvstore_types())
 
@@ -86,15 +87,37 @@ class KVStore(object):
         return self._handle.num_workers
 
     def init(self, key, value):
-        """Sets keys' initial values (dist stores: rank 0's win)."""
+        """Sets keys' initial values (dist stores: rank 0's win). A
+        kvtrain.sparse.Table (or an all-zero RowSparseArray) declares a
+        row-sparse key."""
+        if isinstance(value, (_sparse.Table, _sparse.RowSparseArray)):
+            self._init_row_sparse(_norm_key(key), value)
+            return
         keys, values = _flatten(key, value, "init")
         self._handle.init(keys, values)
+
+    def _init_row_sparse(self, key, value):
+        if isinstance(value, _sparse.RowSparseArray):
+            if value.indices.size and np.any(value.data):
+                raise ValueError(
+                    "init: key %r: a row-sparse key's rows start from its initializer; "
+                    "declare it with kvtrain.sparse.Table(width, init=...)" % (key,))
+            value = _sparse.Table(width=value.shape[1], num_rows=max(value.shape[0], 0))
+        self._handle.init_row_sparse(key, value.width, value.num_rows, value.init, value.scale,
+                                     value.seed, value.admit_after, value.expire_after,
+                                     value.max_rows)
 
     def push(self, key, value, priority=0):
         """Pushes values (a key's several values are summed), then the key's
         update runs: the optimizer if set, else the value becomes the sum."""
         if type(key) in (int, str) and type(value) is np.ndarray:
             self._handle.push([key], [value], int(priority))
+            return
+        if _is_key(key) and _is_row_sparse(value):
+            parts = value if isinstance(value, (list, tuple)) else [value]
+            ids = np.concatenate([p.indices for p in parts]) if len(parts) > 1 else parts[0].indices
+            rows = np.concatenate([p.data for p in parts]) if len(parts) > 1 else parts[0].data
+            self._handle.push_row_sparse(_norm_key(key), ids, rows, int(priority))
             return
         keys, values = _flatten(key, value, "push")
         self._handle.push(keys, values, int(priority))
@@ -108,6 +131,32 @@ class KVStore(object):
             return
         keys, outs = _flatten(key, out, "pull")
         self._handle.pull(keys, outs, int(priority))
+
+    def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
+        """Copies the rows `row_ids` (int64, any order, repeats allowed) of a
+        row-sparse key into `out`: a float32 array of shape (len(row_ids),
+        width), filled in row_ids' order, or a RowSparseArray, which gets the
+        unique ids in ascending order and their rows (MXNet's form). Rows
+        never pushed read as their initial value."""
+        if out is None or row_ids is None:
+            raise ValueError("row_sparse_pull: out= and row_ids= are required")
+        key = _norm_key(key)
+        ids = np.ascontiguousarray(row_ids)
+        if isinstance(out, _sparse.RowSparseArray):
+            unique = np.unique(ids.astype(np.int64)) if ids.dtype.kind in "iu" else ids
+            rows = np.empty((len(unique), out.shape[1]), np.float32)
+            self._handle.row_sparse_pull(key, unique, rows, int(priority))
+            out.indices, out.data = unique, rows
+            return
+        self._handle.row_sparse_pull(key, ids, out, int(priority))
+
+    def save_row_sparse(self, key, fname):
+        """The whole table of a row-sparse key (every server's shard, with
+        optimizer state) to one checksummed file; one worker calls it."""
+        self._handle.save_row_sparse(_norm_key(key), fname)
+
+    def load_row_sparse(self, key, fname):
+        self._handle.load_row_sparse(_norm_key(key), fname)
 
     def pushpull(self, key, value, out=None, priority=0):
         """push then pull, in one round trip; out=None writes into `value`."""
@@ -195,6 +244,12 @@ class KVStore(object):
 
     def __repr__(self):
         return "<KVStore %s rank %d of %d>" % (self.type, self.rank, self.num_workers)
+
+
+def _is_row_sparse(value):
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(isinstance(v, _sparse.RowSparseArray) for v in value)
+    return isinstance(value, _sparse.RowSparseArray)
 
 
 def create(name="local"):

@@ -132,7 +132,7 @@ def test_optimizer_specs_are_checked():
         kt.optimizer.create("sgd", momentum=1.5)
     with pytest.raises(ValueError, match=r'"lerning_rate" is unknown'):
         kt.optimizer.create("sgd", lerning_rate=0.1)
-    with pytest.raises(ValueError, match=r"expected sgd, nag, adam or adagrad"):
+    with pytest.raises(ValueError, match=r"expected sgd, nag, adam, adagrad or ftrl"):
         kt.optimizer.create("rmsprop")
     with pytest.raises(ValueError, match=r"steps .* must increase"):
         kt.lr_scheduler.MultiFactorScheduler([5, 3], 0.1)
