@@ -17,10 +17,10 @@ TEST(OperatorRegistryTest, KnowsEveryOperator) {
   const std::vector<std::string> names = RegisteredOperators();
   for (const char* op :
        {"Activation", "BatchNorm", "Concat", "Convolution", "Dropout",
-        "Flatten", "FullyConnected", "LinearRegressionOutput", "Pooling",
-        "Reshape", "SoftmaxOutput", "elemwise_add", "elemwise_mul",
+        "Embedding", "Flatten", "FullyConnected", "LinearRegressionOutput",
+        "Pooling", "Reshape", "SoftmaxOutput", "elemwise_add", "elemwise_mul",
         "elemwise_sub", "sgd_update", "sgd_mom_update", "nag_mom_update",
-        "adam_update", "adagrad_update", "_CrossDeviceCopy"}) {
+        "adam_update", "adagrad_update", "ftrl_update", "_CrossDeviceCopy"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), op), names.end()) << op;
   }
 }
@@ -31,11 +31,11 @@ TEST(OperatorRegistryTest, UnknownOperatorListsTheKnownOnes) {
   EXPECT_EQ(op.status().code(), Status::Code::kNotFound);
   EXPECT_EQ(op.status().message(),
             "unknown operator \"Convolution3D\" (for c); known operators: "
-            "Activation, BatchNorm, Concat, Convolution, Dropout, Flatten, "
-            "FullyConnected, LinearRegressionOutput, Pooling, Reshape, "
-            "SoftmaxOutput, adagrad_update, adam_update, elemwise_add, "
-            "elemwise_mul, elemwise_sub, nag_mom_update, sgd_mom_update, "
-            "sgd_update");
+            "Activation, BatchNorm, Concat, Convolution, Dropout, Embedding, "
+            "Flatten, FullyConnected, LinearRegressionOutput, Pooling, "
+            "Reshape, SoftmaxOutput, adagrad_update, adam_update, "
+            "elemwise_add, elemwise_mul, elemwise_sub, ftrl_update, "
+            "nag_mom_update, sgd_mom_update, sgd_update");
 }
 
 TEST(OperatorRegistryTest, IdentityAndNames) {
