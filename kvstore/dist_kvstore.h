@@ -83,6 +83,7 @@ class DistKVStore : public KVStore {
                                         const Tensor& out, int priority) override;
   Status SaveRowSparse(const Key& key, const std::string& path) override;
   Status LoadRowSparse(const Key& key, const std::string& path) override;
+  StatusOr<std::vector<proto::SparseTableStats>> RowSparseStats(const Key& key) override;
   Status RunServer() override;
   Status Finalize() override;
   void Abort(const std::string& reason) override;

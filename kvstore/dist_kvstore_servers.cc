@@ -1,6 +1,12 @@
 // dist_sync / dist_device_sync / dist_async: what the workers ask of the
 // servers besides push and pull (the optimizer and its states), RunServer
 // in server and scheduler processes, and Finalize.
+#include <glog/logging.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/server.h"
 #include "ops/optimizer.h"
@@ -11,6 +17,8 @@ namespace {
 
 // Long enough for any training job; dead peers end it sooner (heartbeats).
 constexpr auto kJobLifetime = std::chrono::hours(24 * 365);
+// PS_VERBOSE: how often a server logs its row-sparse tables' counters.
+constexpr auto kTableReport = std::chrono::seconds(10);
 
 }  // namespace
 
@@ -108,7 +116,35 @@ Status DistKVStore::RunServer() {
                     opts));
   }
   finalized_ = true;
-  return po_->Finalize(kJobLifetime);
+  // PS_VERBOSE: the row-sparse tables' counters every kTableReport while
+  // serving; always once at the end.
+  std::mutex report_mu;
+  std::condition_variable report_cv;
+  bool serving = true;
+  std::thread reporter;
+  if (handler != nullptr && po_->verbose() > 0) {
+    reporter = std::thread([&] {
+      std::unique_lock<std::mutex> lock(report_mu);
+      while (!report_cv.wait_for(lock, kTableReport, [&] { return !serving; })) {
+        const std::string report = handler->sparse()->StatsReport();
+        if (!report.empty()) LOG(INFO) << po_->name() << ": " << report;
+      }
+    });
+  }
+  const Status done = po_->Finalize(kJobLifetime);
+  if (reporter.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(report_mu);
+      serving = false;
+    }
+    report_cv.notify_all();
+    reporter.join();
+  }
+  if (handler != nullptr) {
+    const std::string report = handler->sparse()->StatsReport();
+    if (!report.empty()) LOG(INFO) << po_->name() << " at the end: " << report;
+  }
+  return done;
 }
 
 Status DistKVStore::Finalize() {

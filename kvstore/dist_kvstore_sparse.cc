@@ -224,6 +224,28 @@ Status DistKVStore::SaveRowSparse(const Key& key, const std::string& path) {
   return WriteTableFile(path, shards);
 }
 
+StatusOr<std::vector<proto::SparseTableStats>> DistKVStore::RowSparseStats(const Key& key) {
+  KV_RETURN_IF_ERROR(CheckWorker("RowSparseStats"));
+  KV_ASSIGN_OR_RETURN(TableInfo * ti, LookupTable(key));
+  ps::RequestOptions opts;
+  opts.head = proto::KV_SPARSE_STATS;
+  opts.body = RequestBody(proto::KV_ASYNC, 0, "");
+  const std::vector<int64_t> lens(ti->server_keys.size(), 0);
+  KV_ASSIGN_OR_RETURN(int64_t ts,
+                      worker_->PushPull(ps::KVPairs::From(ti->server_keys, ps::Blob(), lens), opts));
+  ps::PullResult result;
+  KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout, &result)
+                         .Annotate("key " + ti->name + ": the table's counters"));
+  std::vector<proto::SparseTableStats> out;
+  for (const ps::KVPairs& part : result.parts) {
+    out.emplace_back();
+    if (!out.back().ParseFromString(part.vals.ToString())) {
+      return KeyError(Status::Code::kDataLoss, ti->name, "malformed table counters");
+    }
+  }
+  return out;
+}
+
 Status DistKVStore::LoadRowSparse(const Key& key, const std::string& path) {
   KV_RETURN_IF_ERROR(CheckWorker("LoadRowSparse"));
   KV_ASSIGN_OR_RETURN(TableInfo * ti, LookupTable(key));

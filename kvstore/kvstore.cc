@@ -106,6 +106,11 @@ Status KVStore::SaveRowSparse(const Key& key, const std::string& path) {
   return InitRowSparse(key, {});
 }
 
+StatusOr<std::vector<proto::SparseTableStats>> KVStore::RowSparseStats(const Key& key) {
+  KV_RETURN_IF_ERROR(InitRowSparse(key, {}));
+  return std::vector<proto::SparseTableStats>{};
+}
+
 Status KVStore::LoadRowSparse(const Key& key, const std::string& path) {
   (void)path;
   return InitRowSparse(key, {});

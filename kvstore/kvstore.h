@@ -183,6 +183,11 @@ class KVStore {
   // on exactly as it would have. Dist types: one worker calls them, after
   // its pushes were waited for.
   virtual Status SaveRowSparse(const Key& key, const std::string& path);
+  // The counters of a row-sparse key's table, one entry per server (one
+  // for the non-distributed types): rows held, created, evicted, expired,
+  // ids awaiting admission, gradient rows dropped before admission, updates
+  // and bytes held.
+  virtual StatusOr<std::vector<proto::SparseTableStats>> RowSparseStats(const Key& key);
   virtual Status LoadRowSparse(const Key& key, const std::string& path);
   Status RowSparsePull(const Key& key, const Tensor& ids, const Tensor& out,
                        int priority = 0);

@@ -136,6 +136,13 @@ Status LocalKVStore::SaveRowSparse(const Key& key, const std::string& path) {
   return WriteTableFile(path, {shard});
 }
 
+StatusOr<std::vector<proto::SparseTableStats>> LocalKVStore::RowSparseStats(const Key& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t id;
+  KV_ASSIGN_OR_RETURN(sparse::Table * table, FindTable(key, &id));
+  return std::vector<proto::SparseTableStats>{table->stats().ToProto()};
+}
+
 Status LocalKVStore::LoadRowSparse(const Key& key, const std::string& path) {
   KV_ASSIGN_OR_RETURN(std::vector<std::string> shards, ReadTableFile(path));
   if (shards.size() != 1) {

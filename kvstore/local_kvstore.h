@@ -45,6 +45,7 @@ class LocalKVStore : public InProcessKVStore {
                                         const Tensor& out, int priority) override;
   Status SaveRowSparse(const Key& key, const std::string& path) override;
   Status LoadRowSparse(const Key& key, const std::string& path) override;
+  StatusOr<std::vector<proto::SparseTableStats>> RowSparseStats(const Key& key) override;
 
  private:
   struct Entry {

@@ -85,6 +85,7 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
     case proto::KV_SPARSE_PULL:
     case proto::KV_SPARSE_SAVE:
     case proto::KV_SPARSE_LOAD:
+    case proto::KV_SPARSE_STATS:
       return sparse_.Handle(command, meta, data, info, server);
     default:
       server->RespondError(meta, Status::InvalidArgument(

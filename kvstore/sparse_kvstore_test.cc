@@ -255,6 +255,54 @@ TEST(SparseKVStoreTest, AllreduceHasNoTables) {
   EXPECT_FALSE(s.ok());
 }
 
+// Admission, expiry and the row cap counted over the servers: the counters
+// add up to what the pushes imply, whatever server each row landed on.
+TEST(SparseKVStoreTest, CountersAddUpOverTheServers) {
+  proto::SparseTableSpec spec = Table(2);
+  spec.set_admit_after(2);
+  spec.set_expire_after(3);
+  DistFixture f(2, 1);
+  Status s = f.Run("dist_sync", [&](KVStore* kv, int) -> Status {
+    KV_RETURN_IF_ERROR(kv->InitRowSparse("emb", spec));
+    std::vector<int64_t> ten;
+    for (int64_t i = 0; i < 10; ++i) ten.push_back(i * 1000003);
+    auto sum = [&](std::vector<int64_t>* out) -> Status {
+      KV_ASSIGN_OR_RETURN(std::vector<proto::SparseTableStats> st, kv->RowSparseStats("emb"));
+      if (st.size() != 2) return Status::Internal("expected 2 servers' counters");
+      out->assign(5, 0);
+      for (const auto& t : st) {
+        (*out)[0] += t.rows();
+        (*out)[1] += t.created();
+        (*out)[2] += t.pending();
+        (*out)[3] += t.dropped_grads();
+        (*out)[4] += t.expired();
+      }
+      return Status::OK();
+    };
+    std::vector<int64_t> c;
+    KV_RETURN_IF_ERROR(kv->PushRowSparse("emb", Ids(ten), Rows(10, 2, 1)));
+    KV_RETURN_IF_ERROR(kv->RowSparsePull("emb", Ids({0}), Rows(1, 2, 0)));  // step done
+    KV_RETURN_IF_ERROR(sum(&c));
+    if (c != std::vector<int64_t>{0, 0, 10, 10, 0}) return Status::Internal("after 1 push");
+    KV_RETURN_IF_ERROR(kv->PushRowSparse("emb", Ids(ten), Rows(10, 2, 1)));
+    KV_RETURN_IF_ERROR(kv->RowSparsePull("emb", Ids({0}), Rows(1, 2, 0)));
+    KV_RETURN_IF_ERROR(sum(&c));
+    if (c != std::vector<int64_t>{10, 10, 0, 10, 0}) return Status::Internal("after 2 pushes");
+    // Three updates touching only row 0: the other nine expire.
+    for (int i = 0; i < 3; ++i) {
+      KV_RETURN_IF_ERROR(kv->PushRowSparse("emb", Ids({0}), Rows(1, 2, 1)));
+      KV_RETURN_IF_ERROR(kv->RowSparsePull("emb", Ids({0}), Rows(1, 2, 0)));
+    }
+    KV_RETURN_IF_ERROR(sum(&c));
+    if (c[0] != 1 || c[4] != 9) {
+      return Status::Internal("after expiry: rows " + std::to_string(c[0]) + ", expired " +
+                              std::to_string(c[4]));
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 // A table saved through the servers resumes bit-exact in a new job, with
 // its optimizer state, admission counters and recency.
 TEST(SparseKVStoreTest, TablesSaveAndLoadThroughTheServers) {

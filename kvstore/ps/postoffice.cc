@@ -125,6 +125,7 @@ std::vector<KeyRange> Postoffice::ServerKeyRanges() const {
   return impl_->ServerKeyRanges();
 }
 bool Postoffice::OneHost() const { return impl_->one_host(); }
+int Postoffice::verbose() const { return impl_->verbose(); }
 
 bool PostofficeImpl::one_host() const {
   const NodeTable* t = table();

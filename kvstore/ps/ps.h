@@ -240,6 +240,8 @@ class Postoffice {
   // (it reads the job's node table); false before Start, and where nodes
   // advertise no same-host address (KVTRAIN_SAME_HOST_IPC=0, tests' vans).
   bool OneHost() const;
+  // PS_VERBOSE: 0 quiet, 1 control plane, 2 also every data message.
+  int verbose() const;
 
   PostofficeImpl* impl() { return impl_.get(); }
 

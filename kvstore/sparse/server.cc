@@ -65,6 +65,12 @@ void SparseServer::Handle(proto::KVCommand command, const ps::RequestMeta& meta,
       return Save(st, req, server);
     case proto::KV_SPARSE_LOAD:
       return Load(st, req, server);
+    case proto::KV_SPARSE_STATS:
+      server->Respond(meta, ps::KVPairs::From(
+                                {data.key(0)},
+                                ps::Blob::FromString(
+                                    st->table->stats().ToProto().SerializeAsString())));
+      return;
     default:
       server->RespondError(meta, Status::InvalidArgument("unknown row-sparse command " +
                                                          std::to_string(command)));

@@ -71,6 +71,19 @@ std::string TableStats::ToString() const {
   return o.str();
 }
 
+proto::SparseTableStats TableStats::ToProto() const {
+  proto::SparseTableStats p;
+  p.set_rows(rows);
+  p.set_created(created);
+  p.set_evicted(evicted);
+  p.set_expired(expired);
+  p.set_pending(pending);
+  p.set_dropped_grads(dropped_grads);
+  p.set_updates(updates);
+  p.set_bytes(bytes);
+  return p;
+}
+
 Status CheckSpec(const std::string& key, const proto::SparseTableSpec& spec) {
   if (spec.width() <= 0) {
     return Bad(key, "a row-sparse key needs a row width > 0, got " +

@@ -35,6 +35,7 @@ struct TableStats {
   int64_t bytes = 0;          // arena, index and counters
   // "rows 12 created 15 evicted 0 expired 3 pending 4 dropped 9 bytes 4096".
   std::string ToString() const;
+  proto::SparseTableStats ToProto() const;
 };
 
 // Checks a spec; errors name `key` and the field.
