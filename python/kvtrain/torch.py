@@ -15,6 +15,11 @@ come back into the parameters in place, so communication overlaps backward;
 step() waits only for what is still missing. Parameters and gradients go
 through without copies (CPU float32 contiguous tensors share their memory
 with the store); anything else is an error naming the parameter.
+
+Embedding tables too large for a worker live in the store instead:
+ServerEmbeddingBag (an nn.EmbeddingBag whose rows are pulled per batch and
+whose gradient rows are pushed during backward; see its docstring and
+examples/python/train_ctr.py).
 """
 
 import numpy as np
@@ -232,3 +237,314 @@ def broadcast_parameters(params, root_rank=0):
     for t, arr in copies:
         with _torch.no_grad():
             t.copy_(_torch.from_numpy(arr.reshape(t.shape)).to(t.dtype))
+
+
+def _unique(ids):
+    """torch.unique(ids, sorted=True, return_inverse=True) of a 1-D int64 CPU
+    tensor, through numpy (about twice as fast for a batch's ids)."""
+    unique, inverse = np.unique(ids.numpy(), return_inverse=True)
+    return _torch.from_numpy(unique), _torch.from_numpy(inverse.reshape(-1))
+
+
+class ServerEmbeddingBag(_torch.nn.Module):
+    """torch.nn.EmbeddingBag whose table lives only in a kvtrain store: on
+    the servers for dist types (each table's rows spread over all of them),
+    in this process for local types. Only the rows a batch names ever reach
+    the worker; nothing of the table is a torch Parameter (model.parameters(),
+    state_dict() and DistributedOptimizer do not see it).
+
+        emb = kvt.ServerEmbeddingBag('emb', 0, 16, mode='sum', kvstore='dist_sync',
+                                     init='normal', scale=0.01)
+        out = emb(ids_2d)                     # (batch, bag) -> (batch, 16)
+        out = emb(ids_1d, offsets)            # nn.EmbeddingBag's 1-D form
+        out = emb(ids_1d, offsets, per_sample_weights=w)   # mode='sum'
+
+    key: the table's key in the store (a str; unique among the store's
+    keys). num_embeddings: valid ids are [0, num_embeddings); 0 allows any
+    id >= 0 (int64, e.g. hashed or field-shifted ids). embedding_dim: the
+    row width. mode: 'sum' or 'mean' (default 'mean', as nn.EmbeddingBag;
+    'max' is not supported). kvstore: a kvtrain.kv.KVStore, a store type
+    (joined through kvtrain.torch.init) or None for kvtrain.torch's store.
+    init, scale, seed, admit_after, expire_after, max_rows: the table's
+    kvtrain.sparse.Table (rows start as init(scale), a function of (seed,
+    key, id) only, so every worker and process sees the same initial rows).
+    include_last_offset: as nn.EmbeddingBag.
+
+    Forward takes the batch's distinct ids (a sorted unique), pulls their rows
+    from the store (row_sparse_pull) into a float32 tensor and reduces the
+    bags with F.embedding_bag over those rows, so autograd yields the
+    gradient of each pulled row. When backward reaches it, a hook pushes
+    (distinct ids, gradient rows) to the store at once, overlapping the rest
+    of backward, and the store's optimizer updates just those rows (lazily).
+    ids: int64 (int32 is widened); anything else is a TypeError naming the
+    key, and ids outside the table are the store's error naming the key
+    and the id.
+
+    The optimizer: a store has one optimizer for all of its keys
+    (kv.set_optimizer), which its tables and DistributedOptimizer's dense
+    keys share. DistributedOptimizer sets it; without one, pass optimizer=
+    (a name or kvtrain.optimizer.Optimizer) and optimizer_params here, which
+    set it for the whole store (rescale_grad defaults to 1 / workers for
+    the stores that sum workers' gradients, as in DistributedOptimizer).
+    Whichever sets it last wins; set it before the first push (a table's
+    rows hold the state of the optimizer they were first updated with).
+
+    Steps: call the module once per step and backward once (each backward
+    that reaches it is one push). In dist_sync every worker must push every
+    table every step: a batch with no ids (empty bags) still pushes, with
+    n = 0; a worker without a batch for a step calls skip_step() instead.
+
+    Overlap: prefetch(next_input[, next_offsets]) starts the pull of the
+    next batch's rows asynchronously, and forward on that batch only waits
+    for it (a forward on other ids ignores it and pulls). Ordering: called
+    between this step's forward and its backward, the pull is held back and
+    issued right after backward's push of this step, so it overlaps the rest
+    of backward and DistributedOptimizer.step(); called after backward, it
+    is issued at once. Either way it is issued after this worker's push of
+    the step, and in dist_sync a pull is answered with the rows after every
+    worker's push of that step was applied: prefetched rows are exactly the
+    ones a plain forward would pull, never a step stale. (dist_async has no
+    steps: rows carry whatever updates the servers had applied when the pull
+    reached them, prefetched or not.) wait() waits for this module's pushes
+    and pulls in flight (forward, rows(), save() and load() do it; call it
+    after the last step before the process reads the table elsewhere).
+    """
+
+    def __init__(self, key, num_embeddings, embedding_dim, mode="mean", kvstore=None,
+                 init="normal", scale=0.01, seed=0, admit_after=0, expire_after=0,
+                 max_rows=0, optimizer=None, optimizer_params=None,
+                 include_last_offset=False, priority=0):
+        super(ServerEmbeddingBag, self).__init__()
+        from . import sparse as _sparse
+        if not isinstance(key, str) or not key:
+            raise TypeError("ServerEmbeddingBag: key must be a non-empty str (the table's key "
+                            "in the store), got %r" % (key,))
+        if mode not in ("sum", "mean"):
+            raise ValueError("ServerEmbeddingBag %s: mode %r is not supported ('sum' or 'mean')"
+                             % (key, mode))
+        if int(embedding_dim) <= 0 or int(num_embeddings) < 0:
+            raise ValueError("ServerEmbeddingBag %s: embedding_dim must be > 0 and "
+                             "num_embeddings >= 0 (0: any id), got %r and %r"
+                             % (key, embedding_dim, num_embeddings))
+        if kvstore is None:
+            kv = _store()
+        elif isinstance(kvstore, _kv.KVStore):
+            kv = kvstore
+        else:
+            kv = init(kvstore)
+        self.key = key
+        self.num_embeddings = int(num_embeddings)
+        self.embedding_dim = int(embedding_dim)
+        self.mode = mode
+        self.include_last_offset = bool(include_last_offset)
+        self.priority = int(priority)
+        self.kvstore = kv
+        self.table = _sparse.Table(width=self.embedding_dim, num_rows=self.num_embeddings,
+                                   init=init, scale=scale, seed=seed, admit_after=admit_after,
+                                   expire_after=expire_after, max_rows=max_rows)
+        kv.init(key, self.table)
+        if optimizer is not None:
+            params = dict(optimizer_params or {})
+            if not isinstance(optimizer, _opt.Optimizer) and "rescale_grad" not in params:
+                params["rescale_grad"] = (1.0 / kv.num_workers if kv._handle.sums_workers
+                                          else 1.0)
+            kv.set_optimizer(_opt.create(optimizer, **params))
+        elif optimizer_params:
+            raise ValueError("ServerEmbeddingBag %s: optimizer_params without optimizer" % key)
+        self._pushes = []       # (handle, ids, rows): kept alive until waited for
+        self._prefetched = None  # [ids, unique, inverse, out, handle or None]
+        self._owed = False      # a forward with grad whose backward has not pushed yet
+
+    def extra_repr(self):
+        return "%r, %d, %d, mode=%r, kvstore=%r" % (self.key, self.num_embeddings,
+                                                   self.embedding_dim, self.mode,
+                                                   self.kvstore.type)
+
+    # -- ids -----------------------------------------------------------------
+
+    def _ids(self, input, what="input"):
+        if not isinstance(input, _torch.Tensor):
+            raise TypeError("ServerEmbeddingBag %s: %s must be a torch tensor of int64 ids, "
+                            "got %s" % (self.key, what, type(input).__name__))
+        if input.dtype not in (_torch.int64, _torch.int32):
+            raise TypeError("ServerEmbeddingBag %s: ids must be int64 (or int32), got %s"
+                            % (self.key, str(input.dtype).replace("torch.", "")))
+        if input.device.type != "cpu":
+            raise TypeError("ServerEmbeddingBag %s: ids are on %s: kvtrain.torch takes CPU "
+                            "tensors" % (self.key, input.device))
+        return input.to(_torch.int64)
+
+    def _bags(self, input, offsets, per_sample_weights):
+        """(flat ids, offsets, flat weights) in nn.EmbeddingBag's 1-D form."""
+        ids = self._ids(input)
+        if ids.dim() == 2:
+            if offsets is not None:
+                raise ValueError("ServerEmbeddingBag %s: offsets must be None for 2-D input "
+                                 "(each row is a bag)" % self.key)
+            batch, bag = ids.shape
+            offsets = _torch.arange(batch, dtype=_torch.int64) * bag
+            if self.include_last_offset:
+                offsets = _torch.cat([offsets, offsets.new_tensor([batch * bag])])
+            if per_sample_weights is not None:
+                if tuple(per_sample_weights.shape) != tuple(ids.shape):
+                    raise ValueError("ServerEmbeddingBag %s: per_sample_weights of shape %s "
+                                     "for input of shape %s" % (
+                                         self.key, tuple(per_sample_weights.shape),
+                                         tuple(ids.shape)))
+                per_sample_weights = per_sample_weights.reshape(-1)
+            ids = ids.reshape(-1)
+        elif ids.dim() == 1:
+            if offsets is None:
+                raise ValueError("ServerEmbeddingBag %s: 1-D input needs offsets (the bags' "
+                                 "starts)" % self.key)
+            if not isinstance(offsets, _torch.Tensor) or offsets.dim() != 1 or \
+                    offsets.dtype not in (_torch.int64, _torch.int32):
+                raise TypeError("ServerEmbeddingBag %s: offsets must be a 1-D int64 tensor"
+                                % self.key)
+            offsets = offsets.to(_torch.int64)
+        else:
+            raise ValueError("ServerEmbeddingBag %s: input must be 1-D (with offsets) or 2-D "
+                             "(batch, bag), got %d-D" % (self.key, ids.dim()))
+        return ids.contiguous(), offsets, per_sample_weights
+
+    # -- transfers -----------------------------------------------------------
+
+    def _start_pull(self, unique):
+        out = _torch.empty((unique.numel(), self.embedding_dim), dtype=_torch.float32)
+        if unique.numel() == 0:
+            return out, None
+        h = self._call(self.kvstore._handle.row_sparse_pull_async, self.key, unique.numpy(),
+                       out.numpy(), self.priority)
+        return out, h
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except _lib.KVTrainError as e:
+            raise self._named(e)
+
+    def _named(self, e):
+        msg = str(e)
+        if "position" in msg:
+            try:
+                return type(e)("%s (ServerEmbeddingBag %s: positions count the batch's "
+                               "distinct ids in ascending order)" % (msg, self.key))
+            except Exception:  # noqa: BLE001 (keep the original)
+                return e
+        return e
+
+    def _wait(self, h):
+        if h is not None:
+            self._call(self.kvstore._handle.wait, h)
+
+    def _wait_pushes(self):
+        pushes, self._pushes = self._pushes, []
+        first = None
+        for h, _, _ in pushes:
+            try:
+                self._wait(h)
+            except Exception as e:  # noqa: BLE001 (the first error is raised)
+                first = first or e
+        if first is not None:
+            raise first
+
+    def _push(self, unique, grad):
+        grad = grad.detach()
+        if grad.dtype != _torch.float32 or not grad.is_contiguous():
+            grad = grad.float().contiguous()
+        h = self._call(self.kvstore._handle.push_row_sparse_async, self.key, unique.numpy(),
+                       grad.numpy(), self.priority)
+        self._pushes.append((h, unique, grad))
+        self._owed = False
+        p = self._prefetched
+        if p is not None and p[4] is None and p[3] is None:
+            p[3], p[4] = self._start_pull(p[1])   # held back until this push was issued
+
+    def _take_prefetched(self, ids):
+        p, self._prefetched = self._prefetched, None
+        if p is None:
+            return None
+        if p[3] is None:                # held back, and backward never pushed: pull now
+            p[3], p[4] = self._start_pull(p[1])
+        if p[0].shape == ids.shape and _torch.equal(p[0], ids):
+            return p
+        self._wait(p[4])                # another batch: drop it (its arrays stay alive till here)
+        return None
+
+    def wait(self):
+        """Waits for this module's pushes and prefetch in flight; raises the
+        first error among them."""
+        p = self._prefetched
+        if p is not None and p[4] is not None:
+            try:
+                self._wait(p[4])
+            except Exception:
+                self._prefetched = None
+                raise
+            p[4] = None     # arrived: forward on that batch uses the rows at once
+        self._wait_pushes()
+
+    def prefetch(self, input, offsets=None):
+        """Starts pulling the rows of a batch the next forward will take
+        (same input and offsets forms as forward). See the class's notes for
+        the ordering: the rows are fresh in dist_sync."""
+        ids, _, _ = self._bags(input, offsets, None)
+        ids = ids.clone()   # compared with forward's: the caller may reuse its tensor
+        unique, inverse = _unique(ids)
+        old, self._prefetched = self._prefetched, None
+        if old is not None and old[4] is not None:
+            self._wait(old[4])
+        if self._owed:
+            self._prefetched = [ids, unique, inverse, None, None]   # issued by the push
+        else:
+            out, h = self._start_pull(unique)
+            self._prefetched = [ids, unique, inverse, out, h]
+
+    def skip_step(self):
+        """Pushes no rows (n = 0) for this step: in dist_sync, what a worker
+        without a batch for this step calls instead of forward and backward,
+        so the other workers' step completes."""
+        self._push(_torch.zeros(0, dtype=_torch.int64),
+                   _torch.zeros((0, self.embedding_dim), dtype=_torch.float32))
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        ids, offsets, per_sample_weights = self._bags(input, offsets, per_sample_weights)
+        p = self._take_prefetched(ids)
+        if p is not None:
+            _, unique, inverse, rows, h = p
+        else:
+            unique, inverse = _unique(ids)
+            rows, h = self._start_pull(unique)
+        try:
+            self._wait_pushes()
+        finally:
+            self._wait(h)
+        if _torch.is_grad_enabled():
+            rows.requires_grad_(True)
+            rows.register_hook(lambda grad, unique=unique: self._push(unique, grad))
+            self._owed = True
+        return _torch.nn.functional.embedding_bag(
+            inverse, rows, offsets, mode=self.mode, per_sample_weights=per_sample_weights,
+            include_last_offset=self.include_last_offset)
+
+    def rows(self, ids):
+        """The table's current rows of `ids` (int64 tensor, any order,
+        repeats allowed) as a float32 tensor (len(ids), embedding_dim); ids
+        never pushed read as their initial value."""
+        self.wait()
+        ids = self._ids(ids, "ids").reshape(-1).contiguous()
+        out = _torch.empty((ids.numel(), self.embedding_dim), dtype=_torch.float32)
+        if ids.numel():
+            self._call(self.kvstore.row_sparse_pull, self.key, out.numpy(), 0, ids.numpy())
+        return out
+
+    def save(self, path):
+        """The whole table (every server's shard, with optimizer state) to
+        one file; one worker calls it, after every worker's last step."""
+        self.wait()
+        self.kvstore.save_row_sparse(self.key, path)
+
+    def load(self, path):
+        """Restores a table save() wrote (one worker calls it)."""
+        self.wait()
+        self.kvstore.load_row_sparse(self.key, path)
