@@ -305,6 +305,29 @@ void BindKVStore(py::module_& m) {
              }, nullptr, false);
              return h;
            })
+      .def("row_sparse_stats",
+           [](PyKVStore& s, const py::handle& key) {
+             const Key k = ToKey(key);
+             std::vector<proto::SparseTableStats> stats;
+             RunBlocking([&]() -> Status {
+               KV_ASSIGN_OR_RETURN(stats, s.kv()->RowSparseStats(k));
+               return Status::OK();
+             }, s.Aborter());
+             py::list out;
+             for (const proto::SparseTableStats& t : stats) {
+               py::dict d;
+               d["rows"] = t.rows();
+               d["created"] = t.created();
+               d["evicted"] = t.evicted();
+               d["expired"] = t.expired();
+               d["pending"] = t.pending();
+               d["dropped_grads"] = t.dropped_grads();
+               d["updates"] = t.updates();
+               d["bytes"] = t.bytes();
+               out.append(d);
+             }
+             return out;
+           })
       .def("save_row_sparse",
            [](PyKVStore& s, const py::handle& key, const std::string& path) {
              const Key k = ToKey(key);

@@ -158,6 +158,12 @@ class KVStore(object):
     def load_row_sparse(self, key, fname):
         self._handle.load_row_sparse(_norm_key(key), fname)
 
+    def row_sparse_stats(self, key):
+        """A row-sparse key's table counters, a dict per server (one for the
+        local stores): rows, created, evicted, expired, pending (ids awaiting
+        admission), dropped_grads, updates, bytes."""
+        return self._handle.row_sparse_stats(_norm_key(key))
+
     def pushpull(self, key, value, out=None, priority=0):
         """push then pull, in one round trip; out=None writes into `value`."""
         if (type(key) in (int, str) and type(value) is np.ndarray

@@ -32,6 +32,8 @@ def test_push_and_pull_rows(kv):
     kv.row_sparse_pull("emb", out=rsp, row_ids=np.array([BIG, 5, 5], np.int64))
     assert list(rsp.indices) == [5, BIG]
     np.testing.assert_array_equal(rsp.data[:, 2], [-2, -1])
+    (stats,) = kv.row_sparse_stats("emb")
+    assert stats["rows"] == 2 and stats["created"] == 2 and stats["updates"] == 1, stats
 
 
 def test_mxnet_init_and_ftrl(kv):
@@ -101,6 +103,8 @@ SPARSE_JOB = """
     kv.barrier()
     out = np.zeros((3, 2), np.float32)
     kv.row_sparse_pull('emb', out=out, row_ids=np.array([100, 2**40 + 7, r], np.int64))
+    held = sum(s['rows'] for s in kv.row_sparse_stats('emb'))
+    assert held == 4, kv.row_sparse_stats('emb')   # rows 0, 1, 100 and 2**40 + 7
     print('RESULT rank=%d a=%g b=%g c=%g' % (r, out[0, 0], out[1, 0], out[2, 0]))
 """
 
