@@ -85,6 +85,14 @@ Status CheckSparseRows(const std::string& name, int64_t width, size_t n,
   return Status::OK();
 }
 
+StatusOr<SparseIds> CheckRowSparseCall(const std::string& name,
+                                       const proto::SparseTableSpec& spec, const Tensor& ids,
+                                       const Tensor& rows, const char* what) {
+  KV_ASSIGN_OR_RETURN(SparseIds out, SparseIdsOnHost(name, spec, ids));
+  KV_RETURN_IF_ERROR(CheckSparseRows(name, spec.width(), out.n, rows, what));
+  return out;
+}
+
 namespace {
 constexpr char kTableFileMagic[8] = {'K', 'V', 'S', 'P', 'F', 'I', 'L', '1'};
 }  // namespace

@@ -105,6 +105,11 @@ StatusOr<SparseIds> SparseIdsOnHost(const std::string& name,
 // ("pushed rows", "pull output") and the shapes.
 Status CheckSparseRows(const std::string& name, int64_t width, size_t n,
                        const Tensor& rows, const char* what);
+// Both checks of a row-sparse push (`rows`: the gradients) or pull (the
+// output): the ids on the host.
+StatusOr<SparseIds> CheckRowSparseCall(const std::string& name,
+                                       const proto::SparseTableSpec& spec, const Tensor& ids,
+                                       const Tensor& rows, const char* what);
 
 // A row-sparse key's saved table: its shards (one per server; one for the
 // non-distributed types) in one checksummed file. Errors name the file.

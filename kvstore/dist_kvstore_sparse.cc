@@ -10,6 +10,19 @@
 
 namespace kvtrain {
 namespace kv {
+namespace {
+
+// The positions of `ids`, grouped by the server that holds each row.
+std::vector<std::vector<uint32_t>> ByServer(const std::vector<int64_t>& ids, int num_servers) {
+  std::vector<std::vector<uint32_t>> out(static_cast<size_t>(num_servers));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    out[static_cast<size_t>(sparse::ServerOfRow(ids[i], num_servers))].push_back(
+        static_cast<uint32_t>(i));
+  }
+  return out;
+}
+
+}  // namespace
 
 StatusOr<DistKVStore::TableInfo*> DistKVStore::LookupTable(const Key& key) {
   KV_ASSIGN_OR_RETURN(const uint64_t id, keys_.Id(key));
@@ -64,9 +77,10 @@ StatusOr<KVHandle> DistKVStore::PushRowSparseAsync(const Key& key, const Tensor&
                                                    const Tensor& rows, int priority) {
   KV_RETURN_IF_ERROR(CheckWorker("PushRowSparse"));
   KV_ASSIGN_OR_RETURN(TableInfo * ti, LookupTable(key));
-  KV_ASSIGN_OR_RETURN(SparseIds host_ids, SparseIdsOnHost(ti->name, ti->spec, ids));
+  KV_ASSIGN_OR_RETURN(SparseIds host_ids,
+                      CheckRowSparseCall(ti->name, ti->spec, ids, rows, "pushed rows"));
   const int64_t width = ti->spec.width();
-  KV_RETURN_IF_ERROR(CheckSparseRows(ti->name, width, host_ids.n, rows, "pushed rows"));
+
   Tensor host_rows = rows;
   if (!rows.device().is_cpu()) {
     KV_ASSIGN_OR_RETURN(host_rows, rows.CopyTo(Device::CPU()));
@@ -76,11 +90,7 @@ StatusOr<KVHandle> DistKVStore::PushRowSparseAsync(const Key& key, const Tensor&
 
   // Each server's (ids, rows), in server order, in one buffer.
   const int num_servers = static_cast<int>(ti->server_keys.size());
-  std::vector<std::vector<uint32_t>> by_server(static_cast<size_t>(num_servers));
-  for (size_t i = 0; i < sum.size(); ++i) {
-    by_server[static_cast<size_t>(sparse::ServerOfRow(sum.ids()[i], num_servers))].push_back(
-        static_cast<uint32_t>(i));
-  }
+  const std::vector<std::vector<uint32_t>> by_server = ByServer(sum.ids(), num_servers);
   const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
   auto buffer = std::make_shared<std::string>(sum.size() * (sizeof(int64_t) + row_bytes), '\0');
   std::vector<uint64_t> keys;
@@ -129,19 +139,16 @@ StatusOr<KVHandle> DistKVStore::RowSparsePullAsync(const Key& key, const Tensor&
                                                    const Tensor& out, int priority) {
   KV_RETURN_IF_ERROR(CheckWorker("RowSparsePull"));
   KV_ASSIGN_OR_RETURN(TableInfo * ti, LookupTable(key));
-  KV_ASSIGN_OR_RETURN(SparseIds host_ids, SparseIdsOnHost(ti->name, ti->spec, ids));
+  KV_ASSIGN_OR_RETURN(SparseIds host_ids,
+                      CheckRowSparseCall(ti->name, ti->spec, ids, out, "output rows"));
   const int64_t width = ti->spec.width();
-  KV_RETURN_IF_ERROR(CheckSparseRows(ti->name, width, host_ids.n, out, "output rows"));
+
   std::vector<int64_t> unique;
   auto where = std::make_shared<std::vector<uint32_t>>();
   sparse::UniqueIds(host_ids.data, host_ids.n, &unique, where.get());
 
   const int num_servers = static_cast<int>(ti->server_keys.size());
-  std::vector<std::vector<uint32_t>> by_server(static_cast<size_t>(num_servers));
-  for (size_t i = 0; i < unique.size(); ++i) {
-    by_server[static_cast<size_t>(sparse::ServerOfRow(unique[i], num_servers))].push_back(
-        static_cast<uint32_t>(i));
-  }
+  const std::vector<std::vector<uint32_t>> by_server = ByServer(unique, num_servers);
   // The ids each server is asked for, and `slot`: the unique index of each
   // answered row, in answer order.
   auto request_ids = std::make_shared<std::vector<int64_t>>();

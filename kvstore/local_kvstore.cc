@@ -91,8 +91,9 @@ Status LocalKVStore::DoPushRows(const Key& key, const Tensor& ids, const Tensor&
   uint64_t id;
   KV_ASSIGN_OR_RETURN(sparse::Table * table, FindTable(key, &id));
   const std::string name = key.ToString();
-  KV_ASSIGN_OR_RETURN(SparseIds host_ids, SparseIdsOnHost(name, table->spec(), ids));
-  KV_RETURN_IF_ERROR(CheckSparseRows(name, table->width(), host_ids.n, rows, "pushed rows"));
+  KV_ASSIGN_OR_RETURN(SparseIds host_ids,
+                      CheckRowSparseCall(name, table->spec(), ids, rows, "pushed rows"));
+
   if (update_.active() && update_.optimizer() == nullptr) {
     return KeyError(Status::Code::kFailedPrecondition, name,
                     "a custom updater does not apply to row-sparse keys; use "
@@ -113,8 +114,9 @@ Status LocalKVStore::DoPullRows(const Key& key, const Tensor& ids, const Tensor&
   uint64_t id;
   KV_ASSIGN_OR_RETURN(sparse::Table * table, FindTable(key, &id));
   const std::string name = key.ToString();
-  KV_ASSIGN_OR_RETURN(SparseIds host_ids, SparseIdsOnHost(name, table->spec(), ids));
-  KV_RETURN_IF_ERROR(CheckSparseRows(name, table->width(), host_ids.n, out, "output rows"));
+  KV_ASSIGN_OR_RETURN(SparseIds host_ids,
+                      CheckRowSparseCall(name, table->spec(), ids, out, "output rows"));
+
   if (out.device().is_cpu()) {
     table->Read(host_ids.data, host_ids.n, out.data<float>());
     return Status::OK();
