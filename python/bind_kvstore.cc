@@ -252,10 +252,14 @@ void BindKVStore(py::module_& m) {
       .def("init_row_sparse",
            [](PyKVStore& s, const py::handle& key, int64_t width, int64_t num_rows,
               const std::string& init, float scale, uint64_t seed, int64_t admit_after,
-              int64_t expire_after, int64_t max_rows) {
+              int64_t expire_after, int64_t max_rows, const py::object& optimizer) {
              const Key k = ToKey(key);
-             const proto::SparseTableSpec spec = TableSpec(
+             proto::SparseTableSpec spec = TableSpec(
                  width, num_rows, init, scale, seed, admit_after, expire_after, max_rows);
+             if (!optimizer.is_none() &&
+                 !spec.mutable_optimizer()->ParseFromString(optimizer.cast<std::string>())) {
+               throw py::value_error("init: not a serialized OptimizerSpec");
+             }
              RunBlocking([&] { return s.kv()->InitRowSparse(k, spec); }, s.Aborter(), s.watch());
            })
       // Row ids: an int64 array (other dtypes are an error naming the key).

@@ -22,8 +22,9 @@ trains on rows i with i % workers == rank; every worker runs as many steps
 per epoch as the smallest share has batches (the last batch may be short).
 The tables' rows of the next batch are prefetched during backward.
 
-A store has one optimizer for all its keys: --optimizer (adagrad by
-default) trains the tables and the MLP, on the servers for dist stores
+--optimizer (adagrad by default) trains the tables and the MLP alike (a
+table may also have its own: ServerEmbeddingBag's optimizer=), on the
+servers for dist stores
 (rescale_grad 1 / workers for dist_sync, so 2 workers x B train as one
 process at 2B). --baseline trains the same model with PyTorch alone:
 nn.EmbeddingBag(sparse=True) tables (ids remapped to dense indices) with

@@ -136,7 +136,13 @@ Table::Table(const std::string& key, const proto::SparseTableSpec& spec)
 StatusOr<std::unique_ptr<Table>> Table::Create(const std::string& key,
                                                const proto::SparseTableSpec& spec) {
   KV_RETURN_IF_ERROR(CheckSpec(key, spec));
-  return std::unique_ptr<Table>(new Table(key, spec));
+  auto table = std::unique_ptr<Table>(new Table(key, spec));
+  if (spec.has_optimizer()) {
+    StatusOr<std::unique_ptr<Optimizer>> own = Optimizer::Create(spec.optimizer());
+    if (!own.ok()) return Bad(key, "the table's " + own.status().message());
+    table->own_ = std::move(own).value();
+  }
+  return table;
 }
 
 void Table::InitialRow(int64_t id, float* out) const {
@@ -251,6 +257,7 @@ void Table::Read(const int64_t* ids, size_t n, float* out) {
 
 Status Table::Update(const int64_t* ids, size_t n, const float* grads,
                      const Optimizer* optimizer) {
+  if (own_ != nullptr) optimizer = own_.get();
   KV_RETURN_IF_ERROR(UseRule(optimizer));
   ++updates_;
   UpdateParams params;

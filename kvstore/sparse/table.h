@@ -74,11 +74,12 @@ class Table {
   void Read(const int64_t* ids, size_t n, float* out);
 
   // One update of the table: `ids` unique, `grads` n x width. With an
-  // optimizer, each touched row (created or admitted as needed) is updated
-  // by its rule at the table's update count; without one, it becomes its
-  // gradient (the step's sum). Then rows unseen for expire_after updates
-  // are dropped. Ids must have passed CheckIds; `optimizer` (may be null)
-  // must be the same for the table's life or since Load.
+  // optimizer (the spec's own, else `optimizer`, which may be null), each
+  // touched row (created or admitted as needed) is updated by its rule at
+  // the table's update count; without one, it becomes its gradient (the
+  // step's sum). Then rows unseen for expire_after updates are dropped. Ids
+  // must have passed CheckIds; the rule's state must not change kind once
+  // rows exist (an error naming the key).
   Status Update(const int64_t* ids, size_t n, const float* grads,
                 const Optimizer* optimizer);
 
@@ -122,6 +123,7 @@ class Table {
 
   const std::string key_;
   const proto::SparseTableSpec spec_;
+  std::unique_ptr<Optimizer> own_;  // the spec's optimizer, if it has one
   const int64_t width_;
   const uint64_t key_seed_;
   int num_states_ = -1;   // optimizer state arrays per row; -1 until known

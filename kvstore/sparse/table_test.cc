@@ -351,6 +351,23 @@ TEST(TableTest, AnOptimizerWithOtherStateIsRefusedOnceRowsExist) {
   EXPECT_NE(st.message().find("key emb"), std::string::npos) << st.message();
 }
 
+TEST(TableTest, ATablesOwnOptimizerWinsOverTheStores) {
+  proto::SparseTableSpec s = Spec(1);
+  s.set_init(proto::SparseTableSpec::ZEROS);
+  s.mutable_optimizer()->set_type(proto::OptimizerSpec::SGD);
+  s.mutable_optimizer()->set_learning_rate(2.0f);
+  auto t = Make(s);
+  auto store_opt = MakeOpt(proto::OptimizerSpec::ADAM);
+  const int64_t id = 3;
+  const float g = 1;
+  ASSERT_TRUE(t->Update(&id, 1, &g, store_opt.get()).ok());
+  EXPECT_EQ(ReadRows(t.get(), {3})[0], -2.0f);  // SGD lr 2, not Adam
+  s.mutable_optimizer()->set_learning_rate(-1);
+  auto bad = Table::Create("emb", s);
+  EXPECT_NE(bad.status().message().find("key emb: the table's optimizer: learning_rate -1"),
+            std::string::npos) << bad.status().message();
+}
+
 TEST(RowsTest, RowSumAddsRepeatsAndUniqueIdsMapsEveryPosition) {
   RowSum sum(2);
   const int64_t ids[4] = {7, 3, 7, 9};

@@ -103,9 +103,13 @@ class KVStore(object):
                     "init: key %r: a row-sparse key's rows start from its initializer; "
                     "declare it with kvtrain.sparse.Table(width, init=...)" % (key,))
             value = _sparse.Table(width=value.shape[1], num_rows=max(value.shape[0], 0))
+        opt = value.optimizer
+        if opt is not None and not isinstance(opt, _opt.Optimizer):
+            raise TypeError("init: key %r: a table's optimizer is a kvtrain.optimizer.Optimizer, "
+                            "got %s" % (key, type(opt).__name__))
         self._handle.init_row_sparse(key, value.width, value.num_rows, value.init, value.scale,
                                      value.seed, value.admit_after, value.expire_after,
-                                     value.max_rows)
+                                     value.max_rows, None if opt is None else opt.spec)
 
     def push(self, key, value, priority=0):
         """Pushes values (a key's several values are summed), then the key's

@@ -26,10 +26,12 @@ class Table(object):
     n-th push (before that, pulls give its initial value and its gradients
     are dropped). expire_after: rows unused for that many updates are
     dropped. max_rows: rows per server at most (least recently used
-    evicted). 0 disables each of the last three."""
+    evicted). 0 disables each of the last three. optimizer: the table's own
+    rule (a kvtrain.optimizer.Optimizer, e.g. adagrad for the embeddings
+    while the dense keys use adam); None: the store's."""
 
     def __init__(self, width, num_rows=0, init="zeros", scale=0.0, seed=0,
-                 admit_after=0, expire_after=0, max_rows=0):
+                 admit_after=0, expire_after=0, max_rows=0, optimizer=None):
         self.width = int(width)
         self.num_rows = int(num_rows)
         self.init = str(init)
@@ -38,6 +40,7 @@ class Table(object):
         self.admit_after = int(admit_after)
         self.expire_after = int(expire_after)
         self.max_rows = int(max_rows)
+        self.optimizer = optimizer
 
     def __repr__(self):
         return ("Table(width=%d, num_rows=%d, init=%r, scale=%g, seed=%d, admit_after=%d, "

@@ -280,14 +280,14 @@ class ServerEmbeddingBag(_torch.nn.Module):
     key, and ids outside the table are the store's error naming the key
     and the id.
 
-    The optimizer: a store has one optimizer for all of its keys
-    (kv.set_optimizer), which its tables and DistributedOptimizer's dense
-    keys share. DistributedOptimizer sets it; without one, pass optimizer=
-    (a name or kvtrain.optimizer.Optimizer) and optimizer_params here, which
-    set it for the whole store (rescale_grad defaults to 1 / workers for
-    the stores that sum workers' gradients, as in DistributedOptimizer).
-    Whichever sets it last wins; set it before the first push (a table's
-    rows hold the state of the optimizer they were first updated with).
+    The optimizer: optimizer= (a name or kvtrain.optimizer.Optimizer) and
+    optimizer_params give the table its own rule, e.g. adagrad for the
+    embeddings while DistributedOptimizer trains the dense part with adam
+    (rescale_grad defaults to 1 / workers for the stores that sum workers'
+    gradients, as in DistributedOptimizer). Without one, the table follows
+    the store's optimizer (kv.set_optimizer, which DistributedOptimizer
+    sets); set that before the first push (a table's rows hold the state of
+    the optimizer they were first updated with).
 
     Steps: call the module once per step and backward once (each backward
     that reaches it is one push). In dist_sync every worker must push every
@@ -339,18 +339,19 @@ class ServerEmbeddingBag(_torch.nn.Module):
         self.include_last_offset = bool(include_last_offset)
         self.priority = int(priority)
         self.kvstore = kv
-        self.table = _sparse.Table(width=self.embedding_dim, num_rows=self.num_embeddings,
-                                   init=init, scale=scale, seed=seed, admit_after=admit_after,
-                                   expire_after=expire_after, max_rows=max_rows)
-        kv.init(key, self.table)
+        own = None
         if optimizer is not None:
             params = dict(optimizer_params or {})
             if not isinstance(optimizer, _opt.Optimizer) and "rescale_grad" not in params:
                 params["rescale_grad"] = (1.0 / kv.num_workers if kv._handle.sums_workers
                                           else 1.0)
-            kv.set_optimizer(_opt.create(optimizer, **params))
+            own = _opt.create(optimizer, **params)
         elif optimizer_params:
             raise ValueError("ServerEmbeddingBag %s: optimizer_params without optimizer" % key)
+        self.table = _sparse.Table(width=self.embedding_dim, num_rows=self.num_embeddings,
+                                   init=init, scale=scale, seed=seed, admit_after=admit_after,
+                                   expire_after=expire_after, max_rows=max_rows, optimizer=own)
+        kv.init(key, self.table)
         self._pushes = []       # (handle, ids, rows): kept alive until waited for
         self._prefetched = None  # [ids, unique, inverse, out, handle or None]
         self._owed = False      # a forward with grad whose backward has not pushed yet

@@ -47,6 +47,19 @@ def test_mxnet_init_and_ftrl(kv):
     assert (out < 0).all(), out   # FTRL moves against the gradient
 
 
+def test_a_table_has_its_own_optimizer(kv):
+    kv.init("emb", kt.sparse.Table(width=1, optimizer=kt.optimizer.create("sgd",
+                                                                          learning_rate=2.0)))
+    kv.init("w", np.zeros((1,), np.float32))
+    kv.set_optimizer(kt.optimizer.create("sgd", learning_rate=0.5))
+    kv.push("emb", kt.sparse.RowSparseArray(np.ones((1, 1)), [4], (0, 1)))
+    kv.push("w", np.ones((1,), np.float32))
+    out, w = np.zeros((1, 1), np.float32), np.zeros((1,), np.float32)
+    kv.row_sparse_pull("emb", out=out, row_ids=np.array([4], np.int64))
+    kv.pull("w", out=w)
+    assert out[0, 0] == -2.0 and w[0] == -0.5, (out, w)
+
+
 def test_initial_values_are_deterministic_and_tables_save(kv, tmp_path):
     kv.init("e", kt.sparse.Table(width=4, init="normal", scale=0.1, seed=5))
     a = np.zeros((2, 4), np.float32)
