@@ -258,10 +258,11 @@ Status DistKVStore::LoadRowSparse(const Key& key, const std::string& path) {
   KV_ASSIGN_OR_RETURN(TableInfo * ti, LookupTable(key));
   KV_ASSIGN_OR_RETURN(std::vector<std::string> shards, ReadTableFile(path));
   if (shards.size() != ti->server_keys.size()) {
-    return KeyError(Status::Code::kInvalidArgument, ti->name,
-                    path + " holds a table of " + std::to_string(shards.size()) +
-                        " server shards but this job has " +
-                        std::to_string(ti->server_keys.size()) + " servers");
+    // Saved by a job of another size (or a local store): cut again.
+    StatusOr<std::vector<std::string>> cut = sparse::Table::Reshard(
+        ti->name, ti->spec, shards, static_cast<int>(ti->server_keys.size()));
+    if (!cut.ok()) return cut.status().Annotate(path);
+    shards = std::move(cut).value();
   }
   std::vector<int64_t> lens;
   std::string all;

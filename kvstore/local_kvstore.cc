@@ -147,14 +147,16 @@ StatusOr<std::vector<proto::SparseTableStats>> LocalKVStore::RowSparseStats(cons
 
 Status LocalKVStore::LoadRowSparse(const Key& key, const std::string& path) {
   KV_ASSIGN_OR_RETURN(std::vector<std::string> shards, ReadTableFile(path));
-  if (shards.size() != 1) {
-    return KeyError(Status::Code::kInvalidArgument, key.ToString(),
-                    path + " holds a table of " + std::to_string(shards.size()) +
-                        " server shards; the '" + type() + "' store holds one");
-  }
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id;
   KV_ASSIGN_OR_RETURN(sparse::Table * table, FindTable(key, &id));
+  if (shards.size() != 1) {
+    // Saved by a dist store: one table again.
+    StatusOr<std::vector<std::string>> one =
+        sparse::Table::Reshard(key.ToString(), table->spec(), shards, 1);
+    if (!one.ok()) return one.status().Annotate(path);
+    shards = std::move(one).value();
+  }
   return table->Load(shards[0]).Annotate(path);
 }
 

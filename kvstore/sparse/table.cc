@@ -412,5 +412,82 @@ Status Table::Load(const std::string& bytes) {
   return Status::OK();
 }
 
+StatusOr<std::vector<std::string>> Table::Reshard(const std::string& key,
+                                                 const proto::SparseTableSpec& spec,
+                                                 const std::vector<std::string>& shards,
+                                                 int servers) {
+  if (servers < 1) return Bad(key, "resharding for " + std::to_string(servers) + " servers");
+  std::vector<std::unique_ptr<Table>> in, out;
+  for (const std::string& shard : shards) {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<Table> t, Create(key, spec));
+    KV_RETURN_IF_ERROR(t->Load(shard));
+    in.push_back(std::move(t));
+  }
+  int states = -1;
+  int64_t updates = 0;
+  TableStats counts;
+  for (const auto& t : in) {
+    if (t->num_states_ >= 0) {
+      if (states >= 0 && states != t->num_states_) {
+        return Bad(key, "the saved shards hold different optimizer states");
+      }
+      states = t->num_states_;
+    }
+    updates = std::max(updates, t->updates_);
+    counts.created += t->counts_.created;
+    counts.evicted += t->counts_.evicted;
+    counts.expired += t->counts_.expired;
+    counts.dropped_grads += t->counts_.dropped_grads;
+  }
+  for (int s = 0; s < servers; ++s) {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<Table> t, Create(key, spec));
+    t->num_states_ = states;
+    t->stride_ = t->width_ * (1 + std::max(0, states));
+    t->updates_ = updates;
+    out.push_back(std::move(t));
+  }
+  // Every row, least recently used first (stable across shards).
+  struct Row {
+    int64_t last_use;
+    size_t shard;
+    uint32_t slot;
+  };
+  std::vector<Row> rows;
+  for (size_t i = 0; i < in.size(); ++i) {
+    for (uint32_t s = in[i]->tail_; s != kNone; s = in[i]->prev_[s]) {
+      rows.push_back(Row{in[i]->last_use_[s], i, s});
+    }
+  }
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.last_use < b.last_use; });
+  for (const Row& r : rows) {
+    const Table& src = *in[r.shard];
+    const int64_t id = src.ids_[r.slot];
+    Table& dst = *out[static_cast<size_t>(ServerOfRow(id, servers))];
+    const uint32_t s = dst.NewRow(id);
+    std::memcpy(dst.Weights(s), src.Weights(r.slot), static_cast<size_t>(dst.stride_) * sizeof(float));
+    dst.last_use_[s] = r.last_use;
+  }
+  for (const auto& t : in) {
+    t->counters_.ForEach([&](int64_t id, uint32_t times) {
+      out[static_cast<size_t>(ServerOfRow(id, servers))]->counters_.Insert(id, times);
+    });
+  }
+  std::vector<std::string> result;
+  for (auto& t : out) {
+    t->counts_ = TableStats{};
+    result.push_back(t->Save());
+  }
+  // The totals stay with the first shard.
+  if (!out.empty()) {
+    out[0]->counts_.created = counts.created;
+    out[0]->counts_.evicted = counts.evicted;
+    out[0]->counts_.expired = counts.expired;
+    out[0]->counts_.dropped_grads = counts.dropped_grads;
+    result[0] = out[0]->Save();
+  }
+  return result;
+}
+
 }  // namespace sparse
 }  // namespace kvtrain

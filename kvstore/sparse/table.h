@@ -92,6 +92,16 @@ class Table {
   std::string Save() const;
   Status Load(const std::string& bytes);
 
+  // The shards of a table saved on shards.size() servers (Save of each), cut
+  // again for `servers` servers (row id -> ServerOfRow): every row keeps its
+  // values, optimizer state and last use, admission counters follow their
+  // id, recency is merged by last use. The shards must be of `key` and
+  // `spec` (an error naming both otherwise).
+  static StatusOr<std::vector<std::string>> Reshard(const std::string& key,
+                                                    const proto::SparseTableSpec& spec,
+                                                    const std::vector<std::string>& shards,
+                                                    int servers);
+
   // Calls f(id, row) for every held row (row: width weights), in no
   // particular order.
   template <typename F>

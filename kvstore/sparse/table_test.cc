@@ -325,6 +325,72 @@ TEST(TableTest, ASavedShardResumesBitExact) {
   EXPECT_FALSE(b->Load(cut).ok());
 }
 
+// Three servers' shards cut again for 1 and 2 servers: every row, its state
+// and the admission counters carry over, and updates go on as on one table.
+TEST(TableTest, ReshardKeepsEveryRowAndItsState) {
+  proto::SparseTableSpec s = Spec(2);
+  s.set_admit_after(2);
+  auto opt = MakeOpt(proto::OptimizerSpec::ADAM);
+  auto one = Make(s);
+  std::vector<std::unique_ptr<Table>> three;
+  for (int i = 0; i < 3; ++i) three.push_back(Make(s));
+  std::mt19937 rng(4);
+  // One step on the whole table and on its 3 shards (each shard updated
+  // every step, as dist_sync's servers are).
+  auto step = [&](Table* whole, std::vector<std::unique_ptr<Table>>* parts) {
+    std::vector<int64_t> ids;
+    for (int64_t id = 0; id < 30; ++id) {
+      if (rng() % 3 == 0) ids.push_back(id * 1000);
+    }
+    std::vector<float> g(ids.size() * 2);
+    for (float& v : g) v = static_cast<float>(rng() % 100) / 50.0f - 1.0f;
+    ASSERT_TRUE(whole->Update(ids.data(), ids.size(), g.data(), opt.get()).ok());
+    std::vector<std::vector<int64_t>> pi(parts->size());
+    std::vector<std::vector<float>> pg(parts->size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const size_t p = static_cast<size_t>(ServerOfRow(ids[i], static_cast<int>(parts->size())));
+      pi[p].push_back(ids[i]);
+      pg[p].insert(pg[p].end(), g.begin() + 2 * i, g.begin() + 2 * i + 2);
+    }
+    for (size_t p = 0; p < parts->size(); ++p) {
+      ASSERT_TRUE((*parts)[p]->Update(pi[p].data(), pi[p].size(), pg[p].data(), opt.get()).ok());
+    }
+  };
+  for (int t = 0; t < 8; ++t) step(one.get(), &three);
+  std::vector<std::string> saved;
+  for (const auto& t : three) saved.push_back(t->Save());
+  std::vector<int64_t> all;
+  for (int64_t id = 0; id < 30; ++id) all.push_back(id * 1000);
+  for (int servers : {1, 2}) {
+    SCOPED_TRACE(servers);
+    auto cut = Table::Reshard("emb", s, saved, servers);
+    ASSERT_TRUE(cut.ok()) << cut.status().message();
+    std::vector<std::unique_ptr<Table>> parts;
+    for (const std::string& shard : *cut) {
+      parts.push_back(Make(s));
+      ASSERT_TRUE(parts.back()->Load(shard).ok());
+    }
+    auto whole = Make(s);
+    ASSERT_TRUE(whole->Load(one->Save()).ok());
+    std::mt19937 keep = rng;
+    for (int t = 0; t < 5; ++t) step(whole.get(), &parts);
+    rng = keep;
+    for (int64_t id : all) {
+      const size_t p = static_cast<size_t>(ServerOfRow(id, servers));
+      EXPECT_EQ(ReadRows(parts[p].get(), {id}), ReadRows(whole.get(), {id})) << id;
+    }
+    int64_t rows = 0, pending = 0;
+    for (const auto& t : parts) {
+      rows += t->stats().rows;
+      pending += t->stats().pending;
+    }
+    EXPECT_EQ(rows, whole->stats().rows);
+    EXPECT_EQ(pending, whole->stats().pending);
+  }
+  // Another key's shards are refused.
+  EXPECT_FALSE(Table::Reshard("other", s, saved, 2).ok());
+}
+
 TEST(TableTest, BadIdsAndSpecsNameTheKeyAndTheId) {
   proto::SparseTableSpec s = Spec(4);
   s.set_num_rows(100);
