@@ -12,7 +12,8 @@
 // The executor sees the batch's unique rows as a small dense argument
 // (capacity batch x F rows): the Embedding op looks rows up by their place
 // in it, and its gradient is exactly the rows to push; no array of the
-// table's size exists on a worker.
+// table's size exists on a worker. The next batch is read, and its rows'
+// pulls issued, while a step's pushes travel.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
@@ -211,8 +212,9 @@ class Trainer {
     return kv_->SetOptimizer(spec);
   }
 
-  // Loads the batch's inputs and its unique rows into the executor.
-  Status Load(const Batch& b) {
+  // Loads the batch's inputs into the executor and starts the pulls of its
+  // unique rows (their handles are added to `hs`).
+  Status StartLoad(const Batch& b, std::vector<KVHandle>* hs) {
     KV_RETURN_IF_ERROR(ids_.SetZero());
     KV_RETURN_IF_ERROR(label_.SetZero());
     std::memcpy(ids_.data<float>(), b.local.data(), b.local.size() * sizeof(float));
@@ -221,15 +223,25 @@ class Trainer {
     const Tensor uid = IdTensor(b.unique);
     KV_ASSIGN_OR_RETURN(Tensor emb, emb_rows_.Slice(0, n));
     KV_ASSIGN_OR_RETURN(Tensor wide, wide_rows_.Slice(0, n));
-    KV_ASSIGN_OR_RETURN(KVHandle h1, kv_->RowSparsePullAsync("emb", uid, emb));
-    KV_ASSIGN_OR_RETURN(KVHandle h2, kv_->RowSparsePullAsync("wide", uid, wide));
-    KV_RETURN_IF_ERROR(kv_->Wait(h1));
-    return kv_->Wait(h2);
+    KV_ASSIGN_OR_RETURN(KVHandle h, kv_->RowSparsePullAsync("emb", uid, emb));
+    hs->push_back(h);
+    KV_ASSIGN_OR_RETURN(h, kv_->RowSparsePullAsync("wide", uid, wide));
+    hs->push_back(h);
+    return Status::OK();
   }
 
-  // One step on `b`; returns the batch's summed log-loss.
-  StatusOr<double> Step(const Batch& b) {
-    KV_RETURN_IF_ERROR(Load(b));
+  Status Load(const Batch& b) {
+    std::vector<KVHandle> hs;
+    KV_RETURN_IF_ERROR(StartLoad(b, &hs));
+    for (KVHandle h : hs) KV_RETURN_IF_ERROR(kv_->Wait(h));
+    return Status::OK();
+  }
+
+  // One step on `b`, whose rows are loaded; returns the batch's summed
+  // log-loss. With `next`, its rows are pulled while this step's pushes
+  // travel (a pull issued after the push: in dist_sync it is answered with
+  // this step's update applied), so they are loaded on return.
+  StatusOr<double> Step(const Batch& b, const Batch* next) {
     KV_RETURN_IF_ERROR(exec_->Forward(true));
     KV_RETURN_IF_ERROR(exec_->Backward());
     const int64_t n = static_cast<int64_t>(b.unique.size());
@@ -244,6 +256,7 @@ class Trainer {
     KV_ASSIGN_OR_RETURN(h, kv_->PushPullAsync(keys_, grads_, weights_));
     hs.push_back(h);
     const double loss = LogLossSum(b);
+    if (next != nullptr) KV_RETURN_IF_ERROR(StartLoad(*next, &hs));
     for (KVHandle x : hs) KV_RETURN_IF_ERROR(kv_->Wait(x));
     return loss;
   }
@@ -338,12 +351,22 @@ Status Train(KVStore* kv) {
     double loss = 0;
     int64_t rows = 0;
     const auto t0 = Clock::now();
-    for (int64_t step = 0; step < steps; ++step) {
+    auto read = [&]() -> StatusOr<Batch> {
       KV_ASSIGN_OR_RETURN(Batch batch, NextBatch(reader.get()));
       if (batch.rows == 0) return Status::Internal(FLAGS_train + " ended early");
-      KV_ASSIGN_OR_RETURN(double l, trainer.Step(batch));
+      return batch;
+    };
+    KV_ASSIGN_OR_RETURN(Batch batch, read());
+    KV_RETURN_IF_ERROR(trainer.Load(batch));
+    for (int64_t step = 0; step < steps; ++step) {
+      Batch next;
+      if (step + 1 < steps) {
+        KV_ASSIGN_OR_RETURN(next, read());
+      }
+      KV_ASSIGN_OR_RETURN(double l, trainer.Step(batch, step + 1 < steps ? &next : nullptr));
       loss += l;
       rows += batch.rows;
+      batch = std::move(next);
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     KV_RETURN_IF_ERROR(kv->Barrier());
