@@ -96,10 +96,17 @@ inline constexpr int64_t kMaxFrameBytes = kMaxFramePayloadBytes + 1024;
 // A connection must complete its handshake within this (ZMQ_HANDSHAKE_IVL).
 inline constexpr int kHandshakeDeadlineMs = 10000;
 // At most this many accepted connections may be in their handshake at once
-// per bound socket (HandshakeMonitor sheds the rest): with kMaxFrameBytes,
-// a stranger can make a bound socket hold at most 128 MiB, for at most
-// kHandshakeDeadlineMs.
+// per bound socket (HandshakeMonitor sheds strangers' beyond it; with
+// CURVE, a key holder's connection is never shed, below): with
+// kMaxFrameBytes, a stranger can make a bound socket hold at most 128 MiB,
+// for at most kHandshakeDeadlineMs.
 inline constexpr int kMaxPendingHandshakes = 32;
+// What a CURVE client has sent once its ZMTP greeting (64 bytes) and its
+// HELLO (200) are in: ZeroMQ closes a connection whose HELLO does not open
+// under the job's public key, so a connection past this holds the key and
+// is never shed; only the ones below count against kMaxPendingHandshakes'
+// bound.
+inline constexpr int64_t kKeyHolderBytes = 264;
 Status LimitInbound(void* zmq_socket);
 
 // The receiving socket of a sealed lane (net/seal.h): a ROUTER without

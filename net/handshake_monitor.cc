@@ -8,16 +8,29 @@
 #include <sys/socket.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "net/curve.h"
 
 namespace kvtrain {
 namespace net {
+namespace {
+
+// A connection that has sent nothing this long after it was accepted is
+// not a ZeroMQ peer (one sends its greeting's signature at once).
+constexpr auto kSilentAfter = std::chrono::milliseconds(200);
+// A connection still below kKeyHolderBytes this long after it was accepted
+// is a stranger's: a peer with the key sends its HELLO within two round
+// trips, and this leaves room for a node slowed by a job's start.
+constexpr auto kStrangerAfter = std::chrono::seconds(2);
+
+}  // namespace
 
 struct HandshakeMonitor::Watched {
   void* pair = nullptr;  // receives the socket's events
@@ -211,6 +224,11 @@ void HandshakeMonitor::Loop() {
       items[i].events = ZMQ_POLLIN;
     }
     if (zmq_poll(items.data(), static_cast<int>(items.size()), 50) <= 0) {
+      // Quiet: strangers that have waited long enough go now, not at the
+      // next connection.
+      for (auto& w : watched_) {
+        if (w->is_server) ShedPending(w.get());
+      }
       continue;
     }
     std::vector<size_t> stopped;
@@ -256,42 +274,66 @@ void HandshakeMonitor::ShedPending(Watched* w) {
   int64_t pending = -w->established;
   for (const auto& [fd, a] : w->peers) pending += a.shed ? 0 : 1;
   if (pending <= kMaxPendingHandshakes) return;
-  // Shed the oldest connection that has sent nothing at all for a while (a
-  // stranger holding a descriptor; an established peer has sent its
-  // greeting), else the newest one. Shutting a descriptor down makes
-  // ZeroMQ close the connection as if the peer had.
+  // Who may be shed. With CURVE, a connection that has sent its greeting
+  // and a HELLO (kKeyHolderBytes) holds the job's public key, which only
+  // key holders know: ZeroMQ closes any other at its HELLO. So a
+  // connection silent for kSilentAfter, or below that for kStrangerAfter,
+  // is a stranger's, and every established connection is above it. Only
+  // such connections are shed, the silent ones first, then the oldest:
+  // however many strangers wait, and however many peers connect at once,
+  // a peer with the key is never shed. Without CURVE, where anyone may
+  // connect, silent connections go first, else the newest. Shutting a
+  // descriptor down makes ZeroMQ close the connection as if the peer had.
+  const int64_t stranger_below = secure_ ? kKeyHolderBytes : 1;
   const auto now = std::chrono::steady_clock::now();
-  uint32_t victim = 0;
-  bool found = false;
+  struct Candidate {
+    bool silent;
+    std::chrono::steady_clock::time_point at;
+    uint32_t fd;
+  };
+  std::vector<Candidate> candidates;
   for (const auto& [fd, a] : w->peers) {
-    if (a.shed || now - a.at < std::chrono::milliseconds(200)) continue;
-    if (BytesReceived(fd) != 0) continue;
-    if (!found || a.at < w->peers[victim].at) {
-      victim = fd;
-      found = true;
-    }
+    if (a.shed || now - a.at < kSilentAfter) continue;
+    const int64_t got = BytesReceived(fd);
+    if (got < 0 || got >= stranger_below) continue;
+    const bool silent = got == 0;
+    if (!silent && now - a.at < kStrangerAfter) continue;
+    candidates.push_back(Candidate{silent, a.at, fd});
   }
-  if (!found) {
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& x, const Candidate& y) {
+    return x.silent != y.silent ? x.silent : x.at < y.at;
+  });
+  std::vector<uint32_t> victims;
+  for (const Candidate& c : candidates) {
+    if (static_cast<int64_t>(victims.size()) >= pending - kMaxPendingHandshakes) break;
+    victims.push_back(c.fd);
+  }
+  if (victims.empty() && !secure_) {
+    uint32_t newest = 0;
+    bool found = false;
     for (const auto& [fd, a] : w->peers) {
-      if (!a.shed && (!found || a.at > w->peers[victim].at)) {
-        victim = fd;
+      if (!a.shed && (!found || a.at > w->peers[newest].at)) {
+        newest = fd;
         found = true;
       }
     }
+    if (found) victims.push_back(newest);
   }
-  if (!found) return;
-  Watched::Accepted& a = w->peers[victim];
-  a.shed = true;
-  shed_.fetch_add(1);
-  shutdown(static_cast<int>(victim), SHUT_RDWR);
+  if (victims.empty()) return;
   std::string name;
   {
     std::lock_guard<std::mutex> l(mu_);
     name = log_name_;
   }
-  KV_LOG_LIMITED(WARNING, log_limiter_)
-      << name << ": closed a connection from " << a.peer << ": more than "
-      << kMaxPendingHandshakes << " connections are in their handshake";
+  for (uint32_t fd : victims) {
+    Watched::Accepted& a = w->peers[fd];
+    a.shed = true;
+    shed_.fetch_add(1);
+    shutdown(static_cast<int>(fd), SHUT_RDWR);
+    KV_LOG_LIMITED(WARNING, log_limiter_)
+        << name << ": closed a connection from " << a.peer << ": more than "
+        << kMaxPendingHandshakes << " connections are in their handshake";
+  }
 }
 
 void HandshakeMonitor::OnEvent(Watched* w, uint16_t event, uint32_t value,

@@ -24,10 +24,11 @@ namespace net {
 // Watches the handshakes of a context's sockets (zmq_socket_monitor) on its
 // own thread. On a bound socket every failed handshake is logged with the
 // peer's address and the reason, rate-limited (a handshake refused by the
-// ZapHandler is logged there instead), and no more than
-// kMaxPendingHandshakes (net/curve.h) accepted connections stay in their
-// handshake: beyond that it closes the oldest one that has sent nothing for
-// 200 ms, else the newest. On a connecting socket each failure
+// ZapHandler is logged there instead), and beyond kMaxPendingHandshakes
+// (net/curve.h) accepted connections in their handshake it closes
+// strangers' (with CURVE: silent for 200 ms, or below kKeyHolderBytes for
+// 2 s, the oldest first; a key holder's connection is never closed;
+// without CURVE: the one silent for 200 ms, else the newest). On a connecting socket each failure
 // is reported to `on_refused` with the number of failures in a row (a
 // successful handshake resets the count) and whether ZeroMQ gives the
 // connection up: it reconnects after a peer closed the connection, but not
