@@ -31,6 +31,7 @@
 #include "kvstore/kvstore.h"
 #include "ops/initializer.h"
 #include "trainer/metrics.h"
+#include "trainer/progress.h"
 
 DEFINE_string(kv_store, "local", "local, device, dist_sync, dist_device_sync or dist_async");
 DEFINE_string(train, "", "training click log (LibSVM text or its binary form)");
@@ -45,6 +46,8 @@ DEFINE_int64(admit_after, 0, "create a table row at its n-th push (0: at once)")
 DEFINE_string(model_prefix, "",
               "after each epoch rank 0 saves the tables as P-emb.table and P-wide.table");
 DEFINE_uint64(seed, 0, "seed of the initializers");
+DEFINE_string(metrics_file, "", "write metrics as JSON lines here (tools/plot_metrics plots them)");
+DEFINE_int32(disp_batches, 100, "speedometer period in batches (0: off)");
 
 namespace kvtrain {
 namespace {
@@ -289,29 +292,21 @@ class Trainer {
   std::vector<Tensor> weights_, grads_;
 };
 
-Status Evaluate(Trainer* t, int epoch, double train_loss, int64_t train_rows, double seconds) {
+// Test AUC and log-loss over --test (empty without one).
+StatusOr<MetricValues> Evaluate(Trainer* t) {
   std::vector<float> labels, probs;
-  if (!FLAGS_test.empty()) {
-    LibSvmOptions o;
-    o.batch_size = FLAGS_batch_size;
-    KV_ASSIGN_OR_RETURN(std::unique_ptr<LibSvmReader> reader, LibSvmReader::Open(FLAGS_test, o));
-    while (true) {
-      KV_ASSIGN_OR_RETURN(Batch b, NextBatch(reader.get()));
-      if (b.rows == 0) break;
-      KV_ASSIGN_OR_RETURN(std::vector<float> p, t->Predict(b));
-      labels.insert(labels.end(), b.labels.begin(), b.labels.end());
-      probs.insert(probs.end(), p.begin(), p.end());
-    }
+  if (FLAGS_test.empty()) return MetricValues{};
+  LibSvmOptions o;
+  o.batch_size = FLAGS_batch_size;
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<LibSvmReader> reader, LibSvmReader::Open(FLAGS_test, o));
+  while (true) {
+    KV_ASSIGN_OR_RETURN(Batch b, NextBatch(reader.get()));
+    if (b.rows == 0) break;
+    KV_ASSIGN_OR_RETURN(std::vector<float> p, t->Predict(b));
+    labels.insert(labels.end(), b.labels.begin(), b.labels.end());
+    probs.insert(probs.end(), p.begin(), p.end());
   }
-  std::printf("epoch %d: train log-loss %.4f, %.0f samples/s", epoch,
-              train_loss / std::max<int64_t>(train_rows, 1), train_rows / seconds);
-  if (!labels.empty()) {
-    std::printf(", test AUC %.4f, test log-loss %.4f", BinaryAuc(labels, probs),
-                LogLoss(labels, probs));
-  }
-  std::printf("\n");
-  std::fflush(stdout);
-  return Status::OK();
+  return MetricValues{{"auc", BinaryAuc(labels, probs)}, {"log-loss", LogLoss(labels, probs)}};
 }
 
 Status Train(KVStore* kv) {
@@ -346,11 +341,15 @@ Status Train(KVStore* kv) {
                                    " examples, fewer than one batch per worker");
   }
   KV_ASSIGN_OR_RETURN(std::unique_ptr<LibSvmReader> reader, LibSvmReader::Open(FLAGS_train, o));
-  for (int epoch = 1; epoch <= FLAGS_num_epochs; ++epoch) {
+  KV_ASSIGN_OR_RETURN(
+      Progress progress,
+      Progress::Create(FLAGS_disp_batches, kv->rank() == 0 ? FLAGS_metrics_file : "",
+                       kv->is_distributed() ? kv->rank() : -1));
+  for (int epoch = 0; epoch < FLAGS_num_epochs; ++epoch) {
     KV_RETURN_IF_ERROR(reader->Reset());
+    progress.StartEpoch(epoch, steps);
     double loss = 0;
     int64_t rows = 0;
-    const auto t0 = Clock::now();
     auto read = [&]() -> StatusOr<Batch> {
       KV_ASSIGN_OR_RETURN(Batch batch, NextBatch(reader.get()));
       if (batch.rows == 0) return Status::Internal(FLAGS_train + " ended early");
@@ -366,12 +365,15 @@ Status Train(KVStore* kv) {
       KV_ASSIGN_OR_RETURN(double l, trainer.Step(batch, step + 1 < steps ? &next : nullptr));
       loss += l;
       rows += batch.rows;
+      progress.Batch(step + 1, batch.rows, {{"log-loss", loss / static_cast<double>(rows)}});
       batch = std::move(next);
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    progress.EndTraining();
     KV_RETURN_IF_ERROR(kv->Barrier());
     if (kv->rank() == 0) {
-      KV_RETURN_IF_ERROR(Evaluate(&trainer, epoch, loss, rows, seconds));
+      KV_ASSIGN_OR_RETURN(MetricValues test, Evaluate(&trainer));
+      progress.EndEpoch({{"log-loss", loss / static_cast<double>(std::max<int64_t>(rows, 1))}},
+                        test);
       if (!FLAGS_model_prefix.empty()) {
         KV_RETURN_IF_ERROR(kv->SaveRowSparse("emb", FLAGS_model_prefix + "-emb.table"));
         KV_RETURN_IF_ERROR(kv->SaveRowSparse("wide", FLAGS_model_prefix + "-wide.table"));

@@ -15,12 +15,13 @@ from tools import pyunit
 
 TRAIN = os.path.abspath("examples/train_ctr")
 GEN = os.path.abspath("tools/make_click_log.py")
+PLOT = os.path.abspath("tools/plot_metrics")
 JOB_ENV = ["--env", "PS_HEARTBEAT_TIMEOUT=60", "--env", "KVTRAIN_STARTUP_TIMEOUT=120"]
 
 
 def results(out):
     """(test AUC, test log-loss) of the last epoch line."""
-    m = re.findall(r"test AUC ([0-9.]+), test log-loss ([0-9.]+)", out)
+    m = re.findall(r"Validation-auc=([0-9.]+) Validation-log-loss=([0-9.]+)", out)
     return (float(m[-1][0]), float(m[-1][1])) if m else (-1.0, -1.0)
 
 
@@ -43,9 +44,15 @@ class TrainCtrTest(unittest.TestCase):
         return r.returncode, r.stdout, r.stderr
 
     def test_local_learns(self):
-        code, out, err = self.run_local("--num-epochs=2",
+        metrics = os.path.join(self.tmp, "m.jsonl")
+        code, out, err = self.run_local("--num-epochs=2", "--metrics-file=" + metrics,
                                         "--model-prefix=" + os.path.join(self.tmp, "m"))
         self.assertEqual(code, 0, err)
+        # The metrics log plots, as train_mnist's does.
+        r = subprocess.run(["/usr/bin/python3", PLOT, "-o", self.tmp + "/m.png", metrics],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertGreater(os.path.getsize(self.tmp + "/m.png"), 10000)
         auc, _ = results(out)
         print("train_ctr local: test AUC %.4f (the hidden model: %.4f)" % (auc, self.best_auc))
         self.assertGreater(auc, 0.70, out)
