@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -400,7 +401,8 @@ TEST(InboundLimitsTest, SixtyFourPeersGetInPastAHundredStrangers) {
   const int kStrangers = 100;
   const JobKey key = JobKey::Generate();
   Listener node(key);
-  std::atomic<bool> stop{false}, opened{false};
+  std::atomic<bool> stop{false};
+  std::promise<void> opened;
   std::atomic<int> renewed{0};
   std::thread strangers([&] {
     std::vector<int> fds;
@@ -410,7 +412,7 @@ TEST(InboundLimitsTest, SixtyFourPeersGetInPastAHundredStrangers) {
       return fd;
     };
     for (int i = 0; i < kStrangers; ++i) fds.push_back(open_one());
-    opened = true;
+    opened.set_value();
     while (!stop.load()) {
       for (int& fd : fds) {
         pollfd p{fd, POLLIN, 0};
@@ -419,13 +421,13 @@ TEST(InboundLimitsTest, SixtyFourPeersGetInPastAHundredStrangers) {
         fd = open_one();
         renewed.fetch_add(1);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the attacker's pace
     }
     for (int fd : fds) {
       if (fd >= 0) close(fd);
     }
   });
-  while (!opened.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  opened.get_future().wait();
   // The shedding rule's own clock: past 2 s below a HELLO's bytes, the
   // strangers' connections are old enough to be shed, as in a job attacked
   // before it starts.
