@@ -20,6 +20,7 @@
 #include "kvstore/kvstore.h"
 #include "kvstore/placement.h"
 #include "kvstore/ps/ps.h"
+#include "bench/bench_node.h"
 #include "tests/util/local_job.h"
 
 DEFINE_int32(keys, 50, "number of keys");
@@ -47,12 +48,6 @@ std::vector<int64_t> KeyElements() {
     out.push_back(std::max<int64_t>(1, static_cast<int64_t>(b) / 4));
   }
   return out;
-}
-
-// Answers every PushPull with the bytes it carried: pure transport.
-void Echo(const ps::RequestMeta& meta, const ps::KVPairs& kv, ps::KVServer* s) {
-  const Status st = s->Respond(meta, kv);
-  LOG_IF(ERROR, !st.ok()) << st;
 }
 
 // The baseline: each key's bytes placed on the servers as the KVStore
@@ -159,32 +154,6 @@ Status RunWorker(ps::Postoffice* po, KVStore* kv) {
   return Status::OK();
 }
 
-int RunNode() {
-  StatusOr<NodeConfig> config = NodeConfig::FromEnv(ProcessEnv());
-  if (!config.ok()) return std::fprintf(stderr, "%s\n", config.status().ToString().c_str()), 2;
-  StatusOr<std::unique_ptr<ps::Postoffice>> po = ps::Postoffice::Create(*config);
-  Status s = po.status();
-  if (s.ok()) s = (*po)->Start();
-  std::unique_ptr<KVStore> kv;
-  std::unique_ptr<ps::KVServer> echo;
-  if (s.ok()) {
-    KVStoreOptions o;
-    o.postoffice = po->get();
-    StatusOr<std::unique_ptr<KVStore>> created = KVStore::Create(FLAGS_type, o);
-    s = created.status();
-    if (s.ok()) kv = std::move(created).value();
-  }
-  if (s.ok() && config->role == Role::kServer) {
-    StatusOr<std::unique_ptr<ps::KVServer>> e = ps::KVServer::Create(po->get(), kBaselineApp, Echo);
-    s = e.status();
-    if (s.ok()) echo = std::move(e).value();
-  }
-  if (s.ok()) s = kv->is_worker() ? RunWorker(po->get(), kv.get()) : kv->RunServer();
-  if (s.ok() && kv->is_worker()) s = kv->Finalize();
-  if (!s.ok()) return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
-  return 0;
-}
-
 // ---- The driver ----
 
 StatusOr<std::pair<double, double>> MeasureJob(const std::string& type) {
@@ -252,7 +221,8 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   if (kvtrain::NodeConfig::InDistributedJob(kvtrain::ProcessEnv())) {
-    return kvtrain::bench::RunNode();
+    return kvtrain::bench::RunBenchNode(FLAGS_type, kvtrain::bench::kBaselineApp,
+                                        kvtrain::bench::RunWorker);
   }
   return kvtrain::bench::RunDriver();
 }

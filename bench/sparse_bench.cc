@@ -32,6 +32,7 @@
 #include "kvstore/sparse/rows.h"
 #include "kvstore/sparse/table.h"
 #include "net/node_config.h"
+#include "bench/bench_node.h"
 #include "tests/util/local_job.h"
 
 DEFINE_string(modes, "rowpath,scale", "what to measure: rowpath, scale, dense");
@@ -79,11 +80,6 @@ Tensor IdTensor(const std::vector<int64_t>& ids) {
   Tensor t = Tensor::Empty(Shape({static_cast<int64_t>(ids.size())}), DType::kInt64);
   std::copy(ids.begin(), ids.end(), t.data<int64_t>());
   return t;
-}
-
-void Echo(const ps::RequestMeta& meta, const ps::KVPairs& kv, ps::KVServer* s) {
-  const Status st = s->Respond(meta, kv);
-  LOG_IF(ERROR, !st.ok()) << st;
 }
 
 // One echo round trip of `bytes` to server 0.
@@ -240,40 +236,17 @@ Status DenseWorker(KVStore* kv, std::ostream& out) {
 }
 
 int RunNode() {
-  StatusOr<NodeConfig> config = NodeConfig::FromEnv(ProcessEnv());
-  if (!config.ok()) return std::fprintf(stderr, "%s\n", config.status().ToString().c_str()), 2;
-  StatusOr<std::unique_ptr<ps::Postoffice>> po = ps::Postoffice::Create(*config);
-  Status s = po.status();
-  if (s.ok()) s = (*po)->Start();
-  std::unique_ptr<KVStore> kv;
-  std::unique_ptr<ps::KVServer> echo;
-  if (s.ok()) {
-    KVStoreOptions o;
-    o.postoffice = po->get();
-    StatusOr<std::unique_ptr<KVStore>> created = KVStore::Create("dist_sync", o);
-    s = created.status();
-    if (s.ok()) kv = std::move(created).value();
-  }
-  if (s.ok() && config->role == Role::kServer) {
-    StatusOr<std::unique_ptr<ps::KVServer>> e = ps::KVServer::Create(po->get(), kEchoApp, Echo);
-    s = e.status();
-    if (s.ok()) echo = std::move(e).value();
-  }
-  if (s.ok() && kv->is_worker()) {
+  auto work = [](ps::Postoffice* po, KVStore* kv) -> Status {
     std::ofstream out(FLAGS_results_dir + "/worker");
-    if (FLAGS_mode == "rowpath") s = RowPathWorker(po->get(), kv.get(), out);
-    if (FLAGS_mode == "scale") s = ScaleWorker(kv.get(), out);
-    if (FLAGS_mode == "dense") s = DenseWorker(kv.get(), out);
-    if (s.ok()) s = kv->Finalize();
-  } else if (s.ok()) {
-    s = kv->RunServer();
-    if (config->role == Role::kServer) {
-      std::ofstream out(FLAGS_results_dir + "/server" + std::to_string(getpid()));
-      out << PeakRssMb() << "\n";
-    }
-  }
-  if (!s.ok()) return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
-  return 0;
+    if (FLAGS_mode == "rowpath") return RowPathWorker(po, kv, out);
+    if (FLAGS_mode == "scale") return ScaleWorker(kv, out);
+    return DenseWorker(kv, out);
+  };
+  return RunBenchNode("dist_sync", kEchoApp, work, [](Role role) {
+    if (role != Role::kServer) return;
+    std::ofstream out(FLAGS_results_dir + "/server" + std::to_string(getpid()));
+    out << PeakRssMb() << "\n";
+  });
 }
 
 // ---- The driver ----

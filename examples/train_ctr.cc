@@ -127,38 +127,6 @@ StatusOr<Batch> NextBatch(LibSvmReader* reader) {
   return b;
 }
 
-// Examples in a click log: the binary form's header says; a text file's
-// non-empty lines are counted.
-StatusOr<int64_t> CountRows(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return Status::NotFound(path + ": cannot open it");
-  char head[32] = {};
-  const size_t got = std::fread(head, 1, sizeof(head), f);
-  if (got == sizeof(head) && std::memcmp(head, kLibSvmBinaryMagic, 8) == 0) {
-    std::fclose(f);
-    int64_t rows;
-    std::memcpy(&rows, head + 16, sizeof(rows));
-    return rows;
-  }
-  std::rewind(f);
-  int64_t rows = 0;
-  bool in_line = false;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) {
-    for (size_t i = 0; i < n; ++i) {
-      if (buf[i] == '\n') {
-        rows += in_line;
-        in_line = false;
-      } else if (buf[i] != ' ' && buf[i] != '\r' && buf[i] != '\t') {
-        in_line = true;
-      }
-    }
-  }
-  std::fclose(f);
-  return rows + in_line;
-}
-
 Tensor IdTensor(const std::vector<int64_t>& ids) {
   Tensor t = Tensor::Empty(Shape({static_cast<int64_t>(ids.size())}), DType::kInt64);
   std::memcpy(t.data<int64_t>(), ids.data(), ids.size() * sizeof(int64_t));
@@ -277,12 +245,9 @@ class Trainer {
  private:
   double LogLossSum(const Batch& b) const {
     const float* p = exec_->outputs()[0].data<float>();
-    double sum = 0;
-    for (int64_t r = 0; r < b.rows; ++r) {
-      const double q = std::min(std::max<double>(p[2 * r + 1], 1e-12), 1 - 1e-12);
-      sum -= b.labels[static_cast<size_t>(r)] > 0.5f ? std::log(q) : std::log(1 - q);
-    }
-    return sum;
+    std::vector<float> probs(static_cast<size_t>(b.rows));
+    for (int64_t r = 0; r < b.rows; ++r) probs[static_cast<size_t>(r)] = p[2 * r + 1];
+    return LogLoss(b.labels, probs) * static_cast<double>(b.rows);
   }
 
   KVStore* kv_;
@@ -334,7 +299,7 @@ Status Train(KVStore* kv) {
   o.drop_last = true;
   o.num_parts = kv->num_workers();
   o.part_index = kv->rank();
-  KV_ASSIGN_OR_RETURN(int64_t total, CountRows(FLAGS_train));
+  KV_ASSIGN_OR_RETURN(int64_t total, CountLibSvmRows(FLAGS_train));
   const int64_t steps = total / b / kv->num_workers();
   if (steps == 0) {
     return Status::InvalidArgument(FLAGS_train + " has " + std::to_string(total) +

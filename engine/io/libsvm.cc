@@ -407,6 +407,33 @@ StatusOr<bool> IsBinary(const std::string& path) {
 
 }  // namespace
 
+StatusOr<int64_t> CountLibSvmRows(const std::string& path) {
+  KV_ASSIGN_OR_RETURN(const bool binary, IsBinary(path));
+  KV_ASSIGN_OR_RETURN(File f, OpenFile(path));
+  if (binary) {
+    char head[kHeaderBytes];
+    if (std::fread(head, 1, sizeof(head), f.get()) != sizeof(head)) {
+      return Status::DataLoss(path + ": the binary header is cut short");
+    }
+    int64_t rows;
+    std::memcpy(&rows, head + sizeof(kLibSvmBinaryMagic) + 8, sizeof(rows));
+    if (rows < 0) return Status::DataLoss(path + ": the header says " + std::to_string(rows) + " rows");
+    return rows;
+  }
+  int64_t rows = 0;
+  char* buf = nullptr;
+  size_t cap = 0;
+  ssize_t n;
+  while ((n = getline(&buf, &cap, f.get())) >= 0) {
+    rows += BlankLine(std::string_view(buf, static_cast<size_t>(n))) ? 0 : 1;
+  }
+  std::free(buf);
+  if (std::ferror(f.get())) {
+    return Status::Unavailable(path + ": cannot read: " + std::strerror(errno));
+  }
+  return rows;
+}
+
 StatusOr<std::unique_ptr<LibSvmReader>> LibSvmReader::Open(
     const std::string& path, const LibSvmOptions& opts) {
   KV_RETURN_IF_ERROR(CheckOptions(path, opts));

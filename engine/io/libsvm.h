@@ -88,6 +88,11 @@ class LibSvmReader {
   const std::string path_;
 };
 
+// The rows of a LibSVM file (text: its non-blank lines; binary: its
+// header's count), without parsing them: e.g. for every worker of a job to
+// agree on the number of full batches per epoch.
+StatusOr<int64_t> CountLibSvmRows(const std::string& path);
+
 // Every row of a LibSVM file (text or binary) in one batch.
 StatusOr<SparseBatch> ReadLibSvmFile(const std::string& path);
 

@@ -211,6 +211,11 @@ TEST(LibSvmTest, TextAndBinaryGiveTheSameBatches) {
   StatusOr<SparseBatch> all = ReadLibSvmFile(bin);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->ids[99], kTwo40 * 3 + 49 * 7919);  // above 2^32, exact
+  // Counted without parsing, alike in both forms; blank lines are not rows.
+  EXPECT_EQ(CountLibSvmRows(text).value(), 50);
+  EXPECT_EQ(CountLibSvmRows(bin).value(), 50);
+  EXPECT_EQ(CountLibSvmRows(WriteText("blank.txt", "1 3:1\n\n  \n0 4:1")).value(), 2);
+  EXPECT_FALSE(CountLibSvmRows(TempPath("missing.txt")).ok());
 }
 
 TEST(LibSvmTest, BadLinesNameFileLineAndToken) {

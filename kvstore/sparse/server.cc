@@ -264,13 +264,6 @@ void SparseServer::Load(KeyState* st, const Deferred& req, ps::KVServer* server)
   }
 }
 
-TableStats SparseServer::Stats(uint64_t key) {
-  KeyState* st = Find(key);
-  if (st == nullptr) return {};
-  std::lock_guard<std::mutex> lock(st->mu);
-  return st->table->stats();
-}
-
 std::string SparseServer::StatsReport() {
   std::vector<KeyState*> all;
   {

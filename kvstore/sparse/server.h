@@ -46,8 +46,6 @@ class SparseServer {
 
   // Every table's counters, one line per key: for PS_VERBOSE and metrics.
   std::string StatsReport() EXCLUDES(mu_);
-  // The counters of the key with server key `key` (zeros if none).
-  TableStats Stats(uint64_t key) EXCLUDES(mu_);
 
  private:
   struct Deferred {

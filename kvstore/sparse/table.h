@@ -102,13 +102,6 @@ class Table {
                                                     const std::vector<std::string>& shards,
                                                     int servers);
 
-  // Calls f(id, row) for every held row (row: width weights), in no
-  // particular order.
-  template <typename F>
-  void ForEachRow(F f) const {
-    index_.ForEach([&](int64_t id, uint32_t slot) { f(id, Weights(slot)); });
-  }
-
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr int64_t kChunkRows = 4096;
