@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include "net/seal.h"
 #include "net/zmq_error.h"
 
 namespace kvtrain {
@@ -254,12 +255,21 @@ Status LimitInbound(void* socket) {
   return Status::OK();
 }
 
-StatusOr<void*> BindLaneSocket(void* zmq_context, int* port) {
+StatusOr<void*> BindLaneSocket(void* zmq_context, int* port,
+                               const std::function<Status(void*)>& before_bind) {
   void* s = zmq_socket(zmq_context, ZMQ_ROUTER);
   if (s == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
-  const int zero = 0;
+  const int zero = 0, one = 1;
   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
   Status st = LimitInbound(s);
+  if (st.ok() &&
+      (zmq_setsockopt(s, ZMQ_PLAIN_SERVER, &one, sizeof(one)) != 0 ||
+       zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, kLaneZapDomain,
+                      sizeof(kLaneZapDomain) - 1) != 0)) {
+    st = Status::Internal("cannot make the sealed lane ask for a token: " +
+                          ZmqError());
+  }
+  if (st.ok() && before_bind) st = before_bind(s);
   if (st.ok() && zmq_bind(s, "tcp://*:*") != 0) {
     st = Status::Unavailable("cannot bind the sealed lane: " + ZmqError());
   }
@@ -275,6 +285,17 @@ StatusOr<void*> BindLaneSocket(void* zmq_context, int* port) {
   const std::string bound(last);
   *port = std::atoi(bound.c_str() + bound.rfind(':') + 1);
   return s;
+}
+
+Status SecureLaneClient(void* socket, const std::string& key) {
+  const std::string token = LaneToken(key);
+  if (zmq_setsockopt(socket, ZMQ_PLAIN_USERNAME, kLaneUser,
+                     sizeof(kLaneUser) - 1) != 0 ||
+      zmq_setsockopt(socket, ZMQ_PLAIN_PASSWORD, token.data(),
+                     token.size()) != 0) {
+    return Status::Internal("cannot set the sealed lane's token: " + ZmqError());
+  }
+  return Status::OK();
 }
 
 void RaiseFileLimit() {
@@ -335,6 +356,16 @@ void ZapHandler::SetLogName(std::string name) {
   log_name_ = std::move(name);
 }
 
+void ZapHandler::AllowLane(const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  lane_tokens_.insert(token);
+}
+
+void ZapHandler::ForgetLane(const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  lane_tokens_.erase(token);
+}
+
 void ZapHandler::Loop() {
   std::vector<std::string> req;
   while (!stop_.load()) {
@@ -343,10 +374,20 @@ void ZapHandler::Loop() {
     const bool well_formed = req.size() >= 6 && req[0] == "1.0";
     const std::string request_id = req.size() > 1 ? req[1] : "";
     const std::string address = req.size() > 3 ? req[3] : "?";
+    const std::string domain = req.size() > 2 ? req[2] : "";
     const std::string mechanism = req.size() > 5 ? req[5] : "";
     std::string why;
     if (!well_formed) {
       why = "malformed ZAP request";
+    } else if (domain == kLaneZapDomain) {
+      // A sealed lane's connection: only with the token of a lane this
+      // node was offered over CURVE.
+      bool allowed = false;
+      if (mechanism == "PLAIN" && req.size() >= 8 && req[6] == kLaneUser) {
+        std::lock_guard<std::mutex> l(mu_);
+        allowed = lane_tokens_.count(req[7]) != 0;
+      }
+      if (!allowed) why = "it has no token of a sealed lane offered to this node";
     } else if (mechanism != "CURVE") {
       why = "it uses the " + mechanism + " mechanism, not CURVE";
     } else if (public_key_.empty() || req.size() < 7 ||

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -97,22 +98,31 @@ inline constexpr int64_t kMaxFrameBytes = kMaxFramePayloadBytes + 1024;
 inline constexpr int kHandshakeDeadlineMs = 10000;
 // At most this many accepted connections may be in their handshake at once
 // per bound socket (HandshakeMonitor sheds strangers' beyond it; with
-// CURVE, a key holder's connection is never shed, below): with
-// kMaxFrameBytes, a stranger can make a bound socket hold at most 128 MiB,
-// for at most kHandshakeDeadlineMs.
+// CURVE, a key holder's connection is never shed). With CURVE a stranger's
+// connection holds at most a HELLO's bytes (1 KiB): one that sends more
+// before its HELLO is admitted is closed at the monitor's next look, within
+// 50 ms, so what it can buffer meanwhile is bounded by kMaxFrameBytes and
+// by what it can send in that time.
 inline constexpr int kMaxPendingHandshakes = 32;
-// What a CURVE client has sent once its ZMTP greeting (64 bytes) and its
-// HELLO (200) are in: ZeroMQ closes a connection whose HELLO does not open
-// under the job's public key, so a connection past this holds the key and
-// is never shed; only the ones below count against kMaxPendingHandshakes'
-// bound.
-inline constexpr int64_t kKeyHolderBytes = 264;
 Status LimitInbound(void* zmq_socket);
 
 // The receiving socket of a sealed lane (net/seal.h): a ROUTER without
 // CURVE (every message on it must open under a key given over CURVE),
 // bound on every interface at a free port (*port), with LimitInbound.
-StatusOr<void*> BindLaneSocket(void* zmq_context, int* port);
+// A connection to it is admitted only with a lane's token (ZeroMQ's PLAIN
+// mechanism, user kLaneUser, password net::LaneToken of a key the node was
+// given over CURVE and told its ZapHandler of, AllowLane): ZeroMQ reads no
+// message from a connection before its handshake is admitted, so a
+// stranger can make the lane hold no more than any CURVE socket's
+// handshake. `before_bind` (may be null) runs on the socket before it binds
+// (a HandshakeMonitor's Watch). The context must have a ZapHandler.
+inline constexpr char kLaneUser[] = "kvtrain-lane";
+inline constexpr char kLaneZapDomain[] = "kvtrain-lane";
+StatusOr<void*> BindLaneSocket(void* zmq_context, int* port,
+                               const std::function<Status(void*)>& before_bind);
+// Makes a connecting socket present the token of the lane keyed `key`
+// (net::LaneToken) to the peer's lane socket; call before it connects.
+Status SecureLaneClient(void* zmq_socket, const std::string& key);
 
 // Raises this process's soft limit on open files to its hard limit (at
 // most 65536), once: descriptors are what a flood of connections uses up.
@@ -133,6 +143,11 @@ class ZapHandler {
 
   // Prefix of later log lines (e.g. once the port is known).
   void SetLogName(std::string name) EXCLUDES(mu_);
+  // Lets a lane connection in with `token` (net::LaneToken of a key given
+  // over CURVE) until ForgetLane. A PLAIN handshake is admitted only on the
+  // lane domain (BindLaneSocket) and only with a token allowed here.
+  void AllowLane(const std::string& token) EXCLUDES(mu_);
+  void ForgetLane(const std::string& token) EXCLUDES(mu_);
   // Handshakes admitted and refused so far.
   int64_t accepted() const { return accepted_.load(); }
   int64_t refused() const { return refused_.load(); }
@@ -145,6 +160,7 @@ class ZapHandler {
   std::string public_key_;  // 32 bytes
   std::mutex mu_;
   std::string log_name_ GUARDED_BY(mu_);
+  std::set<std::string> lane_tokens_ GUARDED_BY(mu_);
   LogRateLimiter log_limiter_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> accepted_{0};

@@ -23,12 +23,31 @@ namespace net {
 namespace {
 
 // A connection that has sent nothing this long after it was accepted is
-// not a ZeroMQ peer (one sends its greeting's signature at once).
-constexpr auto kSilentAfter = std::chrono::milliseconds(200);
-// A connection still below kKeyHolderBytes this long after it was accepted
-// is a stranger's: a peer with the key sends its HELLO within two round
+// not a ZeroMQ peer (one sends its greeting's signature at once; this
+// leaves room for a peer whose threads wait for a core in a large job's
+// start on a small host).
+constexpr auto kSilentAfter = std::chrono::milliseconds(1000);
+// A connection not admitted this long after it was accepted is a
+// stranger's: a peer with the key has its HELLO answered within two round
 // trips, and this leaves room for a node slowed by a job's start.
 constexpr auto kStrangerAfter = std::chrono::seconds(2);
+// What a bound socket sends before it has admitted a HELLO: its ZMTP 3.x
+// greeting. A CURVE server answers a HELLO that opens with a WELCOME, a
+// PLAIN server (a sealed lane) one whose token its ZapHandler admits: past
+// these bytes, the peer holds the key (or a lane's token).
+constexpr int64_t kGreetingBytes = 64;
+// The most a peer sends before the server's WELCOME: its greeting and a
+// HELLO (CURVE's is 200 bytes, PLAIN's at most 520). A connection past this
+// that has had no WELCOME is declaring a command no HELLO needs, into which
+// ZeroMQ would buffer up to kMaxFrameBytes: it is closed at once.
+constexpr int64_t kMaxHelloBytes = 1024;
+// What a key holder has sent while it waits for the server's WELCOME: its
+// greeting and its HELLO, exactly (a client sends nothing more before the
+// WELCOME). CURVE's HELLO is a 200-byte command (2 bytes of frame header);
+// a lane's PLAIN HELLO carries net::kLaneUser and a 32-character token.
+constexpr int64_t kCurveHelloEnd = kGreetingBytes + 2 + 200;
+constexpr int64_t kLaneHelloEnd =
+    kGreetingBytes + 2 + 6 + 1 + (sizeof(kLaneUser) - 1) + 1 + 32;
 
 }  // namespace
 
@@ -42,6 +61,7 @@ struct HandshakeMonitor::Watched {
     std::string peer;
     std::chrono::steady_clock::time_point at;
     bool shed = false;  // shut down by us; its DISCONNECTED is due
+    bool admitted = false;  // its HELLO was answered: never looked at again
   };
   std::map<uint32_t, Accepted> peers;
   // Server: how many of them completed their handshake. ZeroMQ does not
@@ -71,6 +91,23 @@ int64_t BytesReceived(uint32_t fd) {
     return -1;
   }
   return static_cast<int64_t>(info.tcpi_bytes_received);
+}
+
+// Bytes the connection on `fd` has sent (TCP only; -1 otherwise).
+int64_t BytesSent(uint32_t fd) {
+  tcp_info info;
+  socklen_t len = sizeof(info);
+  std::memset(&info, 0, sizeof(info));
+  if (getsockopt(static_cast<int>(fd), IPPROTO_TCP, TCP_INFO, &info, &len) != 0) {
+    return -1;
+  }
+  if (len >= offsetof(tcp_info, tcpi_bytes_sent) + sizeof(info.tcpi_bytes_sent)) {
+    return static_cast<int64_t>(info.tcpi_bytes_sent);
+  }
+  if (len >= offsetof(tcp_info, tcpi_bytes_acked) + sizeof(info.tcpi_bytes_acked)) {
+    return static_cast<int64_t>(info.tcpi_bytes_acked);
+  }
+  return -1;
 }
 
 std::string PeerAddress(uint32_t fd) {
@@ -208,6 +245,7 @@ Status HandshakeMonitor::Watch(void* socket, bool is_server, int tag) {
 
 void HandshakeMonitor::Loop() {
   std::vector<zmq_pollitem_t> items;
+  auto last_look = std::chrono::steady_clock::now();
   while (!stop_.load()) {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -223,14 +261,18 @@ void HandshakeMonitor::Loop() {
       items[i].socket = watched_[i]->pair;
       items[i].events = ZMQ_POLLIN;
     }
-    if (zmq_poll(items.data(), static_cast<int>(items.size()), 50) <= 0) {
-      // Quiet: strangers that have waited long enough go now, not at the
-      // next connection.
+    const int ready = zmq_poll(items.data(), static_cast<int>(items.size()), 50);
+    // Every 50 ms, events or not: a connection sending more than a HELLO
+    // goes now, and strangers that have waited long enough go now, not at
+    // the next connection.
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_look >= std::chrono::milliseconds(50)) {
+      last_look = now;
       for (auto& w : watched_) {
-        if (w->is_server) ShedPending(w.get());
+        if (w->is_server) ShedPending(w.get(), /*look_at_all=*/true);
       }
-      continue;
     }
+    if (ready <= 0) continue;
     std::vector<size_t> stopped;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
@@ -269,46 +311,84 @@ void HandshakeMonitor::Loop() {
   }
 }
 
-void HandshakeMonitor::ShedPending(Watched* w) {
+void HandshakeMonitor::ShedPending(Watched* w, bool look_at_all) {
   // Connections in their handshake: open, not established, not yet shed.
   int64_t pending = -w->established;
   for (const auto& [fd, a] : w->peers) pending += a.shed ? 0 : 1;
-  if (pending <= kMaxPendingHandshakes) return;
-  // Who may be shed. With CURVE, a connection that has sent its greeting
-  // and a HELLO (kKeyHolderBytes) holds the job's public key, which only
-  // key holders know: ZeroMQ closes any other at its HELLO. So a
-  // connection silent for kSilentAfter, or below that for kStrangerAfter,
-  // is a stranger's, and every established connection is above it. Only
-  // such connections are shed, the silent ones first, then the oldest:
-  // however many strangers wait, and however many peers connect at once,
-  // a peer with the key is never shed. Without CURVE, where anyone may
-  // connect, silent connections go first, else the newest. Shutting a
-  // descriptor down makes ZeroMQ close the connection as if the peer had.
-  const int64_t stranger_below = secure_ ? kKeyHolderBytes : 1;
+  // Who may be shed. With CURVE (and a lane's PLAIN), a connection the
+  // server has sent more than its greeting has had its HELLO admitted: it
+  // holds the key (or a lane's token) and is never shed. One that has not,
+  // yet sent more than any HELLO, is declaring a command into which ZeroMQ
+  // would buffer: it goes at once, however few are pending. Beyond
+  // kMaxPendingHandshakes, a connection silent for kSilentAfter, or not
+  // admitted after kStrangerAfter, is a stranger's (a peer with the key
+  // gets its WELCOME within two round trips): such connections are shed,
+  // the silent ones first, then the oldest. So however many strangers
+  // wait, and however many peers connect at once, a peer with the key is
+  // never shed. Without CURVE, where anyone may connect, silent connections
+  // go first, else the newest. Shutting a descriptor down makes ZeroMQ
+  // close the connection as if the peer had.
   const auto now = std::chrono::steady_clock::now();
   struct Candidate {
     bool silent;
     std::chrono::steady_clock::time_point at;
     uint32_t fd;
+    int64_t got;
   };
   std::vector<Candidate> candidates;
-  for (const auto& [fd, a] : w->peers) {
-    if (a.shed || now - a.at < kSilentAfter) continue;
+  std::vector<std::pair<uint32_t, std::string>> victims;
+  for (auto& [fd, a] : w->peers) {
+    if (a.shed || a.admitted) continue;
+    // At a new connection only those old enough to be shed are looked at
+    // (a burst of connections costs no more than its events).
+    if (!look_at_all && now - a.at < kSilentAfter) continue;
     const int64_t got = BytesReceived(fd);
-    if (got < 0 || got >= stranger_below) continue;
+    if (got < 0) continue;
+    if (secure_) {
+      const int64_t sent = BytesSent(fd);
+      if (sent < 0 || sent > kGreetingBytes) {
+        a.admitted = true;
+        continue;
+      }
+      if (got > kMaxHelloBytes) {
+        victims.emplace_back(fd, "it sent " + std::to_string(got) +
+                                     " bytes without a handshake, more than "
+                                     "any HELLO");
+        continue;
+      }
+      // Its HELLO is in and the server has yet to answer it (a node busy
+      // in a large job's start): a key holder's, never shed.
+      if (got == kCurveHelloEnd || got == kLaneHelloEnd) continue;
+    } else if (got > 0) {
+      a.admitted = true;  // without CURVE only silence marks a stranger
+      continue;
+    }
+    if (pending <= kMaxPendingHandshakes || now - a.at < kSilentAfter) continue;
     const bool silent = got == 0;
     if (!silent && now - a.at < kStrangerAfter) continue;
-    candidates.push_back(Candidate{silent, a.at, fd});
+    candidates.push_back(Candidate{silent, a.at, fd, got});
   }
+  pending -= static_cast<int64_t>(victims.size());
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& x, const Candidate& y) {
     return x.silent != y.silent ? x.silent : x.at < y.at;
   });
-  std::vector<uint32_t> victims;
+  const std::string too_many = "more than " +
+                               std::to_string(kMaxPendingHandshakes) +
+                               " connections are in their handshake";
+  size_t excess = pending > kMaxPendingHandshakes
+                      ? static_cast<size_t>(pending - kMaxPendingHandshakes)
+                      : 0;
   for (const Candidate& c : candidates) {
-    if (static_cast<int64_t>(victims.size()) >= pending - kMaxPendingHandshakes) break;
-    victims.push_back(c.fd);
+    if (excess == 0) break;
+    victims.emplace_back(
+        c.fd, too_many + " (it sent " + std::to_string(c.got) + " bytes in " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     now - c.at)
+                                     .count()) +
+                  " ms)");
+    --excess;
   }
-  if (victims.empty() && !secure_) {
+  if (excess > 0 && !secure_ && candidates.empty()) {
     uint32_t newest = 0;
     bool found = false;
     for (const auto& [fd, a] : w->peers) {
@@ -317,7 +397,7 @@ void HandshakeMonitor::ShedPending(Watched* w) {
         found = true;
       }
     }
-    if (found) victims.push_back(newest);
+    if (found) victims.emplace_back(newest, too_many);
   }
   if (victims.empty()) return;
   std::string name;
@@ -325,14 +405,14 @@ void HandshakeMonitor::ShedPending(Watched* w) {
     std::lock_guard<std::mutex> l(mu_);
     name = log_name_;
   }
-  for (uint32_t fd : victims) {
+  for (const auto& [fd, why] : victims) {
     Watched::Accepted& a = w->peers[fd];
+    if (a.shed) continue;
     a.shed = true;
     shed_.fetch_add(1);
     shutdown(static_cast<int>(fd), SHUT_RDWR);
     KV_LOG_LIMITED(WARNING, log_limiter_)
-        << name << ": closed a connection from " << a.peer << ": more than "
-        << kMaxPendingHandshakes << " connections are in their handshake";
+        << name << ": closed a connection from " << a.peer << ": " << why;
   }
 }
 
@@ -357,8 +437,8 @@ void HandshakeMonitor::OnEvent(Watched* w, uint16_t event, uint32_t value,
     return;
   }
   if (event == ZMQ_EVENT_ACCEPTED) {
-    w->peers[value] = {PeerAddress(value), std::chrono::steady_clock::now(), false};
-    ShedPending(w);
+    w->peers[value] = {PeerAddress(value), std::chrono::steady_clock::now()};
+    ShedPending(w, /*look_at_all=*/false);
   } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
     ++w->established;
   } else if (failure) {

@@ -26,9 +26,11 @@ namespace net {
 // peer's address and the reason, rate-limited (a handshake refused by the
 // ZapHandler is logged there instead), and beyond kMaxPendingHandshakes
 // (net/curve.h) accepted connections in their handshake it closes
-// strangers' (with CURVE: silent for 200 ms, or below kKeyHolderBytes for
-// 2 s, the oldest first; a key holder's connection is never closed;
-// without CURVE: the one silent for 200 ms, else the newest). On a connecting socket each failure
+// strangers' (with CURVE: silent for 1 s, or without a WELCOME for 2 s,
+// the oldest first; a key holder's connection, one whose HELLO the server
+// answered, is never closed; without CURVE: the one silent for 1 s,
+// else the newest). With CURVE, a connection that sends more than any HELLO
+// before its WELCOME is closed at once. On a connecting socket each failure
 // is reported to `on_refused` with the number of failures in a row (a
 // successful handshake resets the count) and whether ZeroMQ gives the
 // connection up: it reconnects after a peer closed the connection, but not
@@ -74,8 +76,11 @@ class HandshakeMonitor {
   void Loop();
   void OnEvent(Watched* w, uint16_t event, uint32_t value,
                const std::string& endpoint);
-  // Closes one connection of `w` while too many are in their handshake.
-  void ShedPending(Watched* w);
+  // Closes `w`'s connections that sent more than a HELLO before theirs was
+  // answered, and strangers' while too many are in their handshake.
+  // `look_at_all`: also those accepted less than 1 s ago (every 50 ms;
+  // at each new connection only the older ones).
+  void ShedPending(Watched* w, bool look_at_all);
 
   void* ctx_;
   const bool secure_;

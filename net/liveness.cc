@@ -21,6 +21,7 @@ PeerLiveness::PeerLiveness(int peers, const LivenessOptions& options,
 void PeerLiveness::Heard(int peer, int64_t now_ns) {
   if (peer < 0 || peer >= size()) return;
   peers_[peer]->heard.store(now_ns, std::memory_order_relaxed);
+  peers_[peer]->heard_once.store(true, std::memory_order_relaxed);
 }
 
 void PeerLiveness::Dropped(int peer, int64_t now_ns) {
@@ -54,14 +55,24 @@ std::vector<PeerLiveness::Death> PeerLiveness::Check(int64_t now_ns) {
       static_cast<int64_t>(options_.heartbeat_timeout_s * 1e9);
   const int64_t grace_ns =
       static_cast<int64_t>(options_.disconnect_grace_s * 1e9);
+  const int64_t first_ns = std::max(
+      timeout_ns, static_cast<int64_t>(options_.first_message_timeout_s * 1e9));
   for (int p = 0; p < size(); ++p) {
     Clock& c = *peers_[p];
     if (c.reported || !c.watched.load() || c.goodbye.load()) continue;
     const int64_t dropped = c.dropped.load();
     const int64_t silent = now_ns - c.heard.load(std::memory_order_relaxed);
+    const bool first = !c.heard_once.load(std::memory_order_relaxed);
     if (dropped != 0 && now_ns - dropped > grace_ns) {
       deaths.push_back({p, "its connection dropped without a goodbye "
                            "(the process exited or was killed)"});
+    } else if (heartbeats && first && first_ns > timeout_ns) {
+      if (silent <= first_ns) continue;
+      deaths.push_back({p, "nothing heard since the job started, for " +
+                               FormatSeconds(silent / 1e9) +
+                               " (KVTRAIN_STARTUP_TIMEOUT=" +
+                               FormatSeconds(options_.first_message_timeout_s) +
+                               ")"});
     } else if (heartbeats && silent > timeout_ns) {
       deaths.push_back({p, "nothing heard for " + FormatSeconds(silent / 1e9) +
                                " (PS_HEARTBEAT_TIMEOUT=" +

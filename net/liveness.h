@@ -4,7 +4,10 @@
 // The rule. A peer is dead when either
 //  1. heartbeats are on (PS_HEARTBEAT_INTERVAL > 0) and nothing at all has
 //     been heard from it for PS_HEARTBEAT_TIMEOUT seconds (any message
-//     counts, not only heartbeats: a busy peer needs no extra traffic), or
+//     counts, not only heartbeats: a busy peer needs no extra traffic); a
+//     peer not heard from once since the clocks started (a node still
+//     taking in the node table and connecting, in a large job's start) has
+//     the start-up timeout instead, if longer, or
 //  2. its connection dropped (the transport saw the TCP or socket
 //     connection close) and it did not say goodbye within the disconnect
 //     grace (0.5 s): a process that exits cleanly says goodbye first, one
@@ -32,6 +35,9 @@ struct LivenessOptions {
   double heartbeat_timeout_s = 10.0;
   // Seconds a dropped connection waits for the peer's goodbye (rule 2).
   double disconnect_grace_s = 0.5;
+  // Seconds of silence a peer may keep before its first message (rule 1),
+  // when longer than heartbeat_timeout_s (KVTRAIN_STARTUP_TIMEOUT).
+  double first_message_timeout_s = 0;
 };
 
 // The clocks of peers 0..n-1 (the owner's own index is simply never
@@ -78,6 +84,7 @@ class PeerLiveness {
  private:
   struct Clock {
     std::atomic<int64_t> heard{0};
+    std::atomic<bool> heard_once{false};
     std::atomic<int64_t> dropped{0};  // 0: no drop seen
     std::atomic<bool> goodbye{false};
     std::atomic<bool> watched{true};

@@ -35,6 +35,30 @@ TEST(PeerLivenessTest, SilencePastTheTimeoutKillsOnceAndHearingKeepsAlive) {
   EXPECT_EQ(d[0].peer, 1);
 }
 
+// In a large job's start, a node may take longer than the heartbeat
+// timeout to take in the table and send its first message: until a peer
+// has been heard once, its silence is judged by the start-up timeout. Once
+// heard, the heartbeat timeout holds; a drop is seen at once either way.
+TEST(PeerLivenessTest, BeforeItsFirstMessageAPeerHasTheStartupTimeout) {
+  LivenessOptions o = Opts(1, 10);
+  o.first_message_timeout_s = 60;
+  PeerLiveness l(4, o, 0);
+  l.SetWatched(0, false);
+  l.Heard(1, 1 * kSec);
+  l.Dropped(3, 2 * kSec);
+  std::vector<PeerLiveness::Death> d = l.Check(12 * kSec);
+  ASSERT_EQ(d.size(), 2u) << "peer 1 (heard once) and peer 3 (dropped)";
+  EXPECT_EQ(d[0].peer, 1);
+  EXPECT_THAT(d[0].why, HasSubstr("PS_HEARTBEAT_TIMEOUT=10 s"));
+  EXPECT_EQ(d[1].peer, 3);
+  EXPECT_TRUE(l.Check(59 * kSec).empty()) << "peer 2 has not spoken yet";
+  d = l.Check(61 * kSec);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].peer, 2);
+  EXPECT_THAT(d[0].why, HasSubstr("nothing heard since the job started, for 61 s"));
+  EXPECT_THAT(d[0].why, HasSubstr("KVTRAIN_STARTUP_TIMEOUT=60 s"));
+}
+
 TEST(PeerLivenessTest, HeartbeatsOffTurnsTheSilenceRuleOff) {
   PeerLiveness l(2, Opts(0, 10), 0);
   EXPECT_TRUE(l.Check(100 * kSec).empty());

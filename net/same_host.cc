@@ -2,6 +2,7 @@
 // same_host.h).
 #include "net/same_host.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -128,6 +129,14 @@ bool SameHostSharesPids(const std::string& address) {
   const std::string mine = PidNamespace();
   return dot != std::string::npos && dot > address.find('@') && !mine.empty() &&
          address.substr(dot + 1) == mine;
+}
+
+bool IsUnixSocket(int fd) {
+  if (fd < 0) return false;
+  sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  return getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 &&
+         ss.ss_family == AF_UNIX;
 }
 
 }  // namespace net

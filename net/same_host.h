@@ -57,6 +57,10 @@ std::string PidNamespace();
 // SameHostEndpoint) and in this process's PID namespace.
 bool SameHostSharesPids(const std::string& address);
 
+// Whether `fd` (e.g. a message's ZMQ_SRCFD) is a Unix-domain socket: a
+// connection on the same-host socket. False for -1 and anything else.
+bool IsUnixSocket(int fd);
+
 }  // namespace net
 }  // namespace kvtrain
 

@@ -13,12 +13,13 @@ namespace {
 
 constexpr char kMagic[4] = {'k', 'v', 'S', 'L'};
 
-// Layout: magic[4] kind[1] dir[1] zero[2] lane[8] seq[8] size[8].
+// Layout: magic[4] kind[1] dir[1] part[2] lane[8] seq[8] size[8].
 void EncodeHeader(const SealHeader& h, char* out) {
   std::memcpy(out, kMagic, 4);
   out[4] = static_cast<char>(h.kind);
   out[5] = static_cast<char>(h.dir);
-  out[6] = out[7] = 0;
+  out[6] = static_cast<char>(h.part & 0xFF);
+  out[7] = static_cast<char>(h.part >> 8);
   StoreLe64(out + 8, h.lane);
   StoreLe64(out + 16, h.seq);
   StoreLe64(out + 24, h.size);
@@ -36,14 +37,15 @@ void Nonce(const SealHeader& h, unsigned char out[12]) {
 
 bool PeekSealed(const char* data, size_t size, SealHeader* header) {
   if (size < kSealHeaderBytes + kSealTagBytes) return false;
-  if (std::memcmp(data, kMagic, 4) != 0 || data[6] != 0 || data[7] != 0)
-    return false;
+  if (std::memcmp(data, kMagic, 4) != 0) return false;
   const auto kind = static_cast<uint8_t>(data[4]);
   const auto dir = static_cast<uint8_t>(data[5]);
   if (kind < 1 || kind > 4 || dir < 1 || dir > 2) return false;
   SealHeader h;
   h.kind = static_cast<SealKind>(kind);
   h.dir = static_cast<SealDir>(dir);
+  h.part = static_cast<uint16_t>(static_cast<unsigned char>(data[6]) |
+                                 (static_cast<unsigned char>(data[7]) << 8));
   h.lane = LoadLe64(data + 8);
   h.seq = LoadLe64(data + 16);
   h.size = LoadLe64(data + 24);
@@ -177,6 +179,11 @@ Status LaneReader::Open(const std::vector<Part>& parts, bool* probe,
       return Status::InvalidArgument(
           "its parts are not consecutive frames of its lane");
     }
+    if (h.part != static_cast<uint16_t>(i)) {
+      return Status::InvalidArgument(
+          "its part " + std::to_string(i) + " is numbered " +
+          std::to_string(h.part) + " (parts of it were lost)");
+    }
     const bool last = i + 1 == parts.size();
     const SealKind want = h.kind == SealKind::kProbe && parts.size() == 1
                               ? SealKind::kProbe
@@ -237,8 +244,14 @@ bool LaneWriter::IsReady(char* reply, size_t size) {
 
 Status LaneWriter::Seal(size_t i, size_t n, const void* data, size_t size,
                         char* out) {
+  if (n > kMaxLaneParts) {
+    return Status::InvalidArgument("a message of " + std::to_string(n) +
+                                   " frames: a lane takes at most " +
+                                   std::to_string(kMaxLaneParts));
+  }
   SealHeader h;
   h.kind = i + 1 == n ? SealKind::kLast : SealKind::kData;
+  h.part = static_cast<uint16_t>(i);
   h.lane = id_;
   h.seq = ++seq_;
   h.size = size;
@@ -255,6 +268,27 @@ Status OpenLaneMessage(const std::vector<LaneReader::Part>& parts,
   if (reader == nullptr)
     return Status::InvalidArgument("it names no lane offered here");
   return reader->Open(parts, &out->probe, &out->lost, &out->answer);
+}
+
+std::string LaneToken(const std::string& key) {
+  static constexpr char kLabel[] = "kvtrain sealed lane token v1";
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  const bool ok =
+      ctx != nullptr && EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) == 1 &&
+      EVP_DigestUpdate(ctx, kLabel, sizeof(kLabel) - 1) == 1 &&
+      EVP_DigestUpdate(ctx, key.data(), key.size()) == 1 &&
+      EVP_DigestFinal_ex(ctx, digest, &len) == 1 && len >= 16;
+  EVP_MD_CTX_free(ctx);
+  CHECK(ok) << "libcrypto has no SHA-256";
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 16; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
 }
 
 std::string SealRandomBytes(size_t n) {

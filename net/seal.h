@@ -10,8 +10,9 @@
 // every peer and orders every message; the lane only carries bytes that
 // open under a key no stranger has, each accepted once.
 //
-// A sealed frame: a 32-byte header (magic, kind, direction, lane id,
-// sequence number, payload size; authenticated, not encrypted), the
+// A sealed frame: a 32-byte header (magic, kind, direction, its part number
+// in its message, lane id, sequence number, payload size; authenticated,
+// not encrypted), the
 // encrypted payload, a 16-byte tag. The nonce is the direction and the
 // sequence number, so one key never seals two frames with one nonce as long
 // as each direction's numbers only grow, which the sender keeps and the
@@ -49,10 +50,13 @@ enum class SealDir : uint8_t { kToReceiver = 1, kToSender = 2 };
 struct SealHeader {
   SealKind kind = SealKind::kData;
   SealDir dir = SealDir::kToReceiver;
+  uint16_t part = 0;  // its place in its message, the first 0
   uint64_t lane = 0;
   uint64_t seq = 0;
   uint64_t size = 0;  // payload bytes
 };
+// The most frames one message on a lane may have (part numbers are 16-bit).
+inline constexpr size_t kMaxLaneParts = 65536;
 
 // The header of `data` if it is shaped like a sealed frame (magic, a known
 // kind and direction, a size that matches), without opening it.
@@ -104,8 +108,8 @@ bool PeekLaneId(const char* data, size_t size, uint64_t* lane);
 
 // The receiving end of one lane: its key and the last sequence number taken.
 // A message on a lane is the parts of one ZeroMQ message, each a sealed
-// frame under the next sequence number, all kData but the last, kLast (or
-// a lone kProbe). Not thread-safe.
+// frame under the next sequence number and numbered from 0 in the message,
+// all kData but the last, kLast (or a lone kProbe). Not thread-safe.
 class LaneReader {
  public:
   LaneReader(uint64_t id, std::unique_ptr<Sealer> sealer)
@@ -122,7 +126,8 @@ class LaneReader {
   // back; *lost counts the frames the lane skipped before it (a message
   // lost on the way). InvalidArgument naming what is wrong otherwise (not
   // sealed, another lane, played again or out of order, parts not
-  // consecutive, cut, or not opening under the key): drop the message; the
+  // consecutive or not numbered from the first, cut, or not opening under
+  // the key): drop the message; the
   // lane is as before.
   Status Open(const std::vector<Part>& parts, bool* probe, uint64_t* lost,
               std::string* answer);
@@ -190,6 +195,12 @@ class LaneWriter {
   std::unique_ptr<Sealer> sealer_;
   uint64_t seq_ = 0;  // the last sequence number sealed
 };
+
+// The password a lane's sending socket shows in its ZeroMQ PLAIN handshake
+// (net/curve.h, BindLaneSocket): 32 hex characters derived one-way from the
+// lane's key, so only the holder of a key given over CURVE can open a
+// connection to a lane, and the token tells nothing of the key.
+std::string LaneToken(const std::string& key);
 
 // `n` bytes from the kernel's random source (keys, lane ids).
 std::string SealRandomBytes(size_t n);

@@ -24,6 +24,7 @@ constexpr uint32_t kSlotInUse = 1;
 constexpr uint32_t kSlotReserved = 2;  // the sender's, not yet handed
 constexpr size_t kMaxSlots = 4096;
 constexpr char kTableMagic[4] = {'K', 'V', 'S', '1'};
+constexpr int kSizeSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
 struct ArenaHeader {
   uint64_t magic;
@@ -66,12 +67,20 @@ T GetRaw(const char* p) {
 StatusOr<SharedMemory> CreateSharedMemory(const char* name, uint64_t bytes,
                                           const std::string& noun) {
   SharedMemory m;
-  m.fd = memfd_create(name, MFD_CLOEXEC);
+  m.fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (m.fd < 0) return Status::Unavailable("memfd_create: " + Errno(errno));
   if (fchmod(m.fd, 0600) != 0 || ftruncate(m.fd, static_cast<off_t>(bytes)) != 0) {
     const int err = errno;
     close(m.fd);
     return Status::Unavailable("ftruncate of a " + noun + ": " + Errno(err));
+  }
+  // Its size is fixed for good: no one (this process included) can shrink
+  // it under a reader's mapping, which would make the reader's next access
+  // fault (SIGBUS). Readers refuse memory without these seals.
+  if (fcntl(m.fd, F_ADD_SEALS, kSizeSeals | F_SEAL_SEAL) != 0) {
+    const int err = errno;
+    close(m.fd);
+    return Status::Unavailable("sealing the size of a " + noun + ": " + Errno(err));
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd, 0);
   if (base == MAP_FAILED) {
@@ -100,6 +109,16 @@ StatusOr<char*> MapPeerSharedMemory(int32_t pid, int32_t fd, uint64_t bytes,
     close(own);
     return Status::InvalidArgument(*path + " is not a " + noun + " of " + std::to_string(bytes) +
                                    " bytes of this user");
+  }
+  // Mapped only when its size is sealed: else the sender could shrink it
+  // under this mapping and make this process fault on its next read.
+  const int seals = fcntl(own, F_GET_SEALS);
+  if (seals < 0 || (seals & kSizeSeals) != kSizeSeals) {
+    close(own);
+    return Status::InvalidArgument(*path + " is not a " + noun +
+                                   " sealed against resizing (F_SEAL_SHRINK, "
+                                   "F_SEAL_GROW): it could be cut under this "
+                                   "process's mapping");
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
   const int err = errno;

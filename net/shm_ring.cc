@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <new>
 
 namespace kvtrain {
@@ -40,6 +42,24 @@ constexpr size_t kRecordHead = 8;                        // u32 length, u32 unus
 uint64_t Round8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
 
 std::string Errno(int err) { return std::strerror(err); }
+
+// Whether process `pid` has the memory whose inode is `ino` mapped (its
+// /proc/PID/maps, readable for this user's processes).
+bool MapsInode(int32_t pid, ino_t ino) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    // start-end perms offset dev inode [path]
+    std::istringstream in(line);
+    std::string range, perms, offset, dev;
+    unsigned long long inode = 0;
+    if (in >> range >> perms >> offset >> dev >> inode &&
+        inode == static_cast<unsigned long long>(ino)) {
+      return true;
+    }
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -138,6 +158,17 @@ Status ShmRingWriter::WakeReader() {
       close(bell_);
       bell_ = -1;
       return Status::InvalidArgument(path + " is not a pipe");
+    }
+    // The process and descriptor come from the ring's memory, which the
+    // reader can write: the doorbell is rung only if that process is the
+    // ring's reader (it has this ring mapped), not any process of this user.
+    struct stat ring;
+    if (fstat(fd_, &ring) != 0 || !MapsInode(pid, ring.st_ino)) {
+      close(bell_);
+      bell_ = -1;
+      return Status::InvalidArgument("the ring names process " + std::to_string(pid) +
+                                     " as its reader, which has not mapped it: its "
+                                     "doorbell " + path + " is not rung");
     }
   }
   const char one = 1;

@@ -114,6 +114,51 @@ TEST(ShmRingTest, TheWriterRingsOnlyASleepingReader) {
   EXPECT_EQ(Str(rec), "b");
 }
 
+// The doorbell's process and descriptor come from the ring's memory, which
+// the reader can write: a reader that names another process of this user
+// (here a child holding a pipe, forked before the ring existed) must not
+// make the writer write into that process's pipe.
+TEST(ShmRingTest, TheDoorbellOfAProcessThatIsNotTheReaderIsNotRung) {
+  Pipe to_parent, to_child;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    Pipe mine;
+    if (write(to_parent.w, &mine.w, sizeof(mine.w)) != sizeof(mine.w)) _exit(2);
+    pollfd p{to_child.r, POLLIN, 0};
+    poll(&p, 1, 30000);  // until the parent has tried
+    char got = 0;
+    _exit(read(mine.r, &got, 1) == 1 ? 1 : 0);
+  }
+  int child_fd = -1;
+  pollfd p{to_parent.r, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 30000), 1);
+  ASSERT_EQ(read(to_parent.r, &child_fd, sizeof(child_fd)),
+            static_cast<ssize_t>(sizeof(child_fd)));
+  auto w = ShmRingWriter::Create(4096);
+  ASSERT_TRUE(w.ok());
+  // A reader that maps the ring and says the child is the one asleep.
+  std::string path;
+  StatusOr<char*> base = MapPeerSharedMemory(getpid(), (*w)->ref().fd, (*w)->ref().arena_bytes,
+                                             "shared-memory ring", &path);
+  ASSERT_TRUE(base.ok()) << base.status();
+  const uint32_t waiting = 1;
+  const int32_t pid = child;
+  std::memcpy(*base + 136, &waiting, 4);
+  std::memcpy(*base + 140, &pid, 4);
+  std::memcpy(*base + 144, &child_fd, 4);
+  const Status rung = (*w)->WakeReader();
+  EXPECT_EQ(rung.code(), Status::Code::kInvalidArgument) << rung;
+  EXPECT_NE(rung.message().find("has not mapped it"), std::string::npos) << rung;
+  const char go = 1;
+  ASSERT_EQ(write(to_child.w, &go, 1), 1);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the writer rang the child's pipe";
+  munmap(*base, (*w)->ref().arena_bytes);
+}
+
 TEST(ShmRingTest, AnotherProcessWritesAndWakes) {
   Pipe bell;
   int to_parent[2], to_child[2];

@@ -1,6 +1,7 @@
 #include "net/shm.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -275,6 +276,30 @@ TEST(ShmTest, DescriptorsThatNameNoArenaOfOursAreRefused) {
   v = maps.Open(ref);
   EXPECT_EQ(v.status().code(), Status::Code::kInvalidArgument);
   EXPECT_NE(v.status().message().find("not a slot in use"), std::string::npos) << v.status();
+}
+
+// A sender could shrink memory a reader has mapped, and the reader's next
+// access would fault (SIGBUS). An arena's size is sealed for good, and a
+// reader maps only memory sealed so.
+TEST(ShmTest, OnlyMemorySealedAgainstShrinkingIsMapped) {
+  auto arena = NewArena(1 << 20);
+  ASSERT_NE(arena, nullptr);
+  ShmRef ref;
+  const std::vector<char> in = Bytes(1000, 3);
+  ASSERT_TRUE(arena->Put(in.data(), in.size(), &ref));
+  EXPECT_NE(ftruncate(ref.fd, 0), 0) << "an arena's size could be cut";
+  EXPECT_EQ(errno, EPERM);
+  // The same bytes in memory that can still shrink: refused, named.
+  const int loose = memfd_create("loose", MFD_CLOEXEC);
+  ASSERT_GE(loose, 0);
+  ASSERT_EQ(ftruncate(loose, static_cast<off_t>(ref.arena_bytes)), 0);
+  std::string path;
+  StatusOr<char*> mapped =
+      MapPeerSharedMemory(getpid(), loose, ref.arena_bytes, "shared-memory arena", &path);
+  EXPECT_EQ(mapped.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(mapped.status().message().find("sealed against resizing"), std::string::npos)
+      << mapped.status();
+  close(loose);
 }
 
 TEST(ShmTest, TheTableRoundTripsAndMalformedOnesAreNamed) {

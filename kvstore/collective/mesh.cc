@@ -189,7 +189,7 @@ Status Mesh::Connect(const std::vector<Endpoint>& peers) {
 Status Mesh::SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
                      const void* data, size_t size, bool copy) {
   Peer& p = *peers_[peer];
-  WireHeader h{static_cast<uint32_t>(kind), rank_, group, tag};
+  WireHeader h{static_cast<uint32_t>(kind), rank_, group, tag, peer, 0};
   std::lock_guard<std::mutex> l(p.mu);
   if (p.dealer == nullptr) {
     return Status::Unavailable("no connection to " + PeerName(peer));
@@ -265,6 +265,7 @@ MeshStats Mesh::Stats() {
     s.dropped_total += s.dropped[d];
   }
   s.lane_refused = lane_refused_.load();
+  s.handshakes_refused = monitor_ == nullptr ? 0 : monitor_->refused();
   for (int p = 0; p < size_; ++p) {
     s.queued_messages.push_back(inbox_.queued_messages(p));
     s.queued_bytes.push_back(inbox_.queued_bytes(p));

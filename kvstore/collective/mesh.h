@@ -68,6 +68,9 @@ struct MeshStats {
   // Messages dropped on the sealed lane (not sealed, unknown lane, not
   // opening, played again or out of order).
   int64_t lane_refused = 0;
+  // Handshakes its bound sockets refused (a connection to the lane without
+  // a lane's token, a CURVE client without the job's key).
+  int64_t handshakes_refused = 0;
   std::vector<size_t> queued_messages;  // by peer
   std::vector<size_t> queued_bytes;     // by peer, as InboxLimits counts them
 };
@@ -176,13 +179,15 @@ class Mesh {
   std::unique_ptr<net::HandshakeMonitor> monitor_;
   void* router_ = nullptr;
   int port_ = 0;
-  // The sealed lane's ROUTER (no CURVE: every message must open) and what
-  // each peer offered, by lane id; the receive thread's after Bind.
+  // The sealed lane's ROUTER (no CURVE: a connection needs a lane's token,
+  // every message must open) and what each peer offered, by lane id; the
+  // receive thread's after Bind.
   void* lane_ = nullptr;
   int lane_port_ = 0;
   struct LaneIn {
     int peer = -1;
     std::unique_ptr<net::LaneReader> reader;
+    std::string zap_token;  // what its connection shows (net::LaneToken)
   };
   std::map<uint64_t, LaneIn> lanes_in_;
   std::atomic<int64_t> lane_refused_{0};

@@ -47,7 +47,10 @@ constexpr size_t kOfferBytes = 16 + net::kSealKeyBytes;
 }  // namespace
 
 Status Mesh::BindLane() {
-  KV_ASSIGN_OR_RETURN(lane_, net::BindLaneSocket(ctx_, &lane_port_));
+  if (zap_ == nullptr) return Status::FailedPrecondition("no ZAP handler");
+  KV_ASSIGN_OR_RETURN(lane_, net::BindLaneSocket(ctx_, &lane_port_, [this](void* s) {
+                        return monitor_->Watch(s, /*is_server=*/true, -1);
+                      }));
   return Status::OK();
 }
 
@@ -95,7 +98,11 @@ Status Mesh::ConnectLanes(Clock::time_point deadline) {
         "tcp://" + peers_[p]->endpoint.host + ":" + std::to_string(port);
     const std::string probe = writers[p]->Probe();
     bool ready = false;
-    if (net::LimitInbound(s).ok() && zmq_connect(s, ep.c_str()) == 0 &&
+    // The lane admits the connection only with the token of the key
+    // offered over CURVE.
+    if (net::LimitInbound(s).ok() &&
+        net::SecureLaneClient(s, writers[p]->key()).ok() &&
+        zmq_connect(s, ep.c_str()) == 0 &&
         zmq_send(s, probe.data(), probe.size(), 0) >= 0) {
       net::ZmqFrame reply;
       ready = zmq_msg_recv(&reply.msg, s, 0) >= 0 &&
@@ -133,12 +140,21 @@ void Mesh::OnLaneOffer(int peer, const Payload& body) {
   // The peer offered again (it cannot, short of a bug): its earlier lane is
   // done.
   for (auto it = lanes_in_.begin(); it != lanes_in_.end();) {
-    it = it->second.peer == peer ? lanes_in_.erase(it) : std::next(it);
+    if (it->second.peer == peer) {
+      zap_->ForgetLane(it->second.zap_token);
+      it = lanes_in_.erase(it);
+    } else {
+      ++it;
+    }
   }
   if (lanes_in_.count(id) != 0) return;
   LaneIn& in = lanes_in_[id];
   in.peer = peer;
   in.reader = std::make_unique<net::LaneReader>(id, std::move(*sealer));
+  // Only now can a connection to the lane be admitted, and only the
+  // offerer's (it alone has the key the token comes from).
+  in.zap_token = net::LaneToken(std::string(body.data() + 16, net::kSealKeyBytes));
+  zap_->AllowLane(in.zap_token);
   char ack[8];
   net::StoreLe64(ack, id);
   SendRaw(peer, MsgKind::kLane, 0, kLaneAck, ack, sizeof(ack), /*copy=*/true);
@@ -174,10 +190,12 @@ void Mesh::HandleLane() {
       continue;
     }
     const int peer = lanes_in_[got.lane].peer;
-    LOG_IF(WARNING, got.lost > 0)
-        << "all-reduce rank " << rank_ << ": sealed lane from "
-        << PeerName(peer) << ": " << got.lost
-        << " frames never came (a message lost on the way)";
+    if (got.lost > 0) {
+      // A message of the peer's never came (the lane's connection broke in
+      // the middle of it): waits on the peer fail naming it, not hang.
+      MarkDead(peer, "its sealed lane lost " + std::to_string(got.lost) +
+                         " frames on the way (a message)");
+    }
     for (auto& f : parts) {
       f->skip_front = net::kSealHeaderBytes;
       f->skip_back = net::kSealTagBytes;

@@ -123,7 +123,7 @@ Drop Mesh::Deliver(const Decoded& d, std::unique_ptr<Payload> body) {
 void Mesh::LogDrop(const Decoded& d, std::string_view routing_id,
                    zmq_msg_t* frame) {
   if (d.drop == Drop::kUnknownConnection || d.drop == Drop::kMalformed ||
-      d.drop == Drop::kForgedSender) {
+      d.drop == Drop::kForgedSender || d.drop == Drop::kMisdirected) {
     std::lock_guard<std::mutex> l(mu_);
     inbox_.Count(d.drop);  // the Inbox counted the others
   }

@@ -21,13 +21,15 @@ namespace kvtrain {
 namespace collective {
 namespace {
 
-std::string Header(MsgKind kind, int32_t sender, uint64_t group, uint64_t tag) {
-  std::string h(24, '\0');
+std::string Header(MsgKind kind, int32_t sender, uint64_t group, uint64_t tag,
+                   int32_t recipient = 0) {
+  std::string h(32, '\0');
   const uint32_t k = static_cast<uint32_t>(kind);
   std::memcpy(&h[0], &k, 4);
   std::memcpy(&h[4], &sender, 4);
   std::memcpy(&h[8], &group, 8);
   std::memcpy(&h[16], &tag, 8);
+  std::memcpy(&h[24], &recipient, 4);
   return h;
 }
 
@@ -106,7 +108,7 @@ struct Trio {
     to0 = raw.Connect(mesh[0]->port(), RoutingId(2));
     const int to1 = raw.Connect(mesh[1]->port(), RoutingId(2));
     raw.Send(to0, {Header(MsgKind::kHello, 2, 0, 0), ""});
-    raw.Send(to1, {Header(MsgKind::kHello, 2, 0, 0), ""});
+    raw.Send(to1, {Header(MsgKind::kHello, 2, 0, 0, 1), ""});
     t0.join();
     t1.join();
     EXPECT_TRUE(connected[0].ok()) << connected[0];
@@ -183,6 +185,23 @@ TEST(MeshTest, AFrameDeclaredAboveTheLimitClosesTheConnection) {
   }
   close(fd);
   EXPECT_TRUE(closed) << "rank 0 took 64 MB into a frame declared as 4 GB";
+}
+
+// A connection redirected to another rank of the job (which holds the
+// same key, so CURVE admits it): rank 2's message addressed to rank 1
+// reaches rank 0 and is dropped, named, while what is addressed to rank 0
+// is taken.
+TEST(MeshTest, AMessageForAnotherRankIsDropped) {
+  Trio t;
+  t.raw.Send(t.to0, {Header(MsgKind::kUser, 2, kWorld, 5, /*recipient=*/1), "for rank 1"});
+  t.raw.Send(t.to0, {Header(MsgKind::kUser, 2, kWorld, 6), "for rank 0"});
+  auto mine = t.Recv0(2, MsgKind::kUser, kWorld, 6, kLong);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_EQ(*mine, "for rank 0");
+  auto other = t.Recv0(2, MsgKind::kUser, kWorld, 5, kShort);
+  EXPECT_EQ(other.status().code(), Status::Code::kDeadlineExceeded)
+      << (other.ok() ? "took \"" + *other + "\"" : other.status().ToString());
+  EXPECT_EQ(Dropped(t.mesh[0].get(), Drop::kMisdirected), 1);
 }
 
 TEST(MeshTest, ForgedSenderIsNotTakenForAnotherRank) {

@@ -59,6 +59,8 @@ const char* DropName(Drop d) {
       return "stale tag";
     case Drop::kDuplicateHello:
       return "duplicate hello";
+    case Drop::kMisdirected:
+      return "misdirected";
     case Drop::kCutOff:
       return "peer cut off";
     case Drop::kOverLimit:
@@ -149,6 +151,12 @@ Decoded DecodeMeshMessage(const WireFrames& in, int rank, int size) {
   if (h.kind > static_cast<uint32_t>(MsgKind::kLane)) {
     return Dropped(d, Drop::kMalformed,
                    "unknown kind " + std::to_string(h.kind));
+  }
+  if (h.recipient != rank || h.reserved != 0) {
+    return Dropped(d, Drop::kMisdirected,
+                   "its header addresses it to rank " +
+                       std::to_string(h.recipient) + ", not to rank " +
+                       std::to_string(rank));
   }
   d.kind = static_cast<MsgKind>(h.kind);
   d.group = h.group;

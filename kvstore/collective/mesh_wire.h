@@ -46,14 +46,18 @@ inline constexpr uint64_t kLaneAck = 2;
 // Every message is two frames: this header and the body (empty for hello,
 // heartbeat and bye). Each rank's DEALER carries its rank as routing id
 // (4 bytes, native order), so the receiving ROUTER knows the connection's
-// rank; `sender` must repeat it.
+// rank; `sender` must repeat it, and `recipient` must be the receiving
+// rank: a connection redirected to another rank of the job (which holds
+// the same key) delivers nothing there.
 struct WireHeader {
   uint32_t kind;
   int32_t sender;
   uint64_t group;  // 0 for hello, heartbeat and bye
   uint64_t tag;    // 0 for hello, heartbeat and bye
+  int32_t recipient;
+  uint32_t reserved;  // 0
 };
-static_assert(sizeof(WireHeader) == 24, "wire header is 24 bytes");
+static_assert(sizeof(WireHeader) == 32, "wire header is 32 bytes");
 
 // The group id of a whole mesh (every rank; Split derives the others).
 constexpr uint64_t kWorldGroup = 1;
@@ -69,8 +73,9 @@ enum class Drop : int {
   kDuplicateHello,     // a second hello on a connection
   kCutOff,             // the peer went over its queue limit before
   kOverLimit,          // this message put the peer over its queue limit
+  kMisdirected,        // the header names another rank as its recipient
 };
-constexpr int kDropReasons = 9;
+constexpr int kDropReasons = 10;
 // "forged sender" etc., for logs and tests.
 const char* DropName(Drop d);
 // "user", "collective", "hello", "heartbeat", "bye".
@@ -102,8 +107,9 @@ struct Decoded {
 
 // Decodes what rank `rank` of a mesh of `size` received. Pure: no state,
 // any bytes are safe. What it accepts has exactly 3 frames, a known
-// connection, a 24-byte header whose sender is that connection's rank, a
-// known kind, and for hello/heartbeat/bye group 0, tag 0 and an empty body.
+// connection, a 32-byte header whose sender is that connection's rank, a
+// known kind, `rank` as recipient, and for hello/heartbeat/bye group 0,
+// tag 0 and an empty body.
 Decoded DecodeMeshMessage(const WireFrames& in, int rank, int size);
 
 // The routing id a rank's connections carry.

@@ -193,12 +193,20 @@ StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Bind(
   zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max_size, sizeof(max_size));
   const int deadline = net::kHandshakeDeadlineMs;
   zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &deadline, sizeof(deadline));
-  Status secured = net::SecureSocket(s, key, /*is_server=*/true);
+  // Watched as every node's bound socket is: strangers beyond the bound on
+  // connections in their handshake are shed, a connection sending more than
+  // a HELLO before its answer is closed, failures are logged.
+  auto monitor = net::HandshakeMonitor::Start(
+      ctx, key.secure(), "all-reduce rendezvous",
+      [](int, const std::string&, const std::string&, int, bool) {});
+  Status secured = monitor->Watch(s, /*is_server=*/true, -1);
+  if (secured.ok()) secured = net::SecureSocket(s, key, /*is_server=*/true);
   const std::string ep =
       port == 0 ? "tcp://*:*" : "tcp://*:" + std::to_string(port);
   if (!secured.ok() || zmq_bind(s, ep.c_str()) != 0) {
     const std::string err = secured.ok() ? ZmqError() : secured.message();
     zmq_close(s);
+    monitor.reset();
     zap.reset();
     zmq_ctx_term(ctx);
     return Status::Unavailable("rendezvous: cannot bind port " +
@@ -212,6 +220,7 @@ StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Bind(
   std::unique_ptr<RendezvousServer> server(
       new RendezvousServer(ctx, s, bound_port));
   server->zap_ = std::move(zap);
+  server->monitor_ = std::move(monitor);
   return server;
 }
 
@@ -219,6 +228,7 @@ RendezvousServer::~RendezvousServer() {
   const int linger = 2000;
   zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof(linger));
   zmq_close(socket_);
+  monitor_.reset();
   zap_.reset();
   zmq_ctx_term(ctx_);
 }

@@ -20,6 +20,7 @@
 #include "base/logging.h"
 #include "base/status.h"
 #include "kvstore/collective/mesh.h"
+#include "net/handshake_monitor.h"
 
 namespace kvtrain {
 namespace collective {
@@ -66,6 +67,10 @@ class RendezvousServer {
   // Messages dropped so far: malformed (see ParseRegisterRequest). Any
   // thread, also while Serve runs.
   int64_t dropped() const { return dropped_.load(); }
+  // Connections shed because too many strangers were in their handshake,
+  // or that sent more than a HELLO before theirs was answered
+  // (net::HandshakeMonitor, which watches the socket as every node's).
+  int64_t shed() const { return monitor_->shed(); }
 
  private:
   RendezvousServer(void* ctx, void* socket, int port)
@@ -76,6 +81,7 @@ class RendezvousServer {
                    size_t* count, std::string* address);
   void* ctx_;
   std::unique_ptr<net::ZapHandler> zap_;  // closed before ctx_
+  std::unique_ptr<net::HandshakeMonitor> monitor_;  // likewise
   void* socket_;
   int port_;
   std::atomic<int64_t> dropped_{0};

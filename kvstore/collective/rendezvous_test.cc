@@ -6,6 +6,11 @@
 #include <gtest/gtest.h>
 #include <zmq.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <thread>
 
@@ -56,20 +61,26 @@ struct Served {
   Status status = Status::Internal("not served");
   std::thread thread;
 
-  explicit Served(int size) {
-    auto s = RendezvousServer::Bind(0, net::JobKey::Insecure());
+  // `wait`: how long the server and the ranks wait for each other; `key`:
+  // the job's (insecure by default).
+  explicit Served(int size, Clock::duration wait = kWait,
+                  net::JobKey key = net::JobKey::Insecure())
+      : wait(wait), key(key) {
+    auto s = RendezvousServer::Bind(0, key);
     EXPECT_TRUE(s.ok()) << s.status();
     server = std::move(*s);
     thread = std::thread(
-        [this, size] { status = server->Serve(size, Clock::now() + kWait); });
+        [this, size] { status = server->Serve(size, Clock::now() + this->wait); });
   }
+  const Clock::duration wait;
+  const net::JobKey key;
   ~Served() {
     if (thread.joinable()) thread.join();
   }
   Endpoint address() const { return {"127.0.0.1", server->port(), ""}; }
   StatusOr<std::vector<Endpoint>> Register(int rank, int size, int port) {
     return collective::Register(address(), rank, size, {"127.0.0.1", port, ""},
-                                Clock::now() + kWait, net::JobKey::Insecure());
+                                Clock::now() + wait, key);
   }
 };
 
@@ -140,6 +151,41 @@ TEST(RendezvousTest, MalformedRegistrationsAreDroppedWithoutAnswer) {
   EXPECT_EQ(s.server->dropped(), 302);
   EXPECT_GE(lines.lines(), 1);
   EXPECT_LE(lines.lines(), 10);
+}
+
+// The rendezvous port is watched as every node's: 200 connections that
+// never speak are shed beyond the bound on handshakes, and the ranks, with
+// the job's key, still register. (Unwatched, it held every one until its
+// handshake deadline.)
+TEST(RendezvousTest, SilentStrangersAreShed) {
+  Served s(2, std::chrono::seconds(45), net::JobKey::Generate());
+  std::vector<int> fds;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(s.server->port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    fds.push_back(fd);
+  }
+  const int64_t want = 200 - net::kMaxPendingHandshakes;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (s.server->shed() < want && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(s.server->shed(), want);
+  StatusOr<std::vector<Endpoint>> got[2] = {Status::Internal(""),
+                                            Status::Internal("")};
+  std::thread r1([&] { got[1] = s.Register(1, 2, 2001); });
+  got[0] = s.Register(0, 2, 2000);
+  r1.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(got[r].ok()) << "rank " << r << ": " << got[r].status();
+  }
+  s.thread.join();
+  EXPECT_TRUE(s.status.ok()) << s.status;
+  for (int fd : fds) close(fd);
 }
 
 TEST(RendezvousTest, RegistrationsParseStrictly) {

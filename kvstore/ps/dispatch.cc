@@ -40,6 +40,13 @@ StatusOr<bool> PostofficeImpl::RecvMessage(std::string* token, Message* msg) {
   if (!raw.error.ok()) {
     const NodeTable* t = table();
     const bool from_peer = t != nullptr && t->ByToken(raw.token) != nullptr;
+    if (raw.error.code() == Status::Code::kDataLoss && from_peer) {
+      // A peer's message was lost on the way: the job cannot go on
+      // without it, so it fails now, naming the peer, instead of hanging.
+      Abort(name() + " lost a message from " + PeerName(raw.token) + ": " +
+            raw.error.message());
+      return false;
+    }
     if (raw.error.code() != Status::Code::kUnavailable || !from_peer) {
       Drop(raw.token, raw.error.message());
       return false;
@@ -51,7 +58,7 @@ StatusOr<bool> PostofficeImpl::RecvMessage(std::string* token, Message* msg) {
           raw.error.message() + " (KVTRAIN_SHM_BYTES=0 turns shared memory off)");
     return false;
   }
-  Status s = DecodeMessage(std::move(raw.frames), msg);
+  Status s = DecodeMessage(std::move(raw.frames), msg, raw.in_shm);
   if (!s.ok()) {
     Drop(raw.token, s.message());
     return false;

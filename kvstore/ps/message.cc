@@ -82,7 +82,8 @@ std::vector<Blob> EncodeMessage(Message* msg) {
   return frames;
 }
 
-Status DecodeMessage(std::vector<Blob> frames, Message* out) {
+Status DecodeMessage(std::vector<Blob> frames, Message* out,
+                     const std::vector<bool>& in_shm) {
   if (frames.empty()) return Status::DataLoss("message has no frames");
   const Blob& head = frames[0];
   wire::Header meta;
@@ -152,7 +153,9 @@ Status DecodeMessage(std::vector<Blob> frames, Message* out) {
       continue;
     }
     Blob& b = frames[first];
-    if (reinterpret_cast<uintptr_t>(b.data()) % 8 != 0) {
+    const bool shared = first < in_shm.size() && in_shm[first] &&
+                        out->meta.data(static_cast<int>(i)).kind() != wire::VALUES;
+    if (shared || reinterpret_cast<uintptr_t>(b.data()) % 8 != 0) {
       out->data.push_back(Blob::Copy(b.data(), b.size()));
     } else {
       out->data.push_back(std::move(b));

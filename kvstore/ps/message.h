@@ -41,8 +41,12 @@ std::vector<Blob> EncodeMessage(Message* msg);
 // Validates and decodes received frames. Errors say what is wrong: no
 // frames, an unparsable header, an unknown command or frame kind, a frame
 // count or frame size that disagrees with the header. Data frames that are
-// not 8-byte aligned are copied into aligned storage.
-Status DecodeMessage(std::vector<Blob> frames, Message* out);
+// not 8-byte aligned are copied into aligned storage. `in_shm` marks frames
+// that lie in a sender's shared memory (RawMessage::in_shm): all but values
+// are copied out, so that keys, lens and bytes checked here cannot change
+// under their reader afterwards.
+Status DecodeMessage(std::vector<Blob> frames, Message* out,
+                     const std::vector<bool>& in_shm = {});
 
 // A Status from a wire status code and message (unknown codes -> Internal).
 Status StatusFromWire(int code, const std::string& message);

@@ -51,6 +51,23 @@ TEST(MessageTest, UnalignedFramesAreRealigned) {
   EXPECT_EQ(keys.as<uint64_t>()[0], 1u);
 }
 
+// Frames in a sender's shared memory can change after they are checked:
+// keys (and lens, bytes) are copied out, values stay in place.
+TEST(MessageTest, FramesInSharedMemoryButValuesAreCopiedOut) {
+  Message m = Sample();
+  std::vector<Blob> frames = EncodeMessage(&m);
+  const char* keys = frames[1].data();
+  const char* vals = frames[2].data();
+  Message back;
+  ASSERT_TRUE(DecodeMessage(frames, &back, {false, true, true}).ok());
+  EXPECT_NE(back.Frame(wire::KEYS).data(), keys) << "keys read in place";
+  EXPECT_EQ(back.Frame(wire::KEYS).as<uint64_t>()[1], 5u);
+  EXPECT_EQ(back.Frame(wire::VALUES).data(), vals);
+  // Changing the sender's memory afterwards changes no key.
+  const_cast<char*>(keys)[8] = 9;
+  EXPECT_EQ(back.Frame(wire::KEYS).as<uint64_t>()[1], 5u);
+}
+
 TEST(MessageTest, MalformedInputIsDescribed) {
   Message out;
   EXPECT_THAT(DecodeMessage({}, &out).message(), HasSubstr("no frames"));

@@ -307,6 +307,9 @@ net::LivenessOptions PostofficeImpl::liveness_options() const {
   net::LivenessOptions o;
   o.heartbeat_interval_s = config_.heartbeat_interval_s;
   o.heartbeat_timeout_s = config_.heartbeat_timeout_s;
+  // In a large job's start a node may take in the table and connect to its
+  // peers for longer than the heartbeat timeout before its first message.
+  o.first_message_timeout_s = config_.startup_timeout_s;
   return o;
 }
 

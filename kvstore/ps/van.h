@@ -24,6 +24,13 @@ struct RawMessage {
   std::string token;
   std::vector<Blob> frames;
   Status error;
+  // It came over the same-host socket (a Unix socket, its peer vouched for
+  // by the kernel): only such a peer may name this host's shared memory.
+  bool same_host = false;
+  // Which of `frames` lie in the sender's shared memory, which it can still
+  // write (empty: none): DecodeMessage copies all of those but values out
+  // before anything reads them.
+  std::vector<bool> in_shm;
 };
 
 // Implementations: Send/Connect/Disconnect/Flush are thread-safe; Recv is

@@ -45,6 +45,14 @@ StatusOr<std::unique_ptr<ZmqVan>> ZmqVan::Create(std::string token,
       ctx, options.key.secure(), "ZeroMQ van",
       [self](int conn, const std::string& endpoint, const std::string& why,
              int in_a_row, bool final) {
+        if (conn >= kLaneTagBase) {
+          // A lane that does not admit us: until its probe is answered
+          // messages stay on CURVE; a lane that was up reports its drop.
+          KV_LOG_LIMITED(WARNING, self->lane_log_)
+              << "sealed lane at " << endpoint << " refused this node ("
+              << in_a_row << " in a row)";
+          return;
+        }
         HandshakeFailureHandler h;
         {
           std::lock_guard<std::mutex> l(self->handler_mu_);
@@ -53,6 +61,11 @@ StatusOr<std::unique_ptr<ZmqVan>> ZmqVan::Create(std::string token,
         if (h) h(conn, endpoint, why, in_a_row, final);
       },
       [self](int conn) {
+        // A lane's connection that dropped may have lost a message on the
+        // way: it counts as its connection's drop.
+        if (conn >= kLaneTagBase) {
+          conn -= kLaneTagBase;
+        }
         DropHandler h;
         {
           std::lock_guard<std::mutex> l(self->handler_mu_);
@@ -186,7 +199,13 @@ Status ZmqVan::Connect(int conn, const std::string& host, int port,
     std::lock_guard<std::mutex> l(c->mu);
     c->socket = s;
     if (local.empty() && options_.key.secure() && options_.sealed_lane) {
-      zmq_van_internal::OfferLane(c.get(), ctx_, host, options_.verbose);
+      net::HandshakeMonitor* monitor = monitor_.get();
+      zmq_van_internal::OfferLane(
+          c.get(), ctx_, host, options_.verbose,
+          [monitor, conn](void* lane) {
+            return monitor->Watch(lane, /*is_server=*/false,
+                                  kLaneTagBase + conn);
+          });
     }
   }
   std::lock_guard<std::mutex> lock(conns_mu_);
@@ -249,12 +268,18 @@ StatusOr<bool> ZmqVan::RecvSocket(RawMessage* msg, bool block) {
   zmq_msg_close(&id);
   msg->frames.clear();
   msg->error = Status::OK();
+  msg->same_host = false;
+  msg->in_shm.clear();
   while (more) {
     auto holder = std::make_shared<net::ZmqFrame>();
     if (zmq_msg_recv(&holder->msg, router_, 0) < 0) {
       return Status::Unavailable("receive: " + ZmqError());
     }
     more = zmq_msg_more(&holder->msg);
+    if (msg->frames.empty()) {
+      // The connection it came on (the routing id the ROUTER adds has none).
+      msg->same_host = net::IsUnixSocket(zmq_msg_get(&holder->msg, ZMQ_SRCFD));
+    }
     const void* data = zmq_msg_data(&holder->msg);
     const size_t size = zmq_msg_size(&holder->msg);
     msg->frames.emplace_back(std::move(holder), data, size);
@@ -265,7 +290,13 @@ StatusOr<bool> ZmqVan::RecvSocket(RawMessage* msg, bool block) {
   if (msg->frames.size() >= 2 && msg->frames[0].empty() &&
       !net::IsRingHello(msg->frames[1].data(), msg->frames[1].size()) &&
       !IsLaneControl(msg->frames[1])) {
-    msg->error = TakeShmFrames(&msg->frames);
+    // A peer over TCP (another host, or this one's) must not make this
+    // node open this host's processes' memory.
+    msg->error = msg->same_host
+                     ? TakeShmFrames(msg)
+                     : Status::InvalidArgument(
+                           "a shared-memory table over TCP: only a peer on "
+                           "the same-host socket may send one");
   }
   return true;
 }
@@ -278,13 +309,21 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
     while (got.ok() && *got && OnSocketMessage(msg)) got = RecvSocket(msg, true);
   } else {
     const auto deadline = Clock::now() + options_.poll_interval;
+    // The lane and the other sources (the socket, the rings) take turns
+    // going first, one message each, so that a busy lane cannot starve
+    // heartbeats and answers on the socket, nor the other way round.
+    auto take_ready = [&] {
+      if (ready_msgs_.empty()) return false;
+      *msg = std::move(ready_msgs_.front());
+      ready_msgs_.pop_front();
+      got = true;
+      return true;
+    };
     for (;;) {
-      DrainLane();
-      if (!ready_msgs_.empty()) {
-        *msg = std::move(ready_msgs_.front());
-        ready_msgs_.pop_front();
-        got = true;
-        break;
+      lane_first_ = !lane_first_;
+      if (lane_first_) {
+        if (ready_msgs_.empty() && lane_ != nullptr) ReadLaneMessage();
+        if (take_ready()) break;
       }
       // The rings and the socket take turns going first, so that a busy
       // same-host peer cannot starve the socket's (remote peers, announcements).
@@ -299,7 +338,10 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
       }
       if (taken_in) continue;
       if (!got.ok() || *got) break;
-      if (!ready_msgs_.empty()) continue;
+      const bool lane_read =
+          ready_msgs_.empty() && lane_ != nullptr && ReadLaneMessage();
+      if (take_ready()) break;
+      if (lane_read) continue;  // a probe or a dropped message: look again
       // Nothing: sleep on the socket and the doorbell, unless a ring's
       // writer got a message in before it could see this thread asleep.
       bool pending = false;

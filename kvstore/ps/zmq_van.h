@@ -105,6 +105,8 @@ class ZmqVan : public Van {
   // dropped (zmq_van_lane.cc).
   int64_t lane_messages_sent() EXCLUDES(conns_mu_);
   int64_t lane_messages_refused() const { return lane_refused_.load(); }
+  // Handshakes its bound sockets (the CURVE socket, the lane) refused.
+  int64_t handshakes_refused() const { return monitor_->refused(); }
   // The port of this node's sealed lane; 0 when it has none.
   int lane_port() const { return lane_port_; }
 
@@ -121,7 +123,7 @@ class ZmqVan : public Van {
   bool EnsureArena(Conn* c);
   // Replaces a received message's shared-memory table by the frames it
   // names.
-  Status TakeShmFrames(std::vector<Blob>* frames);
+  Status TakeShmFrames(RawMessage* msg);
   bool Idle() EXCLUDES(conns_mu_);
   // The sum of `count` over every connection ever made (each under its lock).
   int64_t SumOverConns(int64_t (*count)(const Conn& c)) EXCLUDES(conns_mu_);
@@ -146,7 +148,6 @@ class ZmqVan : public Van {
   // ready_msgs_ (or waits for its sender's switch mark), anything else is
   // dropped and logged; false when none was waiting.
   bool ReadLaneMessage();
-  void DrainLane();
   void RefuseLaneMessage(const zmq_msg_t* part, const std::string& why);
 
   const std::string token_;
@@ -194,7 +195,7 @@ class ZmqVan : public Van {
   std::deque<RawMessage> ready_msgs_;
   std::vector<char> record_;
 
-  void* lane_ = nullptr;  // ROUTER, NULL mechanism: every frame must open
+  void* lane_ = nullptr;  // ROUTER, PLAIN with a lane's token; frames must open
   int lane_port_ = 0;
   struct LaneIn {
     std::string token;  // the sender's
@@ -203,8 +204,13 @@ class ZmqVan : public Van {
     // wait here.
     bool switched = false;
     std::deque<RawMessage> held;
+    std::string zap_token;  // what its connection shows (net::LaneToken)
   };
   std::map<uint64_t, LaneIn> lanes_in_;  // by lane id
+  // Erases a lane and tells the ZapHandler to admit no more with its token.
+  void EraseLaneIn(std::map<uint64_t, LaneIn>::iterator it);
+  // Which source goes first in Recv's next turn (0 the lane, 1 the others).
+  bool lane_first_ = false;
   LogRateLimiter lane_log_;
   std::atomic<int64_t> lane_refused_{0};
 

@@ -3,6 +3,7 @@
 #ifndef KVTRAIN_KVSTORE_PS_ZMQ_VAN_CONN_H_
 #define KVTRAIN_KVSTORE_PS_ZMQ_VAN_CONN_H_
 
+#include <functional>
 #include <zmq.h>
 
 #include <atomic>
@@ -37,7 +38,13 @@ struct LaneOut {
   int verbose = 0;  // PS_VERBOSE
   std::chrono::steady_clock::time_point probed;  // when the probe went
   bool probe_late = false;                       // said it did not answer
+  // Puts the lane's socket under the van's handshake monitor (its drops
+  // count as the connection's; ZmqVan::Connect).
+  std::function<Status(void*)> watch;
 };
+
+// The handshake monitor's tag of connection `conn`'s lane socket.
+inline constexpr int kLaneTagBase = 1 << 28;
 
 struct ZmqVan::Conn {
   explicit Conn(int64_t window) : outbox(window) {}
@@ -86,10 +93,25 @@ void ReleaseFrame(void* data, void* hint);
 
 namespace zmq_van_internal {
 
+// How a frame is handed to ZeroMQ (zmq_msg_send; tests put in failures).
+using ZmqSendFn = int (*)(zmq_msg_t* msg, void* socket, int flags);
+
+// Hands one part of a message to ZeroMQ, again when a signal interrupted
+// it. A part that fails after earlier parts of its message went leaves the
+// message unfinished in ZeroMQ, where the next message's parts would be
+// glued to it: then c is closed (*torn), so that nothing more is sent on
+// it, and the caller's sends fail naming the peer.
+int SendPart(ZmqSendFn send, zmq_msg_t* msg, void* socket, int flags);
+
 // Sends one message's frames; the caller holds c->mu. Frames zmq refused
 // are appended to *unsent, to be closed after c->mu is released (closing
-// runs the release callback, which takes c->mu).
-Status SendFrames(void* socket, ZmqVan::Conn* c, OutMessage* m, std::vector<zmq_msg_t>* unsent);
+// runs the release callback, which takes c->mu). A failure in the middle
+// of the message closes c (SendPart).
+Status SendFrames(void* socket, ZmqVan::Conn* c, OutMessage* m, std::vector<zmq_msg_t>* unsent,
+                  ZmqSendFn send = zmq_msg_send);
+// The error of a send that failed after part `part` of a message went:
+// closes c (c->mu held).
+Status TearConn(ZmqVan::Conn* c, size_t part, const std::string& error);
 void CloseUnsent(std::vector<zmq_msg_t>* unsent);
 
 // Makes c's ring and announces it over the socket; false: c uses the
@@ -103,12 +125,13 @@ bool RingSend(ZmqVan::Conn* c, OutMessage* m, std::vector<zmq_msg_t>* unsent);
 // The sealed lane's sending steps (zmq_van_lane.cc), c->mu held.
 // Offers c a lane over its socket (the first message on it); c->lane set.
 void OfferLane(ZmqVan::Conn* c, void* ctx, const std::string& host,
-               int verbose);
+               int verbose, std::function<Status(void*)> watch);
 // Moves the lane on as the peer answers; once it is ready, sends m over it,
 // every frame sealed and holding `credit` (*status: an error), and returns
 // true; false: m is still to be sent over the socket.
 bool SendOnLane(ZmqVan::Conn* c, OutMessage* m, SendCredit* credit,
-                std::vector<zmq_msg_t>* unsent, Status* status);
+                std::vector<zmq_msg_t>* unsent, Status* status,
+                ZmqSendFn send);
 // Closes the lane's socket (with `linger_ms`).
 void CloseLane(ZmqVan::Conn* c, int linger_ms);
 

@@ -71,7 +71,7 @@ bool IsLaneControl(const Blob& frame) {
 namespace zmq_van_internal {
 
 void OfferLane(ZmqVan::Conn* c, void* ctx, const std::string& host,
-               int verbose) {
+               int verbose, std::function<Status(void*)> watch) {
   StatusOr<std::unique_ptr<net::LaneWriter>> writer = net::LaneWriter::Create();
   if (!writer.ok()) {
     LOG(WARNING) << "no sealed lane to " << c->endpoint << ": "
@@ -83,6 +83,7 @@ void OfferLane(ZmqVan::Conn* c, void* ctx, const std::string& host,
   lane->ctx = ctx;
   lane->host = host;
   lane->verbose = verbose;
+  lane->watch = std::move(watch);
   // The key travels inside CURVE; the lane only ever carries what it seals.
   std::string offer(kOfferBytes, '\0');
   std::memcpy(&offer[0], kOfferMagic, 8);
@@ -142,7 +143,12 @@ void AdvanceLane(ZmqVan::Conn* c) {
     const std::string endpoint =
         "tcp://" + lane->host + ":" + std::to_string(port);
     const std::string probe = lane->writer->Probe();
-    if (!net::LimitInbound(s).ok() || zmq_connect(s, endpoint.c_str()) != 0 ||
+    // The lane admits the connection only with the token of the key it
+    // was offered over CURVE; the monitor reports its failures and drops.
+    if (!net::LimitInbound(s).ok() ||
+        !net::SecureLaneClient(s, lane->writer->key()).ok() ||
+        (lane->watch && !lane->watch(s).ok()) ||
+        zmq_connect(s, endpoint.c_str()) != 0 ||
         zmq_send(s, probe.data(), probe.size(), 0) < 0) {
       LOG(WARNING) << "sealed lane to " << endpoint << ": " << ZmqError()
                    << "; messages stay on CURVE";
@@ -194,7 +200,8 @@ void AdvanceLane(ZmqVan::Conn* c) {
 }  // namespace
 
 bool SendOnLane(ZmqVan::Conn* c, OutMessage* m, SendCredit* credit,
-                std::vector<zmq_msg_t>* unsent, Status* status) {
+                std::vector<zmq_msg_t>* unsent, Status* status,
+                ZmqSendFn send) {
   LaneOut* lane = c->lane.get();
   if (lane->state == LaneOut::State::kOffered ||
       lane->state == LaneOut::State::kProbing) {
@@ -231,14 +238,17 @@ bool SendOnLane(ZmqVan::Conn* c, OutMessage* m, SendCredit* credit,
         &msg, hold->blob.data(), hold->blob.size(), ReleaseFrame, hold);
     if (!init.ok()) {
       zmq_msg_close(&msg);  // as SendFrames: accounted as released
-      if (status->ok()) *status = init;
+      if (status->ok()) {
+        *status = i > 0 ? TearConn(c, i, std::string(init.message())) : init;
+      }
       continue;
     }
     if (!status->ok() ||
-        zmq_msg_send(&msg, lane->socket, i + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
+        SendPart(send, &msg, lane->socket, i + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
       if (status->ok()) {
-        *status =
-            Status::Unavailable("send to " + c->endpoint + ": " + ZmqError());
+        const std::string error = ZmqError();
+        *status = i > 0 ? TearConn(c, i, error)
+                        : Status::Unavailable("send to " + c->endpoint + ": " + error);
       }
       unsent->push_back(msg);
     }
@@ -259,8 +269,16 @@ void CloseLane(ZmqVan::Conn* c, int linger_ms) {
 // The receiving side: the receive thread's.
 
 Status ZmqVan::BindLane() {
-  KV_ASSIGN_OR_RETURN(lane_, net::BindLaneSocket(ctx_, &lane_port_));
+  if (zap_ == nullptr) return Status::FailedPrecondition("no ZAP handler");
+  KV_ASSIGN_OR_RETURN(lane_, net::BindLaneSocket(ctx_, &lane_port_, [this](void* s) {
+                        return monitor_->Watch(s, /*is_server=*/true, -1);
+                      }));
   return Status::OK();
+}
+
+void ZmqVan::EraseLaneIn(std::map<uint64_t, LaneIn>::iterator it) {
+  zap_->ForgetLane(it->second.zap_token);
+  lanes_in_.erase(it);
 }
 
 bool ZmqVan::OnLaneControl(const RawMessage& msg) {
@@ -288,14 +306,20 @@ bool ZmqVan::OnLaneControl(const RawMessage& msg) {
   if (lane_ != nullptr) {
     // The same sender connected again: its earlier lane is done.
     for (auto it = lanes_in_.begin(); it != lanes_in_.end();) {
-      it = it->second.token == msg.token ? lanes_in_.erase(it) : std::next(it);
+      auto next = std::next(it);
+      if (it->second.token == msg.token) EraseLaneIn(it);
+      it = next;
     }
-    StatusOr<std::unique_ptr<net::Sealer>> sealer =
-        net::Sealer::Create(std::string(control + 16, net::kSealKeyBytes));
+    const std::string key(control + 16, net::kSealKeyBytes);
+    StatusOr<std::unique_ptr<net::Sealer>> sealer = net::Sealer::Create(key);
     if (sealer.ok() && lanes_in_.count(id) == 0) {
       LaneIn& in = lanes_in_[id];
       in.token = msg.token;
       in.reader = std::make_unique<net::LaneReader>(id, std::move(*sealer));
+      // Only now can a connection to the lane be admitted, and only the
+      // offerer's (it alone has the key the token comes from).
+      in.zap_token = net::LaneToken(key);
+      zap_->AllowLane(in.zap_token);
       port = static_cast<uint64_t>(lane_port_);
     }
   }
@@ -351,11 +375,23 @@ bool ZmqVan::ReadLaneMessage() {
     zmq_send(lane_, got.answer.data(), got.answer.size(), ZMQ_DONTWAIT);
   } else {
     LaneIn& lane = lanes_in_[got.lane];
-    LOG_IF(WARNING, got.lost > 0)
-        << "sealed lane from " << lane.token << ": " << got.lost
-        << " frames never came (a message lost on the way)";
     RawMessage msg;
     msg.token = lane.token;
+    if (got.lost > 0) {
+      // A message of the peer's never came (its lane's connection broke
+      // while it was on the way): the job cannot go on without it.
+      RawMessage loss;
+      loss.token = lane.token;
+      loss.error = Status::DataLoss(
+          "its sealed lane lost " + std::to_string(got.lost) +
+          " frames on the way (the lane's connection broke in the middle of "
+          "a message)");
+      if (lane.switched) {
+        ready_msgs_.push_back(std::move(loss));
+      } else {
+        lane.held.push_back(std::move(loss));
+      }
+    }
     for (size_t i = 0; i < parts.size(); ++i) {
       msg.frames.emplace_back(parts[i], sealed[i].data + net::kSealHeaderBytes,
                               sealed[i].size - net::kSealedOverhead);
@@ -370,11 +406,6 @@ bool ZmqVan::ReadLaneMessage() {
   return true;
 }
 
-void ZmqVan::DrainLane() {
-  if (lane_ == nullptr) return;
-  while (ReadLaneMessage()) {
-  }
-}
 
 int64_t ZmqVan::lane_messages_sent() {
   return SumOverConns([](const Conn& c) NO_THREAD_SAFETY_ANALYSIS {

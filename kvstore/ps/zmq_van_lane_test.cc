@@ -1,7 +1,8 @@
 // The sealed lane between ZmqVans over TCP with security on: messages
 // travel sealed and arrive whole and in order across the switch from CURVE,
-// the lane is off when security or the option is, and what a stranger or a
-// replay puts on the lane is dropped while the node goes on. The last test
+// the lane is off when security or the option is, a stranger cannot
+// connect to the lane, and what a replay puts on it is dropped while the
+// node goes on and a lost message is reported. The last test
 // speaks the lane's wire format by hand, as a job member would, to try what
 // the van itself never sends.
 #include <gtest/gtest.h>
@@ -154,18 +155,24 @@ TEST(ZmqVanLaneTest, NoLaneWithoutSecurityOrWhenTurnedOff) {
   EXPECT_EQ(sender->lane_messages_sent(), 0);
 }
 
-// A connected, unauthenticated DEALER on the node's lane.
-void* Stranger(void* ctx, int lane_port) {
+// A DEALER connected to the node's lane: with the token of `lane_key`
+// (net::LaneToken), as a job member's, or with none ("").
+void* LaneDealer(void* ctx, int lane_port, const std::string& lane_key) {
   void* s = zmq_socket(ctx, ZMQ_DEALER);
+  if (!lane_key.empty()) {
+    EXPECT_TRUE(net::SecureLaneClient(s, lane_key).ok());
+  }
   const std::string ep = "tcp://127.0.0.1:" + std::to_string(lane_port);
   EXPECT_EQ(zmq_connect(s, ep.c_str()), 0);
   return s;
 }
 
 std::string Sealed(net::Sealer* sealer, uint64_t lane, uint64_t seq,
-                   net::SealKind kind, const std::string& payload) {
+                   net::SealKind kind, const std::string& payload,
+                   uint16_t part = 0) {
   net::SealHeader h;
   h.kind = kind;
+  h.part = part;
   h.lane = lane;
   h.seq = seq;
   h.size = payload.size();
@@ -174,26 +181,32 @@ std::string Sealed(net::Sealer* sealer, uint64_t lane, uint64_t seq,
   return out;
 }
 
-TEST(ZmqVanLaneTest, StrangersOnTheLaneAreDroppedAndTheNodeGoesOn) {
+// Without a lane's token no connection to the lane gets past its
+// handshake: not one without a token, not one with a token of a key the
+// node was never offered. Nothing they send is read, and the job's own
+// sender still gets through the lane.
+TEST(ZmqVanLaneTest, StrangersCannotConnectToTheLane) {
   const JobKey key = JobKey::Generate();
   Node node(key);
   void* ctx = zmq_ctx_new();
-  void* s = Stranger(ctx, node.van->lane_port());
-  zmq_send(s, "junk", 4, 0);
-  auto other =
-      net::Sealer::Create(net::SealRandomBytes(net::kSealKeyBytes)).value();
-  const std::string forged =
-      Sealed(other.get(), 12345, 1, net::SealKind::kProbe, "");
-  zmq_send(s, forged.data(), forged.size(), 0);
-  EXPECT_TRUE(node.WaitRefused(2));
-  // The stranger got no answer, and the job's own sender still gets through
-  // the lane.
-  char buf[64];
-  EXPECT_LT(zmq_recv(s, buf, sizeof(buf), ZMQ_DONTWAIT), 0);
+  void* none = LaneDealer(ctx, node.van->lane_port(), "");
+  void* forged = LaneDealer(ctx, node.van->lane_port(),
+                            net::SealRandomBytes(net::kSealKeyBytes));
+  for (void* s : {none, forged}) zmq_send(s, "junk", 4, ZMQ_DONTWAIT);
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (node.van->handshakes_refused() < 2 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(node.van->handshakes_refused(), 2);
+  EXPECT_EQ(node.van->lane_messages_refused(), 0) << "a stranger's message was read";
   auto sender = SenderVan(key, node.port);
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(sender->Send(1, 0, Message(i)).ok());
   ASSERT_EQ(node.WaitFor(5).size(), 5u);
-  zmq_close(s);
+  const int zero = 0;
+  for (void* s : {none, forged}) {
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_close(s);
+  }
   zmq_ctx_term(ctx);
 }
 
@@ -290,7 +303,7 @@ TEST(ZmqVanLaneTest, AMessageIsTakenOnceWholeAndInOrder) {
   ASSERT_EQ(RecvLast(curve),
             "kvLaneP1" + U64(lane) + U64(node.van->lane_port()));
 
-  void* wire = Stranger(ctx, node.van->lane_port());
+  void* wire = LaneDealer(ctx, node.van->lane_port(), lane_key);
   zmq_setsockopt(wire, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
   SendParts(wire, {Sealed(sealer.get(), lane, 1, net::SealKind::kProbe, "")});
   std::string ready = RecvLast(wire);
@@ -303,7 +316,7 @@ TEST(ZmqVanLaneTest, AMessageIsTakenOnceWholeAndInOrder) {
   const std::string data = Pattern(20000, 3);
   const std::vector<std::string> first = {
       Sealed(sealer.get(), lane, 2, net::SealKind::kData, "meta"),
-      Sealed(sealer.get(), lane, 3, net::SealKind::kLast, data)};
+      Sealed(sealer.get(), lane, 3, net::SealKind::kLast, data, 1)};
   SendParts(wire, first);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(node.WaitFor(0).size(), 0u);
@@ -315,8 +328,9 @@ TEST(ZmqVanLaneTest, AMessageIsTakenOnceWholeAndInOrder) {
   EXPECT_EQ(got[1].error, "");
   EXPECT_EQ(got[1].frames, (std::vector<std::string>{"meta", data}));
 
-  // Played again, on another connection: dropped.
-  void* replay = Stranger(ctx, node.van->lane_port());
+  // Played again, on another connection (with the token, which travels in
+  // the clear): dropped.
+  void* replay = LaneDealer(ctx, node.van->lane_port(), lane_key);
   SendParts(replay, first);
   EXPECT_TRUE(node.WaitRefused(1));
   // Altered on the way, or cut before its last part: dropped whole.
@@ -328,14 +342,22 @@ TEST(ZmqVanLaneTest, AMessageIsTakenOnceWholeAndInOrder) {
   EXPECT_TRUE(node.WaitRefused(2));
   SendParts(wire, {Sealed(sealer.get(), lane, 6, net::SealKind::kData, "cut")});
   EXPECT_TRUE(node.WaitRefused(3));
-  // The node goes on with the lane's next message.
+  // A message whose leading part is missing (numbered from 1): dropped.
+  SendParts(wire, {Sealed(sealer.get(), lane, 7, net::SealKind::kData, "x", 1),
+                   Sealed(sealer.get(), lane, 8, net::SealKind::kLast, "y", 2)});
+  EXPECT_TRUE(node.WaitRefused(4));
+  // The lane's next message comes, after word that frames were lost on the
+  // way (the messages dropped above): the node does not go on as if the
+  // lane were whole.
   const std::string data2 = Pattern(30000, 4);
-  SendParts(wire, {Sealed(sealer.get(), lane, 7, net::SealKind::kData, "next"),
-                   Sealed(sealer.get(), lane, 8, net::SealKind::kLast, data2)});
-  got = node.WaitFor(3);
-  ASSERT_EQ(got.size(), 3u);
-  EXPECT_EQ(got[2].frames, (std::vector<std::string>{"next", data2}));
-  EXPECT_EQ(node.van->lane_messages_refused(), 3);
+  SendParts(wire, {Sealed(sealer.get(), lane, 9, net::SealKind::kData, "next"),
+                   Sealed(sealer.get(), lane, 10, net::SealKind::kLast, data2, 1)});
+  got = node.WaitFor(4);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_NE(got[2].error.find("lost 5 frames"), std::string::npos) << got[2].error;
+  EXPECT_TRUE(got[2].frames.empty());
+  EXPECT_EQ(got[3].frames, (std::vector<std::string>{"next", data2}));
+  EXPECT_EQ(node.van->lane_messages_refused(), 4);
 
   for (void* s : {curve, wire, replay}) {
     const int zero = 0;

@@ -105,6 +105,15 @@ bool ZmqVan::OnSocketMessage(RawMessage* msg) {
     net::ShmRef ref;
     Status status = net::DecodeRingHello(msg->frames[1].data(),
                                          msg->frames[1].size(), &ref);
+    if (!msg->same_host) {
+      // Only a peer on the same-host socket may name this host's memory:
+      // dropped, as any malformed message.
+      msg->frames.clear();
+      msg->error = Status::InvalidArgument(
+          "a shared-memory ring announced over TCP: only a peer on the "
+          "same-host socket may announce one");
+      return false;
+    }
     if (status.ok() && bell_write_ < 0) {
       status = Status::Unavailable(
           "a ring announced to a node without a same-host socket");
@@ -207,7 +216,7 @@ Status ZmqVan::DecodeRecord(std::vector<char>&& record, RawMessage* msg) {
   }
   if (at != owner->size()) return bad("has bytes after its frames");
   if (msg->frames.size() >= 2 && msg->frames[0].empty())
-    return TakeShmFrames(&msg->frames);
+    return TakeShmFrames(msg);
   return Status::OK();
 }
 
@@ -349,12 +358,14 @@ void ZmqVan::PlaceInShm(Conn* c, OutMessage* m) {
   shm_frames_sent_ += static_cast<int64_t>(placed.size());
 }
 
-Status ZmqVan::TakeShmFrames(std::vector<Blob>* frames) {
+Status ZmqVan::TakeShmFrames(RawMessage* msg) {
+  std::vector<Blob>* frames = &msg->frames;
   net::ShmRef arena;
   std::vector<net::ShmPlaced> placed;
   KV_RETURN_IF_ERROR(net::DecodeShmTable((*frames)[1].data(),
                                          (*frames)[1].size(), &arena, &placed));
   frames->erase(frames->begin(), frames->begin() + 2);
+  msg->in_shm.assign(frames->size(), false);
   for (const net::ShmPlaced& p : placed) {
     if (p.frame >= frames->size() || !(*frames)[p.frame].empty()) {
       return Status::InvalidArgument(
@@ -366,6 +377,7 @@ Status ZmqVan::TakeShmFrames(std::vector<Blob>* frames) {
     ref.size = p.size;
     KV_ASSIGN_OR_RETURN(net::ShmMaps::View v, shm_maps_.Open(ref));
     (*frames)[p.frame] = Blob(std::move(v.owner), v.data, v.size);
+    msg->in_shm[p.frame] = true;
   }
   return Status::OK();
 }

@@ -280,12 +280,14 @@ TEST(ZmqVanTest, RingsAndTheSocketTakeTurns) {
 // of its mark; one that no mark announced (say from a connection the peer
 // closed) is not held back for ever.
 TEST(ZmqVanTest, SocketMessagesWaitOnlyForTheirMark) {
-  auto f = MakeVan("f");
+  // f's own ring is off: the test plays the ring by hand, announced over
+  // the same-host socket (the only one a ring may be announced on).
+  auto f = MakeVan("f", 4 << 20, 0, /*shm_ring=*/false);
   auto b = MakeVan("b");
   StatusOr<int> port = b->Bind(0);
   ASSERT_TRUE(port.ok());
-  ASSERT_TRUE(
-      f->Connect(1, "127.0.0.1", *port, "").ok());  // the socket, by hand
+  ASSERT_TRUE(f->Bind(0).ok());  // a same-host socket of its own
+  ASSERT_TRUE(f->Connect(1, "127.0.0.1", *port, b->SameHostAddress()).ok());
   auto ring = net::ShmRingWriter::Create();
   ASSERT_TRUE(ring.ok());
   ASSERT_TRUE(
@@ -321,6 +323,27 @@ TEST(ZmqVanTest, SocketMessagesWaitOnlyForTheirMark) {
   EXPECT_EQ(RecvOne(b.get()).frames[0].ToString(), "socket 2");
 }
 
+// A ring announced over TCP (from another host, or this one's) is not
+// opened: only a peer on the same-host socket may name this host's memory.
+TEST(ZmqVanTest, ARingAnnouncedOverTcpIsDropped) {
+  auto f = MakeVan("f");
+  auto b = MakeVan("b");
+  StatusOr<int> port = b->Bind(0);
+  ASSERT_TRUE(port.ok());
+  ASSERT_TRUE(f->Connect(1, "127.0.0.1", *port, "").ok());  // TCP
+  auto ring = net::ShmRingWriter::Create();
+  ASSERT_TRUE(ring.ok());
+  ASSERT_TRUE(
+      f->Send(1, 0,
+              {Blob(), Blob::FromString(net::EncodeRingHello((*ring)->ref()))})
+          .ok());
+  const RawMessage got = RecvOne(b.get());
+  EXPECT_FALSE(got.same_host);
+  EXPECT_EQ(got.error.code(), Status::Code::kInvalidArgument) << got.error;
+  EXPECT_NE(got.error.message().find("announced over TCP"), std::string::npos) << got.error;
+  EXPECT_FALSE((*ring)->ReaderAttached()) << "the node opened a ring named over TCP";
+}
+
 TEST(ZmqVanTest, ShmRingOffUsesTheSocket) {
   auto a = MakeVan("a", 4 << 20, ZmqVanOptions().shm_bytes, /*shm_ring=*/false);
   auto b = MakeVan("b");
@@ -341,11 +364,14 @@ TEST(ZmqVanTest, ShmRingOffUsesTheSocket) {
 // arena of ours; anything else is an error for the receiver to report, and
 // the van goes on receiving.
 TEST(ZmqVanTest, ForgedSharedMemoryTablesAreErrors) {
-  auto a = MakeVan("a");
+  // Over the same-host socket (the only one tables are read from), with
+  // a's own shared memory and ring off: what the test forges is sent as is.
+  auto a = MakeVan("a", 4 << 20, 0, /*shm_ring=*/false);
   auto b = MakeVan("b");
   StatusOr<int> port = b->Bind(0);
   ASSERT_TRUE(port.ok());
-  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, "").ok());  // TCP: sent as is
+  ASSERT_TRUE(a->Bind(0).ok());
+  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, b->SameHostAddress()).ok());
   net::ShmRef arena;
   arena.pid = getpid();
   arena.fd = 0;
@@ -395,8 +421,11 @@ TEST(ZmqVanTest, ForgedSharedMemoryTablesAreErrors) {
   // and the ring's next record is read as usual.
   auto forged = net::ShmRingWriter::Create();
   ASSERT_TRUE(forged.ok());
-  auto f = MakeVan("f");
-  ASSERT_TRUE(f->Connect(1, "127.0.0.1", *port, "").ok());
+  // Its own ring off: the test writes one by hand, announced over the
+  // same-host socket (the only one a ring may be announced on).
+  auto f = MakeVan("f", 4 << 20, 0, /*shm_ring=*/false);
+  ASSERT_TRUE(f->Bind(0).ok());
+  ASSERT_TRUE(f->Connect(1, "127.0.0.1", *port, b->SameHostAddress()).ok());
   ASSERT_TRUE(f->Send(1, 0,
                       {Blob(), Blob::FromString(
                                    net::EncodeRingHello((*forged)->ref()))})

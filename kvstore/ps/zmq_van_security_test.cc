@@ -29,6 +29,7 @@
 #include "kvstore/ps/zmq_van.h"
 #include "net/curve.h"
 #include "net/same_host.h"
+#include "net/shm.h"
 
 namespace kvtrain {
 namespace ps {
@@ -303,6 +304,174 @@ TEST(InboundLimitsTest, AFrameDeclaredAboveTheLimitIsNeverBuffered) {
   // Still serving the job's peers.
   auto peer = MakeVan("peer", JobKey::Generate());
   (void)peer;
+}
+
+// A ZMTP 3.0 greeting naming `mechanism`, as a client's.
+std::string Greeting(const std::string& mechanism) {
+  std::string g(64, '\0');
+  g[0] = '\xFF';
+  g[9] = '\x7F';
+  g[10] = 3;
+  std::memcpy(&g[12], mechanism.data(), mechanism.size());
+  return g;
+}
+
+// A short ZMTP command frame: flags 0x04, size, "\x05NAME" and `body`.
+std::string Command(const std::string& name, const std::string& body) {
+  std::string c = std::string(1, static_cast<char>(name.size())) + name + body;
+  return std::string{'\x04', static_cast<char>(c.size())} + c;
+}
+
+// Sends all of `data` on a blocking socket; false once the peer closed.
+bool SendAll(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t k = send(fd, data, n, MSG_NOSIGNAL);
+    if (k <= 0) return false;
+    data += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+// The attack on the sealed lane, as a process without the job's key can
+// make it: a connection opens a handshake (`hello`, after the greeting),
+// then streams 1 MiB frames marked "more to follow", never the last one,
+// 256 MiB in all. Returns the bytes the node took before it closed the
+// connection (all of them if it never did).
+int64_t FloodLane(int port, const std::string& greeting, const std::string& hello) {
+  const int fd = RawConnect(port);
+  EXPECT_GE(fd, 0);
+  timeval tv{5, 0};  // a node that stops reading without closing: stop too
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  int64_t sent = 0;
+  std::string frame(9 + (1 << 20), 'x');
+  frame[0] = '\x03';  // more, long size
+  for (int i = 0; i < 8; ++i) frame[1 + i] = 0;
+  frame[1 + 5] = '\x10';  // 1 MiB, big-endian
+  if (SendAll(fd, greeting.data(), greeting.size()) &&
+      SendAll(fd, hello.data(), hello.size())) {
+    sent = static_cast<int64_t>(greeting.size() + hello.size());
+    for (int i = 0; i < 256; ++i) {
+      if (!SendAll(fd, frame.data(), frame.size())) break;
+      sent += static_cast<int64_t>(frame.size());
+    }
+  }
+  close(fd);
+  return sent;
+}
+
+// Tried on a node before: a keyless client on the sealed lane's port
+// (ZeroMQ's NULL mechanism then) streamed 256 MiB of an unfinished message
+// and the node held all of it. Now the lane admits a connection only with
+// a lane's token: the NULL client is closed at its greeting, a PLAIN
+// client with a made-up token at its HELLO, and the node's memory stays
+// where it was.
+TEST(InboundLimitsTest, AKeylessFloodOnTheLaneHoldsNothing) {
+  const JobKey key = JobKey::Generate();
+  Listener node(key);
+  const int lane = node.van->lane_port();
+  ASSERT_GT(lane, 0);
+  const int64_t before = ResidentBytes();
+  const std::string ready =
+      Command("READY", std::string("\x0bSocket-Type\0\0\0\x06", 16) + "DEALER");
+  const int64_t null_took = FloodLane(lane, Greeting("NULL"), ready);
+  const std::string user = net::kLaneUser;
+  const std::string token(32, 'a');
+  const int64_t plain_took = FloodLane(
+      lane, Greeting("PLAIN"),
+      Command("HELLO", std::string(1, static_cast<char>(user.size())) + user +
+                           std::string(1, static_cast<char>(token.size())) + token));
+  const int64_t grown = ResidentBytes() - before;
+  EXPECT_LT(null_took, 64 << 20) << "the node took " << null_took << " bytes from a NULL client";
+  EXPECT_LT(plain_took, 64 << 20) << "the node took " << plain_took << " bytes from a made-up token";
+  EXPECT_LT(grown, 64 << 20) << "the node's memory grew by " << grown << " bytes";
+  // The job's own peers still get in.
+  Sender peer(key);
+  ASSERT_TRUE(peer.SendTo(node.port, "still here").ok());
+  EXPECT_EQ(node.RecvOne(std::chrono::seconds(30)), "still here");
+}
+
+// A client with no key declares a first command just under the frame
+// limit, as no HELLO needs, and streams into it: ZeroMQ would buffer each
+// until the handshake deadline (10 s). 40 such connections held 160 MiB.
+// Now a connection past a HELLO's bytes without the node's WELCOME is
+// closed at once.
+TEST(InboundLimitsTest, ACommandNoHelloNeedsIsClosedAtOnce) {
+  auto node = MakeVan("node", JobKey::Generate());
+  const int port = *node->Bind(0);
+  const int64_t before = ResidentBytes();
+  const size_t declared = (4u << 20) - 64;
+  std::vector<char> body(declared - 1024, 'x');
+  std::vector<int> fds;
+  for (int c = 0; c < 40; ++c) {
+    const int fd = RawConnect(port);
+    ASSERT_GE(fd, 0);
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    const std::string greeting = Greeting("CURVE");
+    unsigned char head[9] = {0x06, 0, 0, 0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 8; ++i) head[8 - i] = static_cast<unsigned char>(declared >> (8 * i));
+    (void)(SendAll(fd, greeting.data(), greeting.size()) &&
+           SendAll(fd, reinterpret_cast<const char*>(head), sizeof(head)) &&
+           SendAll(fd, body.data(), body.size()));
+    fds.push_back(fd);  // held open, never finished
+  }
+  // Each is closed by the node (its greeting read, then the end), not at
+  // the 10 s handshake deadline.
+  int closed = 0;
+  for (int fd : fds) {
+    const auto until = Clock::now() + std::chrono::seconds(3);
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - Clock::now());
+      pollfd p{fd, POLLIN, 0};
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) != 1) break;
+      char b[256];
+      if (recv(fd, b, sizeof(b), MSG_DONTWAIT) <= 0) {
+        ++closed;
+        break;
+      }
+    }
+  }
+  const int64_t grown = ResidentBytes() - before;
+  for (int fd : fds) close(fd);
+  EXPECT_EQ(closed, 40) << "connections the node kept open past their HELLO's bytes";
+  // Held, they would be 160 MiB; freed, the allocator may keep some.
+  EXPECT_LT(grown, 128 << 20) << "the node's memory grew by " << grown << " bytes";
+}
+
+// A key holder over TCP (another host, or this one's) sends a table naming
+// shared memory of a process on the node's host: before, the node opened
+// /proc/<pid>/fd/<fd> and read it as the message's frame. Now only a peer
+// on the same-host socket may name shared memory; this one is dropped.
+TEST(SameHostTest, ASharedMemoryTableOverTcpIsRefused) {
+  const JobKey key = JobKey::Generate();
+  ZmqVanOptions o;
+  o.key = key;
+  o.sealed_lane = false;  // every message over CURVE, where tables are read
+  o.poll_interval = std::chrono::milliseconds(20);
+  auto node = ZmqVan::Create("node", o).value();
+  const int port = *node->Bind(0);
+  auto arena = net::ShmArena::Create(1 << 20).value();
+  const std::string secret = "bytes of a process on the node's host";
+  net::ShmRef ref;
+  ASSERT_TRUE(arena->Put(secret.data(), secret.size(), &ref));
+  net::ShmPlaced placed;
+  placed.frame = 0;
+  placed.offset = ref.offset;
+  placed.size = ref.size;
+  const std::string table = net::EncodeShmTable(ref, {placed});
+  auto peer = MakeVan("peer", key);
+  ASSERT_TRUE(peer->Connect(1, "127.0.0.1", port, "").ok());
+  ASSERT_TRUE(peer->Send(1, 0, {Blob(), Blob::Copy(table.data(), table.size()), Blob()}).ok());
+  RawMessage msg;
+  ASSERT_TRUE(RecvWithin(node.get(), std::chrono::seconds(30), &msg));
+  EXPECT_FALSE(msg.same_host);
+  EXPECT_EQ(msg.error.code(), Status::Code::kInvalidArgument) << msg.error;
+  EXPECT_THAT(std::string(msg.error.message()), HasSubstr("over TCP"));
+  for (const Blob& b : msg.frames) {
+    EXPECT_NE(b.ToString(), secret) << "the node read another process's memory";
+  }
 }
 
 // A stranger opening 2,000 connections and never speaking cannot use up

@@ -32,11 +32,29 @@ void ReleaseFrame(void* /*data*/, void* hint) {
 
 namespace zmq_van_internal {
 
+int SendPart(ZmqSendFn send, zmq_msg_t* msg, void* socket, int flags) {
+  for (;;) {
+    const int rc = send(msg, socket, flags);
+    if (rc >= 0 || zmq_errno() != EINTR) return rc;
+  }
+}
+
+Status TearConn(ZmqVan::Conn* c, size_t part, const std::string& error) {
+  c->closed = true;
+  LOG(ERROR) << "connection to " << c->endpoint << " closed: a send failed after "
+             << part << " parts of a message had gone (" << error
+             << "); nothing more is sent on it, so that no later message is "
+                "read as the rest of that one";
+  return Status::Unavailable("send to " + c->endpoint +
+                             " failed in the middle of a message (" + error +
+                             "): the connection is closed");
+}
+
 Status SendFrames(void* socket, ZmqVan::Conn* c, OutMessage* m,
-                  std::vector<zmq_msg_t>* unsent) {
+                  std::vector<zmq_msg_t>* unsent, ZmqSendFn send) {
   Status status;
   auto* credit = new SendCredit(c, m->bytes);
-  if (c->lane != nullptr && SendOnLane(c, m, credit, unsent, &status))
+  if (c->lane != nullptr && SendOnLane(c, m, credit, unsent, &status, send))
     return status;
   const size_t n = m->frames.size();
   for (size_t i = 0; i < n; ++i) {
@@ -49,16 +67,17 @@ Status SendFrames(void* socket, ZmqVan::Conn* c, OutMessage* m,
     if (!init.ok()) {
       // Cannot happen short of memory exhaustion; accounted as released.
       zmq_msg_close(&msg);
-      status = init;
+      if (status.ok()) status = i > 0 ? TearConn(c, i, std::string(init.message())) : init;
       continue;
     }
     if (!status.ok()) {
       unsent->push_back(msg);
       continue;
     }
-    if (zmq_msg_send(&msg, socket, last ? 0 : ZMQ_SNDMORE) < 0) {
-      status =
-          Status::Unavailable("send to " + c->endpoint + ": " + ZmqError());
+    if (SendPart(send, &msg, socket, last ? 0 : ZMQ_SNDMORE) < 0) {
+      const std::string error = ZmqError();
+      status = i > 0 ? TearConn(c, i, error)
+                     : Status::Unavailable("send to " + c->endpoint + ": " + error);
       unsent->push_back(msg);
     }
   }

@@ -6,9 +6,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
+#include "kvstore/ps/zmq_van_conn.h"
 #include "kvstore/ps/zmq_van_testlib.h"
 #include "net/curve.h"
 
@@ -114,6 +118,63 @@ TEST(ZmqVanTest, SendsWaitForAPeerThatBindsLater) {
   ASSERT_TRUE(b->Bind(*port).ok());
   EXPECT_EQ(RecvOne(b.get()).frames[0].ToString(), "early");
   EXPECT_EQ(a->Send(7, 0, {}).code(), Status::Code::kUnavailable);
+}
+
+// A part ZeroMQ refuses after earlier parts of its message went (a send
+// failure in the middle of a message) leaves the message unfinished in
+// ZeroMQ, where the next message's parts would be glued to it: the
+// connection is closed instead, and the error names the peer. A signal
+// that interrupts a part is not a failure: the part goes again.
+std::atomic<int> send_calls{0};
+int FailThirdCall(zmq_msg_t* msg, void* socket, int flags) {
+  const int n = ++send_calls;
+  if (n == 2) {
+    errno = EINTR;
+    return -1;
+  }
+  if (n == 4) {
+    errno = EFAULT;
+    return -1;
+  }
+  return zmq_msg_send(msg, socket, flags);
+}
+
+TEST(ZmqVanTest, ASendTornInTheMiddleClosesTheConnection) {
+  ZmqVanOptions o;
+  o.key = net::JobKey::Insecure();
+  auto van = ZmqVan::Create("sender", o).value();
+  void* ctx = zmq_ctx_new();
+  void* router = zmq_socket(ctx, ZMQ_ROUTER);
+  ASSERT_EQ(zmq_bind(router, "inproc://torn"), 0);
+  void* dealer = zmq_socket(ctx, ZMQ_DEALER);
+  ASSERT_EQ(zmq_connect(dealer, "inproc://torn"), 0);
+  ZmqVan::Conn c(1 << 20);
+  c.van = van.get();
+  c.endpoint = "inproc://torn";
+  std::vector<zmq_msg_t> unsent;
+  Status s;
+  {
+    std::lock_guard<std::mutex> l(c.mu);
+    OutMessage m;
+    for (const char* f : {"a", "b", "c", "d"}) m.frames.push_back(Blob::FromString(f));
+    m.bytes = 4;
+    ASSERT_TRUE(c.outbox.Offer(&m));
+    // Call 1 sends "a", call 2 is interrupted and "b" goes again (call 3),
+    // call 4 fails "c".
+    s = zmq_van_internal::SendFrames(dealer, &c, &m, &unsent, FailThirdCall);
+    EXPECT_TRUE(c.closed) << "a torn message left its connection open";
+  }
+  zmq_van_internal::CloseUnsent(&unsent);
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("inproc://torn"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("middle of a message"));
+  EXPECT_EQ(send_calls.load(), 4);
+  const int zero = 0;
+  for (void* z : {router, dealer}) {
+    zmq_setsockopt(z, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_close(z);
+  }
+  zmq_ctx_term(ctx);
 }
 
 }  // namespace

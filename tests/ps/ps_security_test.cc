@@ -12,7 +12,17 @@
 #include <gtest/gtest.h>
 #include <zmq.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
 #include <regex>
+#include <set>
+#include <sstream>
 
 #include "net/curve.h"
 #include "kvstore/ps/wire.pb.h"
@@ -185,6 +195,136 @@ TEST(PsSecurityTest, RogueWithoutTheKeyGetsNothingThroughAndIsLogged) {
     const int windows = static_cast<int>(seconds / 10) + 1;
     EXPECT_LE(lines, 2 * 10 * windows) << log;
     EXPECT_GE(lines, 3);
+  }
+}
+
+// The TCP ports process `pid` listens on (its descriptors' socket inodes
+// matched against /proc/net/tcp and tcp6, state LISTEN).
+std::set<int> ListeningPorts(pid_t pid) {
+  std::set<std::string> inodes;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      char target[128];
+      const ssize_t n = readlink((dir + "/" + e->d_name).c_str(), target, sizeof(target) - 1);
+      if (n <= 0) continue;
+      target[n] = '\0';
+      const std::string t(target);
+      if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
+    }
+    closedir(d);
+  }
+  std::set<int> ports;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the heading
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >>
+            timeout >> inode)) {
+        continue;
+      }
+      if (state == "0A" && inodes.count(inode) != 0) {
+        ports.insert(std::stoi(local.substr(local.rfind(':') + 1), nullptr, 16));
+      }
+    }
+  }
+  return ports;
+}
+
+int64_t ResidentKb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+// ZeroMQ's NULL greeting and READY, as a keyless client sends them, then
+// 1 MiB parts of a message it never finishes, 256 MiB in all. Returns the
+// bytes the node took before it closed the connection.
+int64_t FloodWithAnUnfinishedMessage(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return 0;
+  }
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  std::string hello(64, '\0');
+  hello[0] = '\xFF';
+  hello[9] = '\x7F';
+  hello[10] = 3;
+  std::memcpy(&hello[12], "NULL", 4);
+  const std::string props = std::string("\x05READY\x0bSocket-Type\0\0\0\x06", 22) + "DEALER";
+  hello += std::string{'\x04', static_cast<char>(props.size())} + props;
+  std::string part(9 + (1 << 20), 'x');
+  part[0] = '\x03';
+  for (int i = 1; i < 9; ++i) part[i] = 0;
+  part[6] = '\x10';  // 1 MiB, big-endian
+  int64_t took = 0;
+  auto send_all = [&](const std::string& b) {
+    size_t at = 0;
+    while (at < b.size()) {
+      const ssize_t n = send(fd, b.data() + at, b.size() - at, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      at += static_cast<size_t>(n);
+      took += n;
+    }
+    return true;
+  };
+  if (send_all(hello)) {
+    for (int i = 0; i < 256 && send_all(part); ++i) {
+    }
+  }
+  close(fd);
+  return took;
+}
+
+// The keyless flood of #46 against a running job: the sealed lanes of the
+// scheduler, a server and a worker (their second TCP port, found as a
+// stranger on the host would) each get 256 MiB of a message that never
+// ends. Before, each node took all of it and grew by as much; now each
+// closes the connection at the greeting, stays within 64 MB of where it
+// was, and the job's sums come out exact, as in an unattacked run.
+TEST(PsSecurityTest, AKeylessFloodOnEveryLaneLeavesTheJobWhole) {
+  LocalJobOptions o = PsJob(2, 2, {"--rounds=10", "--pause_ms=300"});
+  o.fixed_node_ports = true;
+  auto job = LocalJob::Start(o);
+  ASSERT_TRUE(job.ok()) << job.status();
+  for (JobNode& n : (*job)->nodes()) {
+    ASSERT_TRUE(WaitForLog(n.process.get(), " started\n")) << (*job)->Report();
+  }
+  struct Target {
+    Process* process;
+    int node_port;
+  };
+  const Target targets[] = {{(*job)->scheduler().process.get(), (*job)->root_port()},
+                            {(*job)->server(0).process.get(), (*job)->server(0).node_port},
+                            {(*job)->worker(0).process.get(), (*job)->worker(0).node_port}};
+  for (const Target& t : targets) {
+    std::set<int> lanes = ListeningPorts(t.process->pid());
+    lanes.erase(t.node_port);
+    ASSERT_EQ(lanes.size(), 1u) << "the node's lane port, besides " << t.node_port;
+    const int64_t before = ResidentKb(t.process->pid());
+    const int64_t took = FloodWithAnUnfinishedMessage(*lanes.begin());
+    const int64_t grown = ResidentKb(t.process->pid()) - before;
+    EXPECT_LT(took, 64 << 20) << "the node took " << took << " bytes";
+    EXPECT_LT(grown, 64 << 10) << "the node grew by " << grown << " KiB";
+  }
+  ASSERT_TRUE((*job)->WaitAll(kJobDeadline)) << (*job)->Report();
+  EXPECT_TRUE((*job)->AllSucceeded()) << (*job)->Report();
+  for (int w = 0; w < 2; ++w) {
+    const std::string log = (*job)->worker(w).process->ReadLog();
+    EXPECT_THAT(log, HasSubstr("single key round 10: 1 keys, 4096 values exact"));
+    EXPECT_THAT(log, HasSubstr("one big key round 10"));
   }
 }
 
