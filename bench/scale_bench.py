@@ -335,10 +335,11 @@ def train_job(args, kind, workers, servers):
 def run_train(args):
     print("\ntrain_mnist, 1 epoch of %d examples, against 4 workers as the baseline:" %
           args.train_examples)
-    for kind, servers, small_servers in (("dist_sync", 32, 1), ("dist_allreduce", 0, 0)):
+    n = args.train_workers
+    for kind, servers, small_servers in (("dist_sync", n // 4, 1), ("dist_allreduce", 0, 0)):
         base = train_job(args, kind, 4, small_servers)
-        big = train_job(args, kind, 128, servers)
-        for name, r in (("4w%ds" % small_servers, base), ("128w%ds" % servers, big)):
+        big = train_job(args, kind, n, servers)
+        for name, r in (("4w%ds" % small_servers, base), ("%dw%ds" % (n, servers), big)):
             print("  %-15s %-8s %s, %.1f s launch to exit (%.2fx), accuracy %s" % (
                 kind, name, "ended cleanly" if r["rc"] == 0 else "FAILED (exit %s)" % r["rc"],
                 r["s"], r["s"] / base["s"], r["acc"]))
@@ -362,6 +363,8 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=600.0, help="per job, seconds")
     ap.add_argument("--train", help="train_mnist binary: also the 128-worker jobs")
     ap.add_argument("--train-examples", type=int, default=12800)
+    ap.add_argument("--train-workers", type=int, default=128,
+                    help="--train: workers of the large jobs (dist_sync: a server per 4)")
     ap.add_argument("--verbose", action="store_true", help="echo every job's output")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -393,7 +396,7 @@ def main(argv=None):
     print_table(figs)
     print_targets(figs)
     if args.train:
-        raise_limits(161, 32)
+        raise_limits(args.train_workers * 5 // 4 + 1, 32)
         run_train(args)
     failed = [f["nodes"] for f in figs if "failed" in f]
     print("scale_bench: %d sizes measured%s" % (
