@@ -161,6 +161,10 @@ class Launcher:
             remote = launchers.slurm_remote_hosts()
         self.spec.root_uri = netaddr.scheduler_address(a.host_ip, interface, remote)
         self.spec.command = a.command = launchers.resolve_command(a.command)
+        # A process per server and worker here (local nodes, ssh clients),
+        # else one mpirun or srun per role; and the scheduler.
+        per_node = a.launcher in ("local", "ssh")
+        launchers.raise_open_file_limit(1 + (a.num_servers + a.num_workers if per_node else 2))
         self.prepare_security()
         self.workdir = a.sync_dst_dir or os.getcwd()
         if a.launcher == "ssh":

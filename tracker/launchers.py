@@ -3,6 +3,7 @@ process gets, and the local, ssh and mpi ways of starting them."""
 
 import os
 import re
+import resource
 import shlex
 import shutil
 import socket
@@ -153,6 +154,30 @@ def _is_executable(path):
 
 # The variables that choose a process's CPU threads (base/env.cc).
 THREAD_VARS = ("KVTRAIN_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+# Descriptors launch.py holds per process it starts (stdin, stdout and stderr
+# pipes), and a margin for its own files, sockets and a Popen's pipes.
+FILES_PER_PROCESS = 3
+FILES_MARGIN = 64
+
+
+def raise_open_file_limit(processes):
+    """Raises launch.py's soft RLIMIT_NOFILE to what watching `processes`
+    processes needs (the common default, 1024, holds about 500 local nodes;
+    the processes inherit the raised limit, and kvtrain's nodes raise their
+    own to the hard limit). A hard limit below the need is a LaunchError
+    saying what to raise, before anything starts."""
+    need = FILES_PER_PROCESS * processes + FILES_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise LaunchError(
+            "%d processes need %d open files in launch.py, but its hard limit is %d: "
+            "raise it (ulimit -Hn %d, or nofile in /etc/security/limits.conf)"
+            % (processes, need, hard, need))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 def host_cores():

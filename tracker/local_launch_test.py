@@ -4,8 +4,10 @@ Ctrl-C, --timeout, launch.py itself SIGKILLed, and no process left behind in
 any case."""
 
 import os
+import resource
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -13,9 +15,9 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from launch_testlib import (FAKE_JOB, children_of, kill_marked, launch,  # noqa: E402
-                            new_marker, node_pid, read_until, start_launch, wait_gone,
-                            wait_no_processes)
+from launch_testlib import (FAKE_JOB, LAUNCH, children_of, kill_marked, launch,  # noqa: E402
+                            new_marker, node_pid, processes_with, read_until, start_launch,
+                            wait_gone, wait_no_processes)
 import launchers  # noqa: E402
 from tools import pyunit  # noqa: E402
 
@@ -130,6 +132,33 @@ class LocalLaunchTest(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("server 1 failed with signal SIGKILL", out)
         self.assertEqual(wait_no_processes(self.marker), [])
+
+    def launch_with_file_limit(self, args, soft, hard):
+        """launch.py run to completion with RLIMIT_NOFILE (soft, hard)."""
+        def limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        r = subprocess.run([sys.executable, LAUNCH] + args, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=120, text=True,
+                           preexec_fn=limit)
+        return r.returncode, r.stdout
+
+    def test_more_processes_than_the_soft_file_limit_holds(self):
+        # Three pipes per process: 40 workers need more than 64 descriptors.
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        code, out = self.launch_with_file_limit(["-n", "40", "-s", "0"] + self.job(),
+                                                64, hard)
+        self.assertEqual(code, 0, out)
+        for rank in range(40):
+            self.assertIn("[worker %d] worker %d done" % (rank, rank), out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_a_hard_file_limit_too_low_is_one_line_before_anything_starts(self):
+        code, out = self.launch_with_file_limit(["-n", "40", "-s", "0"] + self.job(), 64, 64)
+        self.assertEqual(code, 2, out)
+        self.assertEqual(out.strip(), "launch.py: error: 41 processes need 187 open files in "
+                         "launch.py, but its hard limit is 64: raise it (ulimit -Hn 187, or "
+                         "nofile in /etc/security/limits.conf)")
+        self.assertEqual(processes_with(self.marker), [])
 
     def test_sigint_tears_everything_down(self):
         p = start_launch(["-n", "2", "-s", "1"] + self.job("--hang", "*"))

@@ -194,8 +194,11 @@ void PostofficeImpl::HandleNodeTable(const std::string& token,
   }
   auto t = std::make_unique<NodeTable>(std::move(entries), msg.meta.job_id(),
                                        liveness_options());
+  // Servers and workers only talk to the other role (and the scheduler,
+  // connected already), as in ps-lite: a mesh of every node would open
+  // n^2 connections, most of them never used.
   for (const NodeEntry& e : t->nodes()) {
-    if (e.id == kSchedulerId || e.token == this->token()) continue;
+    if (e.id == kSchedulerId || e.role == role()) continue;
     Status s = van_->Connect(e.id, e.host, e.port, e.same_host);
     if (!s.ok())
       return Fail(s.Annotate(name() + ": connecting to " + e.name), false);

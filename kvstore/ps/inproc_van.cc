@@ -14,6 +14,16 @@ int64_t InprocNetwork::delivered() {
   return delivered_;
 }
 
+std::set<std::pair<int, int>> InprocNetwork::connections() {
+  std::lock_guard<std::mutex> l(mu_);
+  return connections_;
+}
+
+void InprocNetwork::Connected(int from_port, int to_port) {
+  std::lock_guard<std::mutex> l(mu_);
+  connections_.insert({from_port, to_port});
+}
+
 void InprocNetwork::SetTap(std::function<void(const RawMessage&)> tap) {
   std::lock_guard<std::mutex> l(mu_);
   tap_ = std::move(tap);
@@ -69,8 +79,13 @@ StatusOr<int> InprocVan::Bind(int port) {
 
 Status InprocVan::Connect(int conn, const std::string& /*host*/, int port,
                           const std::string& /*same_host*/) {
-  std::lock_guard<std::mutex> l(mu_);
-  conns_[conn] = port;
+  int from = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    conns_[conn] = port;
+    from = port_;
+  }
+  net_->Connected(from, port);
   return Status::OK();
 }
 

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "base/thread_annotations.h"
 #include "kvstore/ps/van.h"
@@ -29,6 +30,8 @@ class InprocNetwork {
   void Isolate(int port) EXCLUDES(mu_);
   // Messages delivered so far (for tests).
   int64_t delivered() EXCLUDES(mu_);
+  // Tests: every (from port, to port) connection opened so far.
+  std::set<std::pair<int, int>> connections() EXCLUDES(mu_);
   // Tests: `tap` sees every message delivered from now on (under the
   // network's lock: it must not use the network).
   void SetTap(std::function<void(const RawMessage&)> tap) EXCLUDES(mu_);
@@ -41,6 +44,7 @@ class InprocNetwork {
  private:
   friend class InprocVan;
   StatusOr<int> Register(InprocVan* van, int port) EXCLUDES(mu_);
+  void Connected(int from_port, int to_port) EXCLUDES(mu_);
   void Unregister(int port) EXCLUDES(mu_);
   void Deliver(int from_port, int to_port, RawMessage msg) EXCLUDES(mu_);
 
@@ -49,6 +53,7 @@ class InprocNetwork {
   std::set<int> isolated_ GUARDED_BY(mu_);
   int next_port_ GUARDED_BY(mu_) = 30000;
   int64_t delivered_ GUARDED_BY(mu_) = 0;
+  std::set<std::pair<int, int>> connections_ GUARDED_BY(mu_);
   std::function<void(const RawMessage&)> tap_ GUARDED_BY(mu_);
   EditFn edit_ GUARDED_BY(mu_);
 };

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <thread>
 
@@ -58,6 +59,30 @@ TEST(PostofficeTest, StartAssignsRanksByAddressAndFinalizes) {
   EXPECT_EQ(ranges[0].begin, 0u);
   EXPECT_EQ(ranges[0].end, ranges[1].begin);
   EXPECT_EQ(ranges[2].end, UINT64_MAX);
+  EXPECT_TRUE(job.FinalizeAll().ok());
+  EXPECT_TRUE(job.Failures().empty());
+}
+
+// Servers and workers connect to the other role and the scheduler only:
+// no server-server or worker-worker connection (n^2 at scale).
+TEST(PostofficeTest, NodesConnectToTheOtherRoleAndTheSchedulerOnly) {
+  InprocJobOptions o;
+  o.num_servers = 2;
+  o.num_workers = 3;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  std::map<int, Role> role_of;
+  for (const auto& n : job.nodes()) role_of[n->port()] = n->role();
+  std::set<std::pair<int, int>> want;
+  for (const auto& [from, from_role] : role_of) {
+    for (const auto& [to, to_role] : role_of) {
+      if (from != to && (from_role != to_role || from_role == Role::kScheduler)) {
+        want.insert({from, to});
+      }
+    }
+  }
+  EXPECT_EQ(job.net()->connections(), want);
   EXPECT_TRUE(job.FinalizeAll().ok());
   EXPECT_TRUE(job.Failures().empty());
 }
