@@ -234,7 +234,10 @@ def kill_job(args, nodes, workers, servers, fig):
         job.pump(1.0)  # a second of traffic
         t_kill = time.monotonic()
         os.kill(int(found[1].group(1)), signal.SIGKILL)
-        named = job.wait_for(r"\] .*%s %d \([^)]*\) is dead" % (role, rank), t_kill + 60)
+        # A node's line ("worker 3 (...) is dead: ..."), or launch.py's own,
+        # which sees its child die first and ends the job naming it.
+        named = job.wait_for(r"\] .*%s %d \([^)]*\) is dead|launch\.py: %s %d failed"
+                             % (role, rank, role, rank), t_kill + 60)
         job.finish(t_kill + 60)
     finally:
         if job.proc.poll() is None:

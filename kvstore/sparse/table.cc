@@ -68,6 +68,7 @@ std::string TableStats::ToString() const {
   o << "rows " << rows << " created " << created << " evicted " << evicted
     << " expired " << expired << " pending " << pending << " dropped " << dropped_grads
     << " updates " << updates << " bytes " << bytes;
+  if (admission_resets > 0) o << " admission resets " << admission_resets;
   return o.str();
 }
 
@@ -81,7 +82,13 @@ proto::SparseTableStats TableStats::ToProto() const {
   p.set_dropped_grads(dropped_grads);
   p.set_updates(updates);
   p.set_bytes(bytes);
+  p.set_admission_resets(admission_resets);
   return p;
+}
+
+int64_t MaxPending(const proto::SparseTableSpec& spec) {
+  if (spec.max_pending() > 0) return spec.max_pending();
+  return spec.max_rows() > 0 ? spec.max_rows() : int64_t{1} << 22;
 }
 
 Status CheckSpec(const std::string& key, const proto::SparseTableSpec& spec) {
@@ -104,8 +111,9 @@ Status CheckSpec(const std::string& key, const proto::SparseTableSpec& spec) {
   if (!(spec.scale() >= 0) || !std::isfinite(spec.scale())) {
     return Bad(key, "initialiser scale must be finite and >= 0");
   }
-  if (spec.admit_after() < 0 || spec.expire_after() < 0 || spec.max_rows() < 0) {
-    return Bad(key, "admit_after, expire_after and max_rows must be >= 0");
+  if (spec.admit_after() < 0 || spec.expire_after() < 0 || spec.max_rows() < 0 ||
+      spec.max_pending() < 0) {
+    return Bad(key, "admit_after, expire_after, max_rows and max_pending must be >= 0");
   }
   if (spec.max_rows() >= int64_t{UINT32_MAX}) {
     return Bad(key, "max_rows " + std::to_string(spec.max_rows()) +
@@ -131,7 +139,9 @@ Status CheckIds(const std::string& key, const proto::SparseTableSpec& spec,
 }
 
 Table::Table(const std::string& key, const proto::SparseTableSpec& spec)
-    : key_(key), spec_(spec), width_(spec.width()), key_seed_(HashName(key) ^ spec.seed()) {}
+    : key_(key), spec_(spec), width_(spec.width()), key_seed_(HashName(key) ^ spec.seed()) {
+  max_pending_ = MaxPending(spec);
+}
 
 StatusOr<std::unique_ptr<Table>> Table::Create(const std::string& key,
                                                const proto::SparseTableSpec& spec) {
@@ -281,6 +291,12 @@ Status Table::Update(const int64_t* ids, size_t n, const float* grads,
         const int64_t times = seen == nullptr ? 1 : *seen + 1;
         if (times < admit) {
           if (seen == nullptr) {
+            if (static_cast<int64_t>(counters_.size()) >= max_pending_) {
+              // A long tail of ids seen once would grow the counters
+              // without bound: they start again from zero (counted).
+              counters_.Clear();
+              ++counts_.admission_resets;
+            }
             counters_.Insert(id, 1);
           } else {
             *seen = static_cast<uint32_t>(times);

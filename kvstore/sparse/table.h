@@ -33,10 +33,15 @@ struct TableStats {
   int64_t dropped_grads = 0;  // gradient rows of ids not yet admitted
   int64_t updates = 0;        // the table's updates (steps)
   int64_t bytes = 0;          // arena, index and counters
+  int64_t admission_resets = 0;  // counters started again at max_pending
   // "rows 12 created 15 evicted 0 expired 3 pending 4 dropped 9 bytes 4096".
   std::string ToString() const;
   proto::SparseTableStats ToProto() const;
 };
+
+// The admission counters a table keeps at most (SparseTableSpec.max_pending
+// and its default).
+int64_t MaxPending(const proto::SparseTableSpec& spec);
 
 // Checks a spec; errors name `key` and the field.
 Status CheckSpec(const std::string& key, const proto::SparseTableSpec& spec);
@@ -134,6 +139,7 @@ class Table {
 
   RowIndex index_;     // id -> slot
   RowIndex counters_;  // admission: id -> times seen, for ids not yet rows
+  int64_t max_pending_ = 0;  // MaxPending(spec_)
   std::vector<std::unique_ptr<float[]>> chunks_;
   std::vector<int64_t> ids_;       // per slot
   std::vector<int64_t> last_use_;  // per slot: the update count at its last use

@@ -251,6 +251,35 @@ TEST(TableTest, AdmissionCreatesARowAtItsNthPushAndCountsWhatItDropped) {
   EXPECT_FLOAT_EQ(now[0], init[0] - 0.1f * (1 + 0.01f * init[0]));
 }
 
+// A long tail of ids each pushed once cannot grow the admission counters
+// without bound: at max_pending they start again from zero (counted), and
+// ids pushed often enough still get their rows.
+TEST(TableTest, AdmissionCountersStayWithinMaxPending) {
+  proto::SparseTableSpec s = Spec(2);
+  s.set_admit_after(2);
+  s.set_max_pending(100);
+  auto t = Make(s);
+  auto opt = MakeOpt(proto::OptimizerSpec::SGD);
+  const float g[2] = {1, 1};
+  for (int64_t id = 1000; id < 11000; ++id) {
+    ASSERT_TRUE(t->Update(&id, 1, g, opt.get()).ok());
+    ASSERT_LE(t->stats().pending, 100) << "after id " << id;
+  }
+  EXPECT_EQ(t->stats().rows, 0);
+  EXPECT_EQ(t->stats().admission_resets, 99);  // 10,000 ids, 100 at a time
+  const int64_t hot = 7;
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(t->Update(&hot, 1, g, opt.get()).ok());
+  EXPECT_EQ(t->stats().rows, 1);
+  // The hot id's first push found the counters full once more.
+  EXPECT_NE(t->stats().ToString().find("admission resets 100"), std::string::npos)
+      << t->stats().ToString();
+  // The default: max_rows when set, else 4,194,304.
+  proto::SparseTableSpec d = Spec(2);
+  EXPECT_EQ(MaxPending(d), int64_t{1} << 22);
+  d.set_max_rows(5000);
+  EXPECT_EQ(MaxPending(d), 5000);
+}
+
 TEST(TableTest, RowsUnseenForExpireAfterUpdatesAreDropped) {
   proto::SparseTableSpec s = Spec(1);
   s.set_expire_after(2);
