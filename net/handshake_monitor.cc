@@ -154,7 +154,16 @@ std::string ServerReason(uint16_t event, uint32_t value, bool secure) {
 }
 
 // Why a connecting socket's handshake failed, said of the server.
-std::string ClientReason(uint16_t event, uint32_t value, bool secure) {
+std::string ClientReason(uint16_t event, uint32_t value, bool secure,
+                         const std::string& endpoint) {
+  // The same-host socket has no CURVE: a peer there that closes during the
+  // handshake is busy past the handshake deadline, or gone, not keyless.
+  if (endpoint.rfind("ipc://", 0) == 0 &&
+      event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+    return "it closed the connection during the handshake on the same-host "
+           "socket (it is gone, or too busy to finish within " +
+           std::to_string(kHandshakeDeadlineMs / 1000) + " s)";
+  }
   const std::string other_key =
       "it does not accept this process's job key (" +
       std::string(env::kJobKey) + "/" + env::kJobKeyFile +
@@ -430,7 +439,7 @@ void HandshakeMonitor::OnEvent(Watched* w, uint16_t event, uint32_t value,
       if (on_dropped_) on_dropped_(w->tag);
     }
     if (failure && on_refused_) {
-      on_refused_(w->tag, endpoint, ClientReason(event, value, secure_),
+      on_refused_(w->tag, endpoint, ClientReason(event, value, secure_, endpoint),
                   ++w->in_a_row,
                   event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
     }

@@ -111,7 +111,9 @@ TEST(MeshLaneTest, AStrangerCannotConnectToTheLane) {
   std::vector<void*> strangers;
   for (const bool token : {false, true}) {
     void* s = zmq_socket(ctx, ZMQ_DEALER);
-    if (token) ASSERT_TRUE(net::SecureLaneClient(s, other->key()).ok());
+    if (token) {
+      ASSERT_TRUE(net::SecureLaneClient(s, other->key()).ok());
+    }
     ASSERT_EQ(zmq_connect(s, ep.c_str()), 0);
     const std::string probe = other->Probe();
     zmq_send(s, probe.data(), probe.size(), ZMQ_DONTWAIT);

@@ -400,7 +400,13 @@ void PostofficeImpl::OnHandshakeFailure(int conn, const std::string& endpoint,
   // Connections of a non-scheduler are named by the peer's node id.
   const std::string peer =
       scheduler_ ? "the node at " + endpoint : PeerName(conn) + " at " + endpoint;
-  if (in_a_row < options_.handshake_failures_fatal) {
+  // On the same-host socket (no CURVE) a handshake that keeps failing is a
+  // peer too busy to finish in time (hundreds of nodes on a few cores), or
+  // a dead one, which the liveness rule names: ZeroMQ tries again, and
+  // only a protocol error (final) ends the job.
+  const bool same_host = endpoint.rfind("ipc://", 0) == 0;
+  if (in_a_row < options_.handshake_failures_fatal ||
+      (same_host && in_a_row != INT_MAX)) {
     KV_LOG_LIMITED(WARNING, bad_input_log_)
         << name() << ": the handshake with " << peer << " failed: " << why;
     return;
