@@ -155,6 +155,57 @@ TEST(ZmqVanLaneTest, NoLaneWithoutSecurityOrWhenTurnedOff) {
   EXPECT_EQ(sender->lane_messages_sent(), 0);
 }
 
+// A peer keeping the lane busy cannot starve the node's socket (where
+// heartbeats and answers come): the lane and the socket take turns. Before,
+// every lane message waiting was read first, and the socket's message came
+// after all 5,000 of them.
+TEST(ZmqVanLaneTest, ABusyLaneDoesNotStarveTheSocket) {
+  const JobKey key = JobKey::Generate();
+  ZmqVanOptions o;
+  o.key = key;
+  o.poll_interval = std::chrono::milliseconds(20);
+  auto node = ZmqVan::Create("node", o).value();
+  const int port = *node->Bind(0);
+  auto busy = SenderVan(key, port);
+  // Until the lane is ready (its first message may still go over CURVE).
+  int sent = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  RawMessage m;
+  while (busy->lane_messages_sent() == 0 && Clock::now() < deadline) {
+    ASSERT_TRUE(busy->Send(1, 0, {Blob::FromString("warm")}).ok());
+    ++sent;
+    StatusOr<bool> got = node->Recv(&m);
+    ASSERT_TRUE(got.ok());
+  }
+  ASSERT_GT(busy->lane_messages_sent(), 0);
+  // Another peer without a lane: its message comes on the node's socket,
+  // sent (and taken by the network) before the lane's burst.
+  ZmqVanOptions plain;
+  plain.key = key;
+  plain.sealed_lane = false;
+  auto other = ZmqVan::Create("other", plain).value();
+  ASSERT_TRUE(other->Connect(1, "127.0.0.1", port, "").ok());
+  ASSERT_TRUE(other->Send(1, 0, {Blob::FromString("socket")}).ok());
+  other->Flush(std::chrono::seconds(30));
+  const int kBurst = 5000;
+  for (int i = 0; i < kBurst; ++i) {
+    ASSERT_TRUE(busy->Send(1, 0, {Blob::FromString("lane")}).ok());
+  }
+  busy->Flush(std::chrono::seconds(30));
+  int lane_before = 0;
+  bool socket_seen = false;
+  while (!socket_seen && Clock::now() < deadline + std::chrono::seconds(30)) {
+    StatusOr<bool> got = node->Recv(&m);
+    ASSERT_TRUE(got.ok());
+    if (!*got || m.frames.empty()) continue;
+    const std::string f = m.frames[0].ToString();
+    if (f == "socket") socket_seen = true;
+    if (f == "lane") ++lane_before;
+  }
+  EXPECT_TRUE(socket_seen);
+  EXPECT_LT(lane_before, 100) << "the socket's message waited behind the lane's";
+}
+
 // A DEALER connected to the node's lane: with the token of `lane_key`
 // (net::LaneToken), as a job member's, or with none ("").
 void* LaneDealer(void* ctx, int lane_port, const std::string& lane_key) {
