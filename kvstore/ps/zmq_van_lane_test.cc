@@ -8,7 +8,15 @@
 #include <gtest/gtest.h>
 #include <zmq.h>
 
+#include <dirent.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -204,6 +212,72 @@ TEST(ZmqVanLaneTest, ABusyLaneDoesNotStarveTheSocket) {
   }
   EXPECT_TRUE(socket_seen);
   EXPECT_LT(lane_before, 100) << "the socket's message waited behind the lane's";
+}
+
+// The local TCP sockets of this process connected to `port` on 127.0.0.1
+// (from /proc/self/fd and /proc/net/tcp).
+std::vector<int> SocketsConnectedTo(int port) {
+  std::map<std::string, int> fd_of_inode;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      char target[128];
+      const std::string path = std::string("/proc/self/fd/") + e->d_name;
+      const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
+      if (n <= 0) continue;
+      target[n] = '\0';
+      const std::string t(target);
+      if (t.rfind("socket:[", 0) == 0) fd_of_inode[t.substr(8, t.size() - 9)] = std::atoi(e->d_name);
+    }
+    closedir(d);
+  }
+  std::vector<int> fds;
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+    if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >>
+          inode)) {
+      continue;
+    }
+    const int remote_port = std::stoi(remote.substr(remote.find(':') + 1), nullptr, 16);
+    auto it = fd_of_inode.find(inode);
+    if (state == "01" && remote_port == port && it != fd_of_inode.end()) fds.push_back(it->second);
+  }
+  return fds;
+}
+
+// The lane's sending socket is watched: when its connection drops (here
+// cut under it), the van reports the drop of the connection it belongs to,
+// as for the CURVE connection, so a message lost with it does not leave the
+// job waiting. Before, nothing was reported.
+TEST(ZmqVanLaneTest, ALaneConnectionThatDropsIsReported) {
+  const JobKey key = JobKey::Generate();
+  Node node(key);
+  auto sender = SenderVan(key, node.port);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> dropped;
+  sender->SetDropHandler([&](int conn) {
+    std::lock_guard<std::mutex> l(mu);
+    dropped.push_back(conn);
+    cv.notify_all();
+  });
+  int sent = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (sender->lane_messages_sent() == 0 && Clock::now() < deadline) {
+    ASSERT_TRUE(sender->Send(1, 0, Message(sent++)).ok());
+  }
+  ASSERT_GT(sender->lane_messages_sent(), 0);
+  ASSERT_EQ(node.WaitFor(sent).size(), static_cast<size_t>(sent));
+  const std::vector<int> lane = SocketsConnectedTo(node.van->lane_port());
+  ASSERT_EQ(lane.size(), 1u) << "the sender's lane connection";
+  shutdown(lane[0], SHUT_RDWR);
+  std::unique_lock<std::mutex> l(mu);
+  ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(30), [&] { return !dropped.empty(); }))
+      << "the lane's drop was not reported";
+  EXPECT_EQ(dropped[0], 1) << "reported as connection 1's drop";
 }
 
 // A DEALER connected to the node's lane: with the token of `lane_key`
