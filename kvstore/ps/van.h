@@ -26,8 +26,6 @@ struct RawMessage {
   Status error;
   // It came over the same-host socket (a Unix socket, its peer vouched for
   // by the kernel): only such a peer may name this host's shared memory.
-  // Looked up only for messages that start with an empty frame (the ones
-  // that may name it); false for the rest.
   bool same_host = false;
   // Which of `frames` lie in the sender's shared memory, which it can still
   // write (empty: none): DecodeMessage copies all of those but values out

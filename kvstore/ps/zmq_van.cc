@@ -276,11 +276,8 @@ StatusOr<bool> ZmqVan::RecvSocket(RawMessage* msg, bool block) {
       return Status::Unavailable("receive: " + ZmqError());
     }
     more = zmq_msg_more(&holder->msg);
-    if (msg->frames.empty() && zmq_msg_size(&holder->msg) == 0 && more) {
-      // Only a message that starts with an empty frame (a shared-memory
-      // table, a ring's announcement) needs its connection's kind: one
-      // look at the first part's source (the routing id has none), not a
-      // system call per message.
+    if (msg->frames.empty()) {
+      // The connection it came on (the routing id the ROUTER adds has none).
       msg->same_host = net::IsUnixSocket(zmq_msg_get(&holder->msg, ZMQ_SRCFD));
     }
     const void* data = zmq_msg_data(&holder->msg);
