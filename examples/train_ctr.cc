@@ -14,6 +14,13 @@
 // in it, and its gradient is exactly the rows to push; no array of the
 // table's size exists on a worker. The next batch is read, and its rows'
 // pulls issued, while a step's pushes travel.
+//
+// Checkpoints (--model-prefix P, after every epoch, written by rank 0):
+// P-symbol.txt, P-NNNN-emb.table and P-NNNN-wide.table (every server's
+// shard: rows, optimizer state, admission counters), P-NNNN.states (the
+// dense keys' optimizer state) and last P-NNNN.params (the dense weights,
+// recording the states file's digest): the params file completes a
+// checkpoint. --load-epoch N resumes from one, bit-exact.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
@@ -21,15 +28,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <unordered_map>
 
 #include "engine/executor.h"
 #include "engine/io/libsvm.h"
 #include "engine/symbol.h"
+#include "base/file.h"
 #include "examples/example_flags.h"
 #include "kvstore/kvstore.h"
 #include "ops/initializer.h"
+#include "trainer/checkpoint.h"
 #include "trainer/metrics.h"
 #include "trainer/progress.h"
 
@@ -44,7 +54,9 @@ DEFINE_int32(num_epochs, 2, "epochs to train");
 DEFINE_double(init_scale, 0.01, "standard deviation of the embedding rows' initial values");
 DEFINE_int64(admit_after, 0, "create a table row at its n-th push (0: at once)");
 DEFINE_string(model_prefix, "",
-              "after each epoch rank 0 saves the tables as P-emb.table and P-wide.table");
+              "after each epoch rank 0 saves a checkpoint: P-NNNN.params (dense weights), "
+              "P-NNNN.states, P-NNNN-emb.table and P-NNNN-wide.table");
+DEFINE_int32(load_epoch, 0, "resume from the checkpoint of this epoch (needs --model-prefix)");
 DEFINE_uint64(seed, 0, "seed of the initializers");
 DEFINE_string(metrics_file, "", "write metrics as JSON lines here (tools/plot_metrics plots them)");
 DEFINE_int32(disp_batches, 100, "speedometer period in batches (0: off)");
@@ -61,6 +73,14 @@ Status CheckFlags() {
   }
   if (static_cast<int64_t>(FLAGS_batch_size) * FLAGS_fields > (1 << 24)) {
     return Status::InvalidArgument("--batch-size x --fields must be at most 2^24");
+  }
+  if (FLAGS_load_epoch < 0 || (FLAGS_load_epoch > 0 && FLAGS_model_prefix.empty())) {
+    return Status::InvalidArgument("--load-epoch=" + std::to_string(FLAGS_load_epoch) +
+                                   " needs --model-prefix and an epoch >= 1");
+  }
+  if (FLAGS_load_epoch > FLAGS_num_epochs) {
+    return Status::InvalidArgument("--load-epoch=" + std::to_string(FLAGS_load_epoch) +
+                                   " is past --num-epochs=" + std::to_string(FLAGS_num_epochs));
   }
   return OptimizerFromFlags(1).status();
 }
@@ -83,6 +103,12 @@ Symbol Model(int64_t capacity, const std::vector<double>& hidden) {
   wide = Symbol::Op("FullyConnected", "wide_sum", {sym::Flatten(wide, "wide_flat")},
                     {{"num_hidden", "2"}, {"no_bias", "true"}});
   return sym::SoftmaxOutput(Symbol::Op("elemwise_add", "logits", {deep, wide}), "softmax");
+}
+
+std::string TablePath(const std::string& table, int epoch) {
+  char n[16];
+  std::snprintf(n, sizeof(n), "-%04d-", epoch);
+  return FLAGS_model_prefix + n + table + ".table";
 }
 
 // The names of the dense parameters the store trains.
@@ -137,7 +163,8 @@ class Trainer {
  public:
   Trainer(KVStore* kv, std::unique_ptr<Executor> exec) : kv_(kv), exec_(std::move(exec)) {}
 
-  Status Init() {
+  // `resume`: the dense weights of the checkpoint to go on from, or null.
+  Status Init(const ModelArrays* resume) {
     const int64_t b = FLAGS_batch_size;
     KV_ASSIGN_OR_RETURN(ids_, exec_->Arg("ids"));
     KV_ASSIGN_OR_RETURN(label_, exec_->Arg("softmax_label"));
@@ -159,7 +186,20 @@ class Trainer {
       const std::string& name = exec_->arg_names()[i];
       if (!IsDenseParam(name)) continue;
       Tensor w = exec_->arg_arrays()[i];
-      KV_RETURN_IF_ERROR(init.Init(name, &w));
+      if (resume != nullptr) {
+        auto it = resume->args.find(name);
+        if (it == resume->args.end() || it->second.shape() != w.shape()) {
+          return Status::InvalidArgument(
+              resume->source + ": " +
+              (it == resume->args.end() ? "has no " + name
+                                        : name + " is " + it->second.shape().ToString() +
+                                              ", this model's is " + w.shape().ToString()) +
+              " (another model's checkpoint?)");
+        }
+        KV_RETURN_IF_ERROR(w.CopyFrom(it->second));
+      } else {
+        KV_RETURN_IF_ERROR(init.Init(name, &w));
+      }
       keys_.push_back(name);
       weights_.push_back(w);
       grads_.push_back(exec_->grad_arrays()[i]);
@@ -180,7 +220,34 @@ class Trainer {
     KV_ASSIGN_OR_RETURN(proto::OptimizerSpec spec, OptimizerFromFlags(1));
     const int replicas = kv_->sums_workers() ? kv_->num_workers() : 1;
     spec.set_rescale_grad(1.0f / static_cast<float>(b * replicas));
-    return kv_->SetOptimizer(spec);
+    KV_RETURN_IF_ERROR(kv_->SetOptimizer(spec));
+    if (resume == nullptr) return Status::OK();
+    if (kv_->rank() == 0) {
+      const std::string states = StatesPath(FLAGS_model_prefix, FLAGS_load_epoch);
+      KV_RETURN_IF_ERROR(CheckStatesBelong(states, *resume));
+      KV_RETURN_IF_ERROR(kv_->LoadOptimizerStates(states));
+      KV_RETURN_IF_ERROR(kv_->LoadRowSparse("emb", TablePath("emb", FLAGS_load_epoch)));
+      KV_RETURN_IF_ERROR(kv_->LoadRowSparse("wide", TablePath("wide", FLAGS_load_epoch)));
+    }
+    return kv_->Barrier();
+  }
+
+  // Rank 0, after `epoch` epochs with every push waited for: the tables and
+  // the dense keys' states, then the params file that completes the set.
+  Status Save(const Symbol& symbol, int epoch) {
+    if (!std::ifstream(SymbolPath(FLAGS_model_prefix))) {
+      KV_ASSIGN_OR_RETURN(std::string text, symbol.ToText());
+      KV_RETURN_IF_ERROR(WriteFileAtomic(SymbolPath(FLAGS_model_prefix), text));
+    }
+    KV_RETURN_IF_ERROR(kv_->SaveRowSparse("emb", TablePath("emb", epoch)));
+    KV_RETURN_IF_ERROR(kv_->SaveRowSparse("wide", TablePath("wide", epoch)));
+    const std::string states = StatesPath(FLAGS_model_prefix, epoch);
+    KV_RETURN_IF_ERROR(kv_->SaveOptimizerStates(states));
+    KV_ASSIGN_OR_RETURN(std::string states_bytes, ReadWholeFile(states));
+    ModelArrays arrays;
+    for (size_t i = 0; i < keys_.size(); ++i) arrays.args[keys_[i].name()] = weights_[i];
+    return SaveParams(ParamsPath(FLAGS_model_prefix, epoch), arrays, epoch,
+                      StatesDigest(states_bytes));
   }
 
   // Loads the batch's inputs into the executor and starts the pulls of its
@@ -278,9 +345,10 @@ Status Train(KVStore* kv) {
   KV_ASSIGN_OR_RETURN(std::vector<double> hidden, ParseNumbers(FLAGS_hidden, "hidden"));
   const int64_t b = FLAGS_batch_size, capacity = b * FLAGS_fields;
   ExecutorOptions eo;
+  const Symbol model = Model(capacity, hidden);
   KV_ASSIGN_OR_RETURN(
       std::unique_ptr<Executor> exec,
-      Executor::SimpleBind(Model(capacity, hidden), eo,
+      Executor::SimpleBind(model, eo,
                            {{"ids", Shape({b, FLAGS_fields})},
                             {"softmax_label", Shape({b})},
                             {"emb_rows", Shape({capacity, FLAGS_embed_dim})},
@@ -289,11 +357,13 @@ Status Train(KVStore* kv) {
                            {{"emb_rows", GradReq::kWrite},
                             {"wide_rows", GradReq::kWrite}}));
   Trainer trainer(kv, std::move(exec));
-  KV_RETURN_IF_ERROR(trainer.Init());
+  ModelArrays resume;
+  if (FLAGS_load_epoch > 0) {
+    KV_ASSIGN_OR_RETURN(resume, LoadCheckpointParams(FLAGS_model_prefix, FLAGS_load_epoch));
+  }
+  KV_RETURN_IF_ERROR(trainer.Init(FLAGS_load_epoch > 0 ? &resume : nullptr));
   LibSvmOptions o;
   o.batch_size = FLAGS_batch_size;
-  // Every worker takes the same number of full batches (dist_sync counts
-  // one push per worker and step).
   // Every worker takes the same number of full batches (dist_sync counts
   // one push per worker and step): whole rounds of num_workers batches.
   o.drop_last = true;
@@ -310,7 +380,7 @@ Status Train(KVStore* kv) {
       Progress progress,
       Progress::Create(FLAGS_disp_batches, kv->rank() == 0 ? FLAGS_metrics_file : "",
                        kv->is_distributed() ? kv->rank() : -1));
-  for (int epoch = 0; epoch < FLAGS_num_epochs; ++epoch) {
+  for (int epoch = FLAGS_load_epoch; epoch < FLAGS_num_epochs; ++epoch) {
     KV_RETURN_IF_ERROR(reader->Reset());
     progress.StartEpoch(epoch, steps);
     double loss = 0;
@@ -340,8 +410,8 @@ Status Train(KVStore* kv) {
       progress.EndEpoch({{"log-loss", loss / static_cast<double>(std::max<int64_t>(rows, 1))}},
                         test);
       if (!FLAGS_model_prefix.empty()) {
-        KV_RETURN_IF_ERROR(kv->SaveRowSparse("emb", FLAGS_model_prefix + "-emb.table"));
-        KV_RETURN_IF_ERROR(kv->SaveRowSparse("wide", FLAGS_model_prefix + "-wide.table"));
+        KV_RETURN_IF_ERROR(trainer.Save(model, epoch + 1)
+                               .Annotate("checkpoint of epoch " + std::to_string(epoch + 1)));
       }
     }
     KV_RETURN_IF_ERROR(kv->Barrier());

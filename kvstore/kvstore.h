@@ -250,6 +250,27 @@ StatusOr<std::unique_ptr<KVStore>> CreateAllreduceKVStore(
     std::shared_ptr<collective::Communicator> communicator,
     const KVStoreOptions& options = {});
 
+// The weights of a table file written by SaveRowSparse: every row it holds
+// (rows never trained are not in it: they read as the spec's initial
+// value), without optimizer state, sorted by id, whatever the number of
+// servers that held it. Errors name the file.
+struct TableRows {
+  std::string key;
+  proto::SparseTableSpec spec;
+  int64_t width = 0;
+  std::vector<int64_t> ids;
+  std::vector<float> rows;  // ids.size() x width
+};
+StatusOr<TableRows> ReadRowSparseTable(const std::string& table_path);
+
+// Writes them to `out_path` (atomically) for serving or inspection:
+//   kText: one line per row, "id v1 ... vW", each float exact (%.9g);
+//   kBinary: "KVROWS01", int64 width, int64 n, then n int64 ids, then
+//            n x width float32 (little-endian).
+enum class RowExportFormat { kText, kBinary };
+Status ExportRowSparseTable(const std::string& table_path, const std::string& out_path,
+                            RowExportFormat format);
+
 }  // namespace kvtrain
 
 #endif  // KVTRAIN_KVSTORE_KVSTORE_H_

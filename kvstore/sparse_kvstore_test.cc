@@ -6,11 +6,18 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "base/file.h"
 
 #include "kvstore/dist_fixture_testlib.h"
 #include "kvstore/collective/communicator.h"
 #include "kvstore/kvstore.h"
+#include "kvstore/sparse/table.h"
 
 namespace kvtrain {
 namespace {
@@ -370,6 +377,97 @@ TEST(SparseKVStoreTest, TablesSaveAndLoadThroughTheServers) {
     return kv->LoadRowSparse("emb", path);
   });
   EXPECT_NE(s.message().find(path), std::string::npos) << s;
+}
+
+// A table saved from two servers exports every trained row once, sorted by
+// id, with the values a pull answers; rows still awaiting admission are not
+// in it. Text and binary exports carry the same exact floats.
+TEST(SparseKVStoreTest, AnExportedTableHoldsEveryTrainedRowSortedById) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string path = dir + "/export.table";
+  proto::SparseTableSpec spec = Table(3);
+  spec.set_init(proto::SparseTableSpec::NORMAL);
+  spec.set_scale(0.1f);
+  spec.set_admit_after(2);
+  // Pushed twice (admitted): 0..19 and an id past 32 bits; pushed once
+  // (pending, not exported): 1000..1004.
+  std::vector<int64_t> twice;
+  for (int64_t i = 0; i < 20; ++i) twice.push_back(19 - i);
+  twice.push_back(kBig);
+  const std::vector<int64_t> once = {1000, 1001, 1002, 1003, 1004};
+  Tensor pulled = Rows(twice.size(), 3, 0);
+  DistFixture f(2, 1);
+  ASSERT_TRUE(f.Run("dist_sync", [&](KVStore* kv, int) -> Status {
+    KV_RETURN_IF_ERROR(kv->InitRowSparse("emb", spec));
+    KV_RETURN_IF_ERROR(kv->SetOptimizer(Sgd(0.5f)));
+    for (int t = 0; t < 2; ++t) {
+      Tensor g = Rows(twice.size(), 3, 0);
+      for (int64_t i = 0; i < g.size(); ++i) g.data<float>()[i] = 0.01f * (i % 7) + t;
+      KV_RETURN_IF_ERROR(kv->PushRowSparse("emb", Ids(twice), g));
+    }
+    KV_RETURN_IF_ERROR(kv->PushRowSparse("emb", Ids(once), Rows(once.size(), 3, 1.0f)));
+    KV_RETURN_IF_ERROR(kv->RowSparsePull("emb", Ids(twice), pulled));
+    return kv->SaveRowSparse("emb", path);
+  }).ok());
+  std::map<int64_t, std::vector<float>> want;
+  std::set<int> servers;
+  for (size_t i = 0; i < twice.size(); ++i) {
+    want[twice[i]] = std::vector<float>(pulled.data<float>() + i * 3,
+                                        pulled.data<float>() + i * 3 + 3);
+    servers.insert(sparse::ServerOfRow(twice[i], 2));
+  }
+  ASSERT_EQ(servers.size(), 2u);  // both shards hold rows
+  StatusOr<TableRows> t = ReadRowSparseTable(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->key, "emb");
+  EXPECT_EQ(t->width, 3);
+  ASSERT_EQ(t->ids.size(), want.size());
+  size_t i = 0;
+  for (const auto& [id, row] : want) {
+    EXPECT_EQ(t->ids[i], id);
+    EXPECT_EQ(std::vector<float>(t->rows.begin() + i * 3, t->rows.begin() + i * 3 + 3), row)
+        << "row " << id;
+    ++i;
+  }
+
+  ASSERT_TRUE(ExportRowSparseTable(path, dir + "/emb.txt", RowExportFormat::kText).ok());
+  std::ifstream text(dir + "/emb.txt");
+  std::string line;
+  i = 0;
+  for (const auto& [id, row] : want) {
+    ASSERT_TRUE(std::getline(text, line)) << "line " << i;
+    std::istringstream in(line);
+    int64_t got_id = -1;
+    std::vector<float> got(3);
+    in >> got_id >> got[0] >> got[1] >> got[2];
+    EXPECT_EQ(got_id, id);
+    EXPECT_EQ(got, row) << line;
+    ++i;
+  }
+  EXPECT_FALSE(std::getline(text, line)) << "an extra line: " << line;
+
+  ASSERT_TRUE(ExportRowSparseTable(path, dir + "/emb.rows", RowExportFormat::kBinary).ok());
+  const std::string bin = ReadWholeFile(dir + "/emb.rows").value();
+  const size_t n = want.size();
+  ASSERT_EQ(bin.size(), 8 + 16 + n * 8 + n * 3 * 4);
+  EXPECT_EQ(bin.substr(0, 8), "KVROWS01");
+  int64_t width = 0, count = 0;
+  std::memcpy(&width, bin.data() + 8, 8);
+  std::memcpy(&count, bin.data() + 16, 8);
+  EXPECT_EQ(width, 3);
+  EXPECT_EQ(count, static_cast<int64_t>(n));
+  std::vector<int64_t> ids(n);
+  std::vector<float> rows(n * 3);
+  std::memcpy(ids.data(), bin.data() + 24, n * 8);
+  std::memcpy(rows.data(), bin.data() + 24 + n * 8, n * 12);
+  EXPECT_EQ(ids, t->ids);
+  EXPECT_EQ(rows, t->rows);
+
+  // A file that is not a table is an error naming it.
+  ASSERT_TRUE(WriteFileAtomic(dir + "/junk.table", "junk").ok());
+  StatusOr<TableRows> bad = ReadRowSparseTable(dir + "/junk.table");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("junk.table"), std::string::npos) << bad.status();
 }
 
 }  // namespace

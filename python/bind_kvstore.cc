@@ -194,6 +194,23 @@ void BindKVStore(py::module_& m) {
         "The serialized OptimizerSpec for an optimizer name and its parameters "
         "(checked: a bad value is a ValueError naming it).");
   m.def("kvstore_types", [] { return KVStore::Types(); });
+  m.def("read_table", [](const std::string& path) {
+    TableRows t = Check(ReadRowSparseTable(path));
+    const py::ssize_t n = static_cast<py::ssize_t>(t.ids.size());
+    py::array_t<int64_t> ids(n);
+    py::array_t<float> rows({n, static_cast<py::ssize_t>(t.width)});
+    std::copy(t.ids.begin(), t.ids.end(), ids.mutable_data());
+    std::copy(t.rows.begin(), t.rows.end(), rows.mutable_data());
+    return py::make_tuple(t.key, ids, rows);
+  });
+  m.def("export_table", [](const std::string& path, const std::string& out,
+                           const std::string& format) {
+    if (format != "text" && format != "binary") {
+      throw py::value_error("export_table: format '" + format + "': expected text or binary");
+    }
+    Check(ExportRowSparseTable(
+        path, out, format == "text" ? RowExportFormat::kText : RowExportFormat::kBinary));
+  });
 
   py::class_<PyKVStore, std::shared_ptr<PyKVStore>>(m, "KVStore")
       .def_static("create", &Create, py::arg("type"))

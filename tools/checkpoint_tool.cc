@@ -1,8 +1,13 @@
-// kvtrain_checkpoint: prints a checkpoint's arrays, or compares two.
+// kvtrain_checkpoint: prints a checkpoint's arrays, or compares two; shows
+// or exports a row-sparse table saved by KVStore::SaveRowSparse.
 //   kvtrain_checkpoint show m-0003.params
 //   kvtrain_checkpoint diff a-0005.params b-0005.params [--rtol=1e-5 --atol=1e-6]
+//   kvtrain_checkpoint show m-0003-emb.table
+//   kvtrain_checkpoint export-table m-0003-emb.table emb.txt [--format=binary]
 // diff prints the max abs / rel difference per array and exits 1 if any
 // array differs beyond atol + rtol * |a|, or the two hold different arrays.
+// export-table writes every row the table holds, sorted by id, as text
+// ("id v1 ... vW" a line) or binary (kvstore/kvstore.h, ExportRowSparseTable).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,15 +16,59 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "kvstore/kvstore.h"
 #include "trainer/checkpoint.h"
 
 DEFINE_double(rtol, 1e-5, "diff: relative tolerance");
 DEFINE_double(atol, 1e-6, "diff: absolute tolerance");
+DEFINE_string(format, "text", "export-table: text or binary");
 
 namespace kvtrain {
 namespace {
 
+bool IsTable(const std::string& path) {
+  const std::string ext = ".table";
+  return path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+}
+
+int ShowTable(const std::string& path) {
+  StatusOr<TableRows> t = ReadRowSparseTable(path);
+  if (!t.ok()) {
+    std::fprintf(stderr, "error: %s\n", t.status().message().c_str());
+    return 2;
+  }
+  std::printf("%s: key %s, width %lld, %zu rows held {%s}\n", path.c_str(), t->key.c_str(),
+              static_cast<long long>(t->width), t->ids.size(), t->spec.ShortDebugString().c_str());
+  if (!t->ids.empty()) {
+    double sum = 0, lo = t->rows[0], hi = lo;
+    for (float x : t->rows) {
+      sum += x;
+      lo = std::min<double>(lo, x);
+      hi = std::max<double>(hi, x);
+    }
+    std::printf("  ids %lld .. %lld, weights min %.6g max %.6g mean %.6g\n",
+                static_cast<long long>(t->ids.front()), static_cast<long long>(t->ids.back()),
+                lo, hi, sum / static_cast<double>(t->rows.size()));
+  }
+  return 0;
+}
+
+int ExportTable(const std::string& in, const std::string& out) {
+  if (FLAGS_format != "text" && FLAGS_format != "binary") {
+    std::fprintf(stderr, "error: --format=%s: expected text or binary\n", FLAGS_format.c_str());
+    return 2;
+  }
+  const Status s = ExportRowSparseTable(
+      in, out, FLAGS_format == "text" ? RowExportFormat::kText : RowExportFormat::kBinary);
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.message().c_str());
+    return 2;
+  }
+  return 0;
+}
+
 int Show(const std::string& path) {
+  if (IsTable(path)) return ShowTable(path);
   int epoch = 0;
   StatusOr<ModelArrays> a = LoadParams(path, &epoch);
   if (!a.ok()) {
@@ -101,13 +150,16 @@ int Diff(const std::string& pa, const std::string& pb) {
 }  // namespace kvtrain
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage(
-      "kvtrain_checkpoint show FILE | diff A B [--rtol=R --atol=A]");
+  const char* usage =
+      "show FILE | diff A B [--rtol=R --atol=A] | export-table T.table OUT "
+      "[--format=text|binary]";
+  gflags::SetUsageMessage(usage);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   const std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "show" && argc == 3) return kvtrain::Show(argv[2]);
   if (cmd == "diff" && argc == 4) return kvtrain::Diff(argv[2], argv[3]);
-  std::fprintf(stderr, "usage: %s show FILE | diff A B [--rtol=R --atol=A]\n", argv[0]);
+  if (cmd == "export-table" && argc == 4) return kvtrain::ExportTable(argv[2], argv[3]);
+  std::fprintf(stderr, "usage: %s %s\n", argv[0], usage);
   return 2;
 }

@@ -369,6 +369,18 @@ std::string Table::Save() const {
   return std::move(w.out);
 }
 
+Status Table::PeekShard(const std::string& bytes, std::string* key,
+                        proto::SparseTableSpec* spec) {
+  Reader r(bytes);
+  char magic[sizeof(kMagic)];
+  std::string spec_bytes;
+  if (!r.Raw(magic, sizeof(magic)) || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0 ||
+      !r.Str(key) || !r.Str(&spec_bytes) || !spec->ParseFromString(spec_bytes)) {
+    return Status::InvalidArgument("not a saved table shard");
+  }
+  return Status::OK();
+}
+
 Status Table::Load(const std::string& bytes) {
   Reader r(bytes);
   char magic[sizeof(kMagic)];

@@ -107,6 +107,18 @@ class Table {
                                                     const std::vector<std::string>& shards,
                                                     int servers);
 
+  // The key and spec a saved shard (Save's bytes) was of; InvalidArgument
+  // when the bytes are no shard.
+  static Status PeekShard(const std::string& bytes, std::string* key,
+                          proto::SparseTableSpec* spec);
+
+  // Calls fn(id, weights[width]) for every held row, least recently used
+  // first (no use is counted).
+  template <typename Fn>
+  void ForEachRow(Fn fn) const {
+    for (uint32_t s = tail_; s != kNone; s = prev_[s]) fn(ids_[s], Weights(s));
+  }
+
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr int64_t kChunkRows = 4096;

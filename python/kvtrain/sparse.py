@@ -15,6 +15,8 @@ See docs/sparse.md.
 
 import numpy as np
 
+from . import _lib
+
 
 class Table(object):
     """A row-sparse key's declaration.
@@ -95,3 +97,17 @@ def zeros(stype, shape, **kwargs):
     if stype != "row_sparse":
         raise ValueError("sparse.zeros: only 'row_sparse' is supported, got %r" % (stype,))
     return RowSparseArray(np.zeros((0, shape[1]), np.float32), np.zeros(0, np.int64), shape)
+
+
+def read_table(path):
+    """The rows of a table file saved by kv.save_row_sparse: (key, ids,
+    rows), ids int64 (n,) sorted, rows float32 (n, width); only rows the
+    table held (trained and admitted), without optimizer state."""
+    return _lib.read_table(str(path))
+
+
+def export_table(path, out, format="text"):
+    """Writes a saved table's rows to `out`: 'text' (one "id v1 ... vW" a
+    line, floats exact) or 'binary' ("KVROWS01", int64 width, int64 n, n
+    int64 ids, n x width float32; docs/sparse.md)."""
+    _lib.export_table(str(path), str(out), format)

@@ -78,6 +78,36 @@ def test_initial_values_are_deterministic_and_tables_save(kv, tmp_path):
     np.testing.assert_array_equal(a, b)
 
 
+def test_a_saved_table_reads_back_and_exports(kv, tmp_path):
+    kv.init("t", kt.sparse.Table(width=3, init="uniform", scale=0.5, seed=2))
+    ids = np.array([7, 2**40 + 1, 3], np.int64)
+    kv.push("t", kt.sparse.RowSparseArray(np.full((3, 3), 0.25, np.float32), ids, (0, 3)))
+    path = tmp_path / "t.table"
+    kv.save_row_sparse("t", str(path))
+    key, got_ids, rows = kt.sparse.read_table(path)
+    assert key == "t"
+    np.testing.assert_array_equal(got_ids, np.sort(ids))
+    want = np.zeros((3, 3), np.float32)
+    kv.row_sparse_pull("t", out=want, row_ids=got_ids)
+    np.testing.assert_array_equal(rows, want)
+    kt.sparse.export_table(path, tmp_path / "t.rows", format="binary")
+    raw = (tmp_path / "t.rows").read_bytes()
+    assert raw[:8] == b"KVROWS01"
+    width, n = np.frombuffer(raw, np.int64, 2, 8)
+    assert (width, n) == (3, 3)
+    np.testing.assert_array_equal(np.frombuffer(raw, np.int64, n, 24), got_ids)
+    np.testing.assert_array_equal(
+        np.frombuffer(raw, np.float32, n * width, 24 + 8 * n).reshape(n, width), rows)
+    kt.sparse.export_table(path, tmp_path / "t.txt")
+    np.testing.assert_array_equal(np.loadtxt(tmp_path / "t.txt", dtype=np.float64)[:, 1:]
+                                  .astype(np.float32), rows)
+    with pytest.raises(kt.KVTrainError, match="junk"):
+        (tmp_path / "junk").write_bytes(b"junk")
+        kt.sparse.read_table(tmp_path / "junk")
+    with pytest.raises(ValueError, match="format 'csv'"):
+        kt.sparse.export_table(path, tmp_path / "x", format="csv")
+
+
 def test_bad_input_names_the_key_and_the_id(kv):
     kv.init("emb", kt.sparse.Table(width=2, num_rows=10))
     kv.init("dense", np.zeros((2,), np.float32))
