@@ -320,9 +320,8 @@ StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(void* ctx,
     return Status::Internal(std::string("ZAP socket: ") +
                             zmq_strerror(zmq_errno()));
   }
-  const int zero = 0, poll_ms = 50;
+  const int zero = 0;
   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
-  zmq_setsockopt(s, ZMQ_RCVTIMEO, &poll_ms, sizeof(poll_ms));
   if (zmq_bind(s, kZapEndpoint) != 0) {
     const std::string err = zmq_strerror(zmq_errno());
     zmq_close(s);
@@ -330,11 +329,12 @@ StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(void* ctx,
                             kZapEndpoint + ": " + err);
   }
   return std::unique_ptr<ZapHandler>(
-      new ZapHandler(s, key, std::move(log_name)));
+      new ZapHandler(ctx, s, key, std::move(log_name)));
 }
 
-ZapHandler::ZapHandler(void* socket, const JobKey& key, std::string log_name)
-    : socket_(socket),
+ZapHandler::ZapHandler(void* ctx, void* socket, const JobKey& key, std::string log_name)
+    : ctx_(ctx),
+      socket_(socket),
       log_name_(std::move(log_name)),
       log_limiter_(10, std::chrono::seconds(10)) {
   if (key.secure()) {
@@ -347,7 +347,16 @@ ZapHandler::ZapHandler(void* socket, const JobKey& key, std::string log_name)
 
 ZapHandler::~ZapHandler() {
   stop_.store(true);
+  // Loop waits for a request without a timeout: one that it will not
+  // answer wakes it (a terminated context has woken it already).
+  void* wake = zmq_socket(ctx_, ZMQ_REQ);
+  if (wake != nullptr) {
+    const int zero = 0;
+    zmq_setsockopt(wake, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_connect(wake, kZapEndpoint) == 0) zmq_send(wake, "stop", 4, ZMQ_DONTWAIT);
+  }
   thread_.join();
+  if (wake != nullptr) zmq_close(wake);
   zmq_close(socket_);
 }
 
@@ -370,6 +379,7 @@ void ZapHandler::Loop() {
   std::vector<std::string> req;
   while (!stop_.load()) {
     if (!RecvFrames(socket_, &req)) continue;
+    if (stop_.load()) break;  // the destructor's wake-up
     // version, request id, domain, address, identity, mechanism, credentials
     const bool well_formed = req.size() >= 6 && req[0] == "1.0";
     const std::string request_id = req.size() > 1 ? req[1] : "";

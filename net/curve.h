@@ -153,10 +153,14 @@ class ZapHandler {
   int64_t refused() const { return refused_.load(); }
 
  private:
-  ZapHandler(void* socket, const JobKey& key, std::string log_name);
+  ZapHandler(void* ctx, void* socket, const JobKey& key, std::string log_name);
   void Loop();
 
-  void* socket_;  // REP bound to inproc://zeromq.zap.01, used by Loop only
+  void* ctx_;
+  // REP bound to inproc://zeromq.zap.01, used by Loop only. Loop blocks on
+  // it without a timeout (an idle node does not wake); the destructor wakes
+  // it with a request of its own.
+  void* socket_;
   std::string public_key_;  // 32 bytes
   std::mutex mu_;
   std::string log_name_ GUARDED_BY(mu_);

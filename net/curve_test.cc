@@ -2,14 +2,19 @@
 // environment and key files, and a ZAP handler that admits only the job's
 // key (kvstore/ps/zmq_van_security_test drives it through Vans).
 #include "net/curve.h"
+#include "net/handshake_monitor.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <zmq.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -180,6 +185,75 @@ TEST(ZapHandlerTest, RefusesAClientKeyThatIsNotTheJobs) {
   zap->reset();
   zmq_ctx_term(ctx);
   zmq_ctx_term(cctx);
+}
+
+// Waits (up to 20 s) for `cond`; whether it came.
+template <typename Cond>
+bool Eventually(Cond cond) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// Once every connection has done its handshake (over TCP and over a local
+// socket, whose bytes the monitor cannot read), the monitor waits without a
+// timeout; a new connection wakes it, and its end lets it sleep again.
+TEST(HandshakeMonitorTest, SleepsWhileNoConnectionIsInItsHandshake) {
+  const JobKey job = JobKey::Generate();
+  void* ctx = zmq_ctx_new();
+  auto zap = ZapHandler::Start(ctx, job, "test server");
+  ASSERT_TRUE(zap.ok()) << zap.status();
+  std::unique_ptr<HandshakeMonitor> monitor =
+      HandshakeMonitor::Start(ctx, /*secure=*/true, "test server", nullptr);
+  void* router = zmq_socket(ctx, ZMQ_ROUTER);
+  const int zero = 0;
+  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
+  ASSERT_TRUE(SecureSocket(router, job, true).ok());
+  ASSERT_TRUE(monitor->Watch(router, /*is_server=*/true, 0).ok());
+  ASSERT_EQ(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
+  char endpoint[128];
+  size_t len = sizeof(endpoint);
+  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+  const std::string ipc = "ipc://@kvtrain-monitor-test-" + std::to_string(getpid());
+  ASSERT_EQ(zmq_bind(router, ipc.c_str()), 0);
+
+  std::vector<void*> clients;
+  for (const std::string& where : {std::string(endpoint), ipc}) {
+    void* d = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof(zero));
+    ASSERT_TRUE(SecureSocket(d, job, false).ok());
+    ASSERT_EQ(zmq_connect(d, where.c_str()), 0);
+    ASSERT_EQ(zmq_send(d, "x", 1, 0), 1);
+    char buf[16];
+    ASSERT_GE(zmq_recv(router, buf, sizeof(buf), 0), 0);  // its routing id
+    ASSERT_EQ(zmq_recv(router, buf, sizeof(buf), 0), 1);  // both handshakes done
+    clients.push_back(d);
+  }
+  EXPECT_TRUE(Eventually([&] { return monitor->asleep(); }))
+      << "the monitor keeps looking with every handshake done";
+
+  // A connection that says nothing is in its handshake: looked at.
+  const int raw = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(std::strrchr(endpoint, ':') + 1)));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(raw, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_TRUE(Eventually([&] { return !monitor->asleep(); }))
+      << "a new connection did not wake the monitor";
+  close(raw);
+  EXPECT_TRUE(Eventually([&] { return monitor->asleep(); }))
+      << "the monitor keeps looking after the connection ended";
+  EXPECT_EQ(monitor->shed(), 0);
+
+  for (void* d : clients) zmq_close(d);
+  zmq_close(router);
+  monitor.reset();
+  zap->reset();
+  zmq_ctx_term(ctx);
 }
 
 }  // namespace

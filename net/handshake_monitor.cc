@@ -204,17 +204,50 @@ HandshakeMonitor::HandshakeMonitor(void* ctx, bool secure,
       on_dropped_(std::move(on_dropped)),
       log_name_(std::move(log_name)),
       log_limiter_(10, std::chrono::seconds(10)) {
+  char endpoint[96];
+  std::snprintf(endpoint, sizeof(endpoint), "inproc://kvtrain-handshake-wake-%p",
+                static_cast<void*>(this));
+  const int zero = 0;
+  wake_in_ = zmq_socket(ctx_, ZMQ_PAIR);
+  wake_out_ = zmq_socket(ctx_, ZMQ_PAIR);
+  for (void* s : {wake_in_, wake_out_}) {
+    if (s != nullptr) zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+  }
+  CHECK(wake_in_ != nullptr && wake_out_ != nullptr && zmq_bind(wake_in_, endpoint) == 0 &&
+        zmq_connect(wake_out_, endpoint) == 0)
+      << "handshake monitor: " << zmq_strerror(zmq_errno());
   thread_ = std::thread([this] { Loop(); });
 }
 
 HandshakeMonitor::~HandshakeMonitor() {
-  stop_.store(true);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_.store(true);
+    WakeLocked();
+  }
   thread_.join();
   std::lock_guard<std::mutex> l(mu_);
   for (auto* list : {&watched_, &added_}) {
     for (auto& w : *list) zmq_close(w->pair);
     list->clear();
   }
+  zmq_close(wake_out_);
+  zmq_close(wake_in_);
+}
+
+void HandshakeMonitor::WakeLocked() {
+  // One byte is enough: Loop drains them all.
+  zmq_send(wake_out_, "", 0, ZMQ_DONTWAIT);
+}
+
+bool HandshakeMonitor::AnyUnsettled() const {
+  for (const auto& w : watched_) {
+    if (!w->is_server) continue;
+    for (const auto& [fd, a] : w->peers) {
+      if (!a.shed && !a.admitted) return true;
+    }
+  }
+  return false;
 }
 
 void HandshakeMonitor::SetLogName(std::string name) {
@@ -249,6 +282,7 @@ Status HandshakeMonitor::Watch(void* socket, bool is_server, int tag) {
   w->is_server = is_server;
   w->tag = tag;
   added_.push_back(std::move(w));
+  WakeLocked();
   return Status::OK();
 }
 
@@ -261,21 +295,30 @@ void HandshakeMonitor::Loop() {
       for (auto& w : added_) watched_.push_back(std::move(w));
       added_.clear();
     }
-    if (watched_.empty()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    items.assign(watched_.size(), zmq_pollitem_t{});
+    // The watched sockets' event pairs, then the wake-up pair (last).
+    items.assign(watched_.size() + 1, zmq_pollitem_t{});
     for (size_t i = 0; i < watched_.size(); ++i) {
       items[i].socket = watched_[i]->pair;
       items[i].events = ZMQ_POLLIN;
     }
-    const int ready = zmq_poll(items.data(), static_cast<int>(items.size()), 50);
-    // Every 50 ms, events or not: a connection sending more than a HELLO
-    // goes now, and strangers that have waited long enough go now, not at
-    // the next connection.
+    items.back().socket = wake_in_;
+    items.back().events = ZMQ_POLLIN;
+    // While a connection is in its handshake, a look every 50 ms, events or
+    // not: one sending more than a HELLO goes now, and strangers that have
+    // waited long enough go now, not at the next connection. Otherwise
+    // nothing is due until an event comes.
+    const bool unsettled = AnyUnsettled();
+    asleep_.store(!unsettled);
+    const int ready = zmq_poll(items.data(), static_cast<int>(items.size()), unsettled ? 50 : -1);
+    asleep_.store(false);
+    if (ready > 0 && (items.back().revents & ZMQ_POLLIN)) {
+      char drain;
+      while (zmq_recv(wake_in_, &drain, sizeof(drain), ZMQ_DONTWAIT) >= 0) {
+      }
+    }
+    items.pop_back();
     const auto now = std::chrono::steady_clock::now();
-    if (now - last_look >= std::chrono::milliseconds(50)) {
+    if (unsettled && now - last_look >= std::chrono::milliseconds(50)) {
       last_look = now;
       for (auto& w : watched_) {
         if (w->is_server) ShedPending(w.get(), /*look_at_all=*/true);
@@ -352,7 +395,12 @@ void HandshakeMonitor::ShedPending(Watched* w, bool look_at_all) {
     // (a burst of connections costs no more than its events).
     if (!look_at_all && now - a.at < kSilentAfter) continue;
     const int64_t got = BytesReceived(fd);
-    if (got < 0) continue;
+    if (got < 0) {
+      // Not TCP (the same-host socket, reachable only through the job's
+      // private directory) or already gone: nothing to measure, never shed.
+      a.admitted = true;
+      continue;
+    }
     if (secure_) {
       const int64_t sent = BytesSent(fd);
       if (sent < 0 || sent > kGreetingBytes) {

@@ -67,6 +67,9 @@ class HandshakeMonitor {
   // Connections a bound socket closed because more than
   // kMaxPendingHandshakes (net/curve.h) were in their handshake.
   int64_t shed() const { return shed_.load(); }
+  // Whether the monitor is waiting without a timeout (no connection in its
+  // handshake): an idle node's monitor does not wake.
+  bool asleep() const { return asleep_.load(); }
 
   struct Watched;  // one monitored socket (curve.cc)
 
@@ -81,6 +84,10 @@ class HandshakeMonitor {
   // `look_at_all`: also those accepted less than 1 s ago (every 50 ms;
   // at each new connection only the older ones).
   void ShedPending(Watched* w, bool look_at_all);
+  // Whether a connection on a watched server socket is in its handshake
+  // (not admitted, not shed): then Loop looks every 50 ms.
+  bool AnyUnsettled() const;
+  void WakeLocked() REQUIRES(mu_);
 
   void* ctx_;
   const bool secure_;
@@ -89,6 +96,11 @@ class HandshakeMonitor {
   std::mutex mu_;
   std::string log_name_ GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Watched>> added_ GUARDED_BY(mu_);
+  // Wakes Loop (a new socket to watch, or stop): Loop sleeps without a
+  // timeout while no connection is in its handshake, so an idle node's
+  // monitor does not wake.
+  void* wake_out_ GUARDED_BY(mu_) = nullptr;
+  void* wake_in_ = nullptr;  // Loop's
   int next_id_ GUARDED_BY(mu_) = 0;
   // Owned by Loop's thread.
   std::vector<std::unique_ptr<Watched>> watched_;
@@ -96,6 +108,7 @@ class HandshakeMonitor {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> refused_{0};
   std::atomic<int64_t> shed_{0};
+  std::atomic<bool> asleep_{false};
   std::thread thread_;
 };
 

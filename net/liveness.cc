@@ -97,7 +97,8 @@ bool PeerLiveness::HeartbeatDue(int64_t now_ns) {
 
 double PeerLiveness::TickSeconds(const LivenessOptions& options) {
   const double hb = options.heartbeat_interval_s;
-  return hb > 0 ? std::min(hb / 4, 0.1) : 0.1;
+  const double grace = std::max(options.disconnect_grace_s / 2, 0.01);
+  return hb > 0 ? std::min(hb / 4, grace) : grace;
 }
 
 std::string DeathMessage(const std::string& peer, const std::string& why) {

@@ -100,9 +100,9 @@ TEST(PeerLivenessTest, HeartbeatScheduleAndTick) {
   EXPECT_TRUE(l.HeartbeatDue(0));
   EXPECT_FALSE(l.HeartbeatDue(kSec / 2));
   EXPECT_TRUE(l.HeartbeatDue(kSec));
-  EXPECT_DOUBLE_EQ(PeerLiveness::TickSeconds(Opts(1, 10)), 0.1);
+  EXPECT_DOUBLE_EQ(PeerLiveness::TickSeconds(Opts(1, 10)), 0.25);
   EXPECT_DOUBLE_EQ(PeerLiveness::TickSeconds(Opts(0.2, 1)), 0.05);
-  EXPECT_DOUBLE_EQ(PeerLiveness::TickSeconds(Opts(0, 1)), 0.1);
+  EXPECT_DOUBLE_EQ(PeerLiveness::TickSeconds(Opts(0, 1)), 0.25);
 }
 
 TEST(PeerLivenessTest, OneMessageFormat) {

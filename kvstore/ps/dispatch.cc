@@ -223,7 +223,10 @@ Status PostofficeImpl::RegisterCustomer(Customer* c) {
                                  " is already used on " + name());
   }
   customers_[c->app_id()] = c;
-  if (early_.count(c->app_id())) early_pending_.store(true);
+  if (early_.count(c->app_id())) {
+    early_pending_.store(true);
+    van_->Wake();  // the receive loop delivers them
+  }
   return Status::OK();
 }
 

@@ -356,6 +356,7 @@ void PostofficeImpl::StopThreads(Duration linger) {
     stop_.store(true);
     timer_cv_.notify_all();
   }
+  if (van_ != nullptr) van_->Wake();
   if (timer_thread_.joinable()) timer_thread_.join();
   if (recv_thread_.joinable()) recv_thread_.join();
   van_->Close(linger);

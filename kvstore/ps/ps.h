@@ -139,8 +139,10 @@ struct PostofficeOptions {
   // before further messages wait in the priority queue. A message larger
   // than this still goes out alone.
   int64_t send_window_bytes = 4 << 20;
-  // Longest time the receive loop sleeps when idle (stop latency).
-  Duration poll_interval = std::chrono::milliseconds(50);
+  // Longest time the receive loop sleeps when idle. Stopping and a newly
+  // registered customer with held messages wake it at once (Van::Wake), so
+  // this only bounds how often an idle node wakes.
+  Duration poll_interval = std::chrono::seconds(1);
   // Extra seconds a server/worker waits for the node table beyond the
   // scheduler's start-up deadline, so that the scheduler's own report of
   // who is missing arrives first.

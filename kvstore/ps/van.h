@@ -65,8 +65,10 @@ class Van {
     return SendBuffer::Heap(size);
   }
   // Receives one message into *msg. Returns false when nothing arrived
-  // within the Van's poll interval.
+  // within the Van's poll interval, or when Wake was called.
   virtual StatusOr<bool> Recv(RawMessage* msg) = 0;
+  // Makes a Recv asleep (or the next one) return now; any thread.
+  virtual void Wake() {}
   // Waits up to `timeout` until every queued message was handed to the OS.
   virtual void Flush(Duration timeout) = 0;
   // Closes all connections; queued messages get up to `linger` to go out.

@@ -144,17 +144,22 @@ StatusOr<int> ZmqVan::Bind(int port) {
     LOG_IF(WARNING, !lane.ok())
         << lane.message() << "; peers send every frame over CURVE";
   }
+  // The doorbell: Wake rings it, and so do peers' rings (whatever this
+  // node's own sending options).
+  int fds[2];
+  if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+    const std::string err = std::strerror(errno);
+    zmq_close(router_);
+    router_ = nullptr;
+    return Status::Internal("pipe for the receive loop's doorbell: " + err);
+  }
+  bell_read_ = fds[0];
+  bell_write_ = fds[1];
   if (options_.same_host) {
     // Best effort: without it, peers on this host use TCP (and CURVE).
     StatusOr<std::string> local = net::BindSameHost(router_, "ps");
     if (local.ok()) {
       same_host_ = *local;
-      int fds[2];
-      // Peers' rings ring it (whatever this node's own sending options).
-      if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0) {
-        bell_read_ = fds[0];
-        bell_write_ = fds[1];
-      }
     } else {
       LOG(WARNING) << "no same-host socket (" << local.status().message()
                    << "); peers on this host connect over TCP";
@@ -304,10 +309,7 @@ StatusOr<bool> ZmqVan::RecvSocket(RawMessage* msg, bool block) {
 StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
   CHECK(router_ != nullptr) << "ZmqVan::Recv before Bind";
   StatusOr<bool> got = false;
-  if (bell_read_ < 0 && lane_ == nullptr) {
-    got = RecvSocket(msg, /*block=*/true);
-    while (got.ok() && *got && OnSocketMessage(msg)) got = RecvSocket(msg, true);
-  } else {
+  {
     const auto deadline = Clock::now() + options_.poll_interval;
     // The lane and the other sources (the socket, the rings) take turns
     // going first, one message each, so that a busy lane cannot starve
@@ -319,6 +321,7 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
       got = true;
       return true;
     };
+    bool woken = false;  // the doorbell rang on the last pass
     for (;;) {
       lane_first_ = !lane_first_;
       if (lane_first_) {
@@ -342,6 +345,8 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
           ready_msgs_.empty() && lane_ != nullptr && ReadLaneMessage();
       if (take_ready()) break;
       if (lane_read) continue;  // a probe or a dropped message: look again
+      // Rung and nothing came: Wake (a ring's message would be here).
+      if (woken) return false;
       // Nothing: sleep on the socket and the doorbell, unless a ring's
       // writer got a message in before it could see this thread asleep.
       bool pending = false;
@@ -359,8 +364,7 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
       }
       for (RingIn& in : rings_) in.reader->Awake();
       char drain[64];
-      while (bell_read_ >= 0 && read(bell_read_, drain, sizeof(drain)) > 0) {
-      }
+      while (read(bell_read_, drain, sizeof(drain)) > 0) woken = true;
       if (!pending && left.count() <= 0) return false;
     }
   }
@@ -370,6 +374,14 @@ StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
     trace::Instant("van", "recv", "", bytes);
   }
   return got;
+}
+
+void ZmqVan::Wake() {
+  if (bell_write_ >= 0) {
+    const char b = 0;
+    ssize_t n = write(bell_write_, &b, 1);  // a full pipe is awake already
+    (void)n;
+  }
 }
 
 bool ZmqVan::Idle() {

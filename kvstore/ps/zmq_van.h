@@ -34,7 +34,7 @@ namespace ps {
 struct ZmqVanOptions {
   // See PostofficeOptions.
   int64_t send_window_bytes = 4 << 20;
-  Duration poll_interval = std::chrono::milliseconds(50);
+  Duration poll_interval = std::chrono::seconds(1);
   // The job's key: secure (CURVE on every socket, a ZAP handler admitting
   // only the job's key) unless insecure. See net/curve.h.
   net::JobKey key;
@@ -86,6 +86,7 @@ class ZmqVan : public Van {
   // kShmMinFrameBytes to a peer on this host; plain memory otherwise.
   SendBuffer NewSendBuffer(int conn, size_t size) override;
   StatusOr<bool> Recv(RawMessage* msg) override;
+  void Wake() override;
   void Flush(Duration timeout) override;
   void Close(Duration linger) override;
   void SetHandshakeFailureHandler(HandshakeFailureHandler handler) override

@@ -114,7 +114,7 @@ bool ZmqVan::OnSocketMessage(RawMessage* msg) {
           "same-host socket may announce one");
       return false;
     }
-    if (status.ok() && bell_write_ < 0) {
+    if (status.ok() && same_host_.empty()) {
       status = Status::Unavailable(
           "a ring announced to a node without a same-host socket");
     }

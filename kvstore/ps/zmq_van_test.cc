@@ -55,6 +55,38 @@ TEST(ZmqVanTest, FramesTravelWithoutCopiesAndAreReleased) {
 
 // Receivers refuse frames above net::kMaxFrameBytes (closing the
 // connection): the van refuses to send one (EncodeMessage splits data).
+// An idle Recv sleeps up to the poll interval (an hour here): Wake, from
+// another thread, ends it at once; a message that comes after still arrives.
+TEST(ZmqVanTest, WakeEndsARecvThatWouldSleepAnHour) {
+  ZmqVanOptions o;
+  o.poll_interval = std::chrono::hours(1);
+  StatusOr<std::unique_ptr<ZmqVan>> made = ZmqVan::Create("b", o);
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::unique_ptr<ZmqVan> b = std::move(*made);
+  StatusOr<int> port = b->Bind(0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::atomic<bool> returned{false};
+  std::thread waker([&] {
+    // Until Recv has returned: a Wake before it sleeps counts too.
+    while (!returned.load()) {
+      b->Wake();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  RawMessage msg;
+  StatusOr<bool> got = b->Recv(&msg);
+  returned.store(true);
+  waker.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(*got);
+  auto a = MakeVan("a");
+  ASSERT_TRUE(a->Connect(1, "127.0.0.1", *port, "").ok());
+  ASSERT_TRUE(a->Send(1, 0, {Blob::FromString("after")}).ok());
+  got = b->Recv(&msg);
+  ASSERT_TRUE(got.ok() && *got);
+  EXPECT_EQ(msg.frames[0].ToString(), "after");
+}
+
 TEST(ZmqVanTest, FramesAboveTheLimitAreRefused) {
   auto a = MakeVan("a");
   auto b = MakeVan("b");
