@@ -310,6 +310,18 @@ void RaiseFileLimit() {
   });
 }
 
+void SizeContext(void* ctx) {
+  RaiseFileLimit();
+  rlimit r;
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  const int most = zmq_ctx_get(ctx, ZMQ_SOCKET_LIMIT);
+  const int64_t want = std::min<int64_t>(most > 0 ? most : 65535,
+                                         static_cast<int64_t>(r.rlim_cur));
+  if (want > zmq_ctx_get(ctx, ZMQ_MAX_SOCKETS)) {
+    zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, static_cast<int>(want));
+  }
+}
+
 // ---- ZapHandler ----
 
 StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(void* ctx,

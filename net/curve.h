@@ -128,6 +128,11 @@ Status SecureLaneClient(void* zmq_socket, const std::string& key);
 // most 65536), once: descriptors are what a flood of connections uses up.
 void RaiseFileLimit();
 
+// Lets a ZeroMQ context hold as many sockets as this process may open
+// files (ZeroMQ's default is 1,023: a node of a 1,024-node job needs more,
+// a sending socket and a monitor per peer). Call right after zmq_ctx_new.
+void SizeContext(void* ctx);
+
 // The ZAP handler of one ZeroMQ context (RFC 27, inproc://zeromq.zap.01):
 // a thread that admits a CURVE client only when its public key is the job's
 // and logs every refusal with the peer's address, rate-limited. Start it

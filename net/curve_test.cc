@@ -6,6 +6,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -253,6 +254,26 @@ TEST(HandshakeMonitorTest, SleepsWhileNoConnectionIsInItsHandshake) {
   zmq_close(router);
   monitor.reset();
   zap->reset();
+  zmq_ctx_term(ctx);
+}
+
+// A context holds as many sockets as the process may open files, not
+// ZeroMQ's default 1,023: a node of a 1,024-node job has a sending socket
+// and a monitor per peer.
+TEST(SizeContextTest, AContextHoldsMoreThanAThousandSockets) {
+  void* ctx = zmq_ctx_new();
+  SizeContext(ctx);
+  rlimit r;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &r), 0);
+  if (r.rlim_cur < 4096) GTEST_SKIP() << "open-file limit " << r.rlim_cur;
+  EXPECT_GE(zmq_ctx_get(ctx, ZMQ_MAX_SOCKETS), 4096);
+  std::vector<void*> sockets;
+  for (int i = 0; i < 1500; ++i) {
+    void* s = zmq_socket(ctx, ZMQ_DEALER);
+    ASSERT_NE(s, nullptr) << "socket " << i << ": " << zmq_strerror(zmq_errno());
+    sockets.push_back(s);
+  }
+  for (void* s : sockets) zmq_close(s);
   zmq_ctx_term(ctx);
 }
 

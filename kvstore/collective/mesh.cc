@@ -36,6 +36,7 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::Bind(int rank, int size,
   net::RaiseFileLimit();
   void* ctx = zmq_ctx_new();
   if (ctx == nullptr) return Status::Internal("zmq_ctx_new: " + ZmqError());
+  net::SizeContext(ctx);
   std::unique_ptr<Mesh> mesh(new Mesh(rank, size, options, ctx));
   if (options.key.secure()) {
     KV_ASSIGN_OR_RETURN(mesh->zap_,

@@ -101,7 +101,7 @@ void SchedulerCore::OnRegister(const std::string& token, const Message& msg) {
   }
   const wire::NodeInfo& info = c.nodes(0);
   const NodeConfig& cfg = po_->config();
-  std::lock_guard<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(mu_);
   if (complete_) {
     return Reject(info, "the job already has all its nodes (" +
                             std::to_string(cfg.num_servers) + " servers, " +
@@ -142,7 +142,13 @@ void SchedulerCore::OnRegister(const std::string& token, const Message& msg) {
   p.conn = next_conn_++;
   Status s = po_->van()->Connect(p.conn, info.host(), info.port(), info.same_host());
   if (!s.ok()) {
-    LOG(WARNING) << po_->name() << ": " << s;
+    // The node could never be answered: the job cannot start (waiting for
+    // the deadline would only hide why).
+    l.unlock();
+    po_->Fail(Status::Unavailable(po_->name() + " cannot connect to the " +
+                                  RoleWord(info.role()) + " at " + Addr(info) + ": " +
+                                  s.message()),
+              /*broadcast=*/true);
     return;
   }
   pending_.push_back(std::move(p));
@@ -328,10 +334,13 @@ std::string SchedulerCore::StartupFailure(double timeout_s) {
      << c.num_servers - CountPending(wire::SERVER) << " of " << c.num_servers
      << " servers missing; registered: ";
   if (pending_.empty()) os << "none";
-  for (size_t i = 0; i < pending_.size(); ++i) {
+  // A few by address (which hosts did come), not a thousand.
+  constexpr size_t kNamed = 8;
+  for (size_t i = 0; i < pending_.size() && i < kNamed; ++i) {
     os << (i ? ", " : "") << RoleWord(pending_[i].info.role()) << " at "
        << Addr(pending_[i].info);
   }
+  if (pending_.size() > kNamed) os << " and " << pending_.size() - kNamed << " more";
   return os.str();
 }
 

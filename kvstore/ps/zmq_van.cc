@@ -28,6 +28,7 @@ StatusOr<std::unique_ptr<ZmqVan>> ZmqVan::Create(std::string token,
   void* ctx = zmq_ctx_new();
   if (ctx == nullptr) return Status::Internal("zmq_ctx_new: " + ZmqError());
   zmq_ctx_set(ctx, ZMQ_IO_THREADS, 1);
+  net::SizeContext(ctx);
   std::unique_ptr<net::ZapHandler> zap;
   if (options.key.secure()) {
     StatusOr<std::unique_ptr<net::ZapHandler>> z =
