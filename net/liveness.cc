@@ -63,12 +63,14 @@ std::vector<PeerLiveness::Death> PeerLiveness::Check(int64_t now_ns) {
     const int64_t dropped = c.dropped.load();
     const int64_t silent = now_ns - c.heard.load(std::memory_order_relaxed);
     const bool first = !c.heard_once.load(std::memory_order_relaxed);
+    const bool starting = starting_.load(std::memory_order_relaxed);
     if (dropped != 0 && now_ns - dropped > grace_ns) {
       deaths.push_back({p, "its connection dropped without a goodbye "
                            "(the process exited or was killed)"});
-    } else if (heartbeats && first && first_ns > timeout_ns) {
+    } else if (heartbeats && (first || starting) && first_ns > timeout_ns) {
       if (silent <= first_ns) continue;
-      deaths.push_back({p, "nothing heard since the job started, for " +
+      deaths.push_back({p, std::string(first ? "nothing heard since the job started, for "
+                                             : "nothing heard while the job starts, for ") +
                                FormatSeconds(silent / 1e9) +
                                " (KVTRAIN_STARTUP_TIMEOUT=" +
                                FormatSeconds(options_.first_message_timeout_s) +

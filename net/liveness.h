@@ -69,6 +69,13 @@ class PeerLiveness {
   bool said_goodbye(int peer) const;
   int64_t last_heard_ns(int peer) const;
 
+  // The job has started (its start-up barrier passed): until then every
+  // peer's silence is judged by first_message_timeout_s when it is the
+  // longer (a scheduler sending a 1,000-node job its node table, or a node
+  // in the queue for a core, can be silent past the heartbeat timeout),
+  // afterwards by heartbeat_timeout_s. Any thread.
+  void EndStartup() { starting_.store(false); }
+
   // The watched peers that became dead by `now_ns` and were not reported
   // before; each is reported once.
   std::vector<Death> Check(int64_t now_ns);
@@ -94,6 +101,7 @@ class PeerLiveness {
 
   const LivenessOptions options_;
   std::vector<std::unique_ptr<Clock>> peers_;
+  std::atomic<bool> starting_{true};
   int64_t next_heartbeat_ns_ = 0;  // HeartbeatDue's thread only
 };
 

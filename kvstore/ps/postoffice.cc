@@ -279,7 +279,12 @@ Status PostofficeImpl::Start() {
         &l, startup + 2 * options_.startup_grace,
         [this] { return table() != nullptr; }, "start-up"));
   }
-  return Barrier(kAllGroups, startup + options_.startup_grace);
+  KV_RETURN_IF_ERROR(Barrier(kAllGroups, startup + options_.startup_grace));
+  // Every node is up: from now on silence is judged by the heartbeat
+  // timeout (before, a scheduler busy sending a large job its node table
+  // could be silent longer; KVTRAIN_STARTUP_TIMEOUT judged it).
+  if (const NodeTable* t = table()) t->liveness().EndStartup();
+  return Status::OK();
 }
 
 void PostofficeImpl::InstallTable(std::unique_ptr<NodeTable> table,
