@@ -140,7 +140,20 @@ TEST(KVAppTest, AnswersAfterATimedOutWaitAreDropped) {
   EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded);
   EXPECT_THAT(s.message(), HasSubstr("(cancelled: a later answer is dropped)"));
   for (std::thread& t : late) t.join();  // the answer has been sent
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  late.clear();
+  // Proof that the late answer has been taken in (and dropped): an answer
+  // sent after it, the same way, has arrived.
+  auto probe = [&] {
+    std::vector<float> p(4, -1.0f);
+    PullDest pd{reinterpret_cast<char*>(p.data()), 16, Blob()};
+    auto tp = (*worker)->Pull(Blob::FromVector(std::vector<uint64_t>{780}), {}, pd);
+    ASSERT_TRUE(tp.ok());
+    EXPECT_TRUE((*worker)->Wait(*tp, kLong).ok());
+    EXPECT_EQ(p, std::vector<float>(4, 7.0f));
+    for (std::thread& t : late) t.join();
+    late.clear();
+  };
+  probe();
   EXPECT_EQ(buf, std::vector<float>(4, -1.0f));
   EXPECT_EQ((*worker)->Wait(*ts, kLong).code(), Status::Code::kNotFound);
   // The caller frees its buffer as soon as Wait gives up: a late answer
@@ -157,9 +170,9 @@ TEST(KVAppTest, AnswersAfterATimedOutWaitAreDropped) {
               Status::Code::kDeadlineExceeded);
   }
   for (std::thread& t : late) t.join();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  // A request made after it is answered as usual.
   late.clear();
+  probe();  // the late answer was taken in, and written nowhere
+  // A request made after it is answered as usual.
   auto again =
       (*worker)->Pull(Blob::FromVector(std::vector<uint64_t>{778}), {}, dest);
   ASSERT_TRUE(again.ok());
