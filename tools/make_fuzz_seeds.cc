@@ -183,6 +183,9 @@ void IdxSeeds() {
   std::string ints = std::string("\0\0\x0C\x01", 4) + Be32(1) + Be32(7);
   Write(d + "int_1d", std::string(1, '\0') + ints);
   Write(d + "uint8_3d_gz", std::string(1, '\1') + Gzip(bytes3));
+  // Every other row read too (ReadIdxRows), plain and gzipped.
+  Write(d + "uint8_3d_rows", std::string(1, '\3') + bytes3);
+  Write(d + "uint8_3d_gz_rows", std::string(1, '\3') + Gzip(bytes3));
   // Regression: a 16-byte file whose header claims 2048^3 bytes
   // (ReadIdxFile allocated them before reading).
   Write(d + "regression_huge_header",

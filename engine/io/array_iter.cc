@@ -1,8 +1,10 @@
-// ArrayIter: batches from in-memory arrays, with shuffling, batch-interleaved
-// partitioning, last-batch padding and a prefetch thread.
+// ArrayIter: batches from in-memory arrays, or from a part of a data set
+// read per epoch, with shuffling, batch-interleaved partitioning, last-batch
+// padding and a prefetch thread.
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -108,15 +110,22 @@ Status WriteRows(const Gathered& g, float scale, int64_t begin, int64_t end,
   return Status::OK();
 }
 
+// Over arrays holding every example, or (with a reader) over the examples
+// of this part of the current epoch, read when an epoch's part differs from
+// the one held. Examples are named by their index in the whole data set;
+// with a reader, order_ holds their rows in the part held.
 class ArrayIter : public DataIter {
  public:
   ArrayIter(Tensor data, Tensor label, const IterOptions& opts, int64_t n)
       : data_(std::move(data)), label_(std::move(label)), opts_(opts), n_(n) {
-    row_elems_ = data_.shape().Product(1, data_.ndim());
-    std::vector<int64_t> dims = data_.shape().dims();
-    dims[0] = opts_.batch_size;
-    batch_shape_ = Shape(dims);
-    BuildOrder();
+    const std::vector<int64_t>& dims = data_.shape().dims();
+    SetRowShape(Shape(std::vector<int64_t>(dims.begin() + 1, dims.end())));
+  }
+
+  ArrayIter(ExampleReader read, const Shape& row_shape, const IterOptions& opts,
+            int64_t n)
+      : read_(std::move(read)), opts_(opts), n_(n) {
+    SetRowShape(row_shape);
   }
 
   ~ArrayIter() override {
@@ -159,10 +168,15 @@ class ArrayIter : public DataIter {
     cv_.wait(lock, [this] { return !making_; });
     slot_.reset();
     epoch_ = static_cast<uint64_t>(epoch);
-    BuildOrder();
     made_ = given_ = 0;
+    Status s = BuildOrder();
+    if (!s.ok()) {
+      // An epoch whose part could not be read gives no batches.
+      order_.clear();
+      num_batches_ = 0;
+    }
     cv_.notify_all();
-    return Status::OK();
+    return s;
   }
 
   int batch_size() const override { return opts_.batch_size; }
@@ -180,8 +194,16 @@ class ArrayIter : public DataIter {
   }
 
  private:
-  // This part's examples for the current epoch, padded to whole batches.
-  void BuildOrder() {
+  void SetRowShape(const Shape& row) {
+    row_elems_ = row.NumElements();
+    std::vector<int64_t> dims = row.dims();
+    dims.insert(dims.begin(), opts_.batch_size);
+    batch_shape_ = Shape(dims);
+  }
+
+  // This part's examples for the current epoch, padded to whole batches
+  // (and, with a reader, read when they are not the ones held).
+  Status BuildOrder() {
     std::vector<int64_t> perm(n_);
     for (int64_t i = 0; i < n_; ++i) perm[i] = i;
     if (opts_.shuffle) {
@@ -209,6 +231,47 @@ class ArrayIter : public DataIter {
       last_pad_ = static_cast<int>(num_batches_ * b - len);
       for (int i = 0; i < last_pad_; ++i) order_.push_back(order_[i % len]);
     }
+    return read_ ? ReadPart() : Status::OK();
+  }
+
+  // Holds this epoch's part: reads it unless held already (it always is
+  // without shuffling, or with one part), then points order_ at its rows.
+  Status ReadPart() {
+    std::vector<int64_t> wanted = order_;
+    std::sort(wanted.begin(), wanted.end());
+    wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+    if (!held_.has_value() || wanted != *held_) {
+      // The part held goes before the next comes: one part at a time.
+      data_ = label_ = Tensor();
+      held_.reset();
+      Tensor data, label;
+      if (!wanted.empty()) KV_RETURN_IF_ERROR(read_(wanted, &data, &label));
+      KV_RETURN_IF_ERROR(CheckPart(data, label, wanted.size()));
+      data_ = std::move(data);
+      label_ = std::move(label);
+      held_ = std::move(wanted);
+    }
+    for (int64_t& ex : order_) {
+      ex = std::lower_bound(held_->begin(), held_->end(), ex) - held_->begin();
+    }
+    return Status::OK();
+  }
+
+  // What a reader gave for `k` examples has their rows and labels.
+  Status CheckPart(const Tensor& data, const Tensor& label, size_t k) const {
+    if (k == 0) return Status::OK();
+    const int64_t n = static_cast<int64_t>(k);
+    const bool rows_ok = data.defined() && data.device().is_cpu() &&
+                         (data.dtype() == DType::kUInt8 || data.dtype() == DType::kFloat32) &&
+                         data.ndim() == batch_shape_.ndim() && data.dim(0) == n &&
+                         data.size() == n * row_elems_;
+    const bool labels_ok = label.defined() && label.device().is_cpu() && label.ndim() == 1 &&
+                           label.dim(0) == n;
+    if (rows_ok && labels_ok) return Status::OK();
+    return Status::Internal(
+        "the example reader gave data " + (data.defined() ? data.shape().ToString() : "()") +
+        " and labels " + (label.defined() ? label.shape().ToString() : "()") + " for " +
+        std::to_string(k) + " examples of " + batch_shape_.ToString() + " batches");
   }
 
   // Batch `index`; uint8 rows stay uint8 when `keep_raw`.
@@ -303,7 +366,11 @@ class ArrayIter : public DataIter {
     }
   }
 
-  const Tensor data_, label_;
+  // Every example, or (with read_) the part held: the rows of held_'s
+  // examples. Written by StartEpoch while the producer is idle.
+  Tensor data_, label_;
+  const ExampleReader read_;
+  std::optional<std::vector<int64_t>> held_;
   const IterOptions opts_;
   const int64_t n_;
   int64_t row_elems_ = 0;
@@ -347,8 +414,23 @@ StatusOr<std::unique_ptr<DataIter>> NewArrayIter(Tensor data, Tensor label,
   const int64_t n = opts.num_examples > 0
                         ? std::min<int64_t>(opts.num_examples, data.dim(0))
                         : data.dim(0);
-  return std::unique_ptr<DataIter>(
-      new ArrayIter(std::move(data), std::move(label), opts, n));
+  auto it = std::make_unique<ArrayIter>(std::move(data), std::move(label), opts, n);
+  KV_RETURN_IF_ERROR(it->StartEpoch(0));
+  return std::unique_ptr<DataIter>(std::move(it));
+}
+
+StatusOr<std::unique_ptr<DataIter>> NewPartIter(int64_t count, const Shape& row_shape,
+                                                ExampleReader read, const IterOptions& opts) {
+  if (!read || count < 0 || !row_shape.IsValid()) {
+    return Status::InvalidArgument("a part iterator needs a reader, a count >= 0 and a valid "
+                                   "row shape, got " + std::to_string(count) + " rows of " +
+                                   row_shape.ToString());
+  }
+  KV_RETURN_IF_ERROR(CheckIterOptions(opts, count));
+  const int64_t n = opts.num_examples > 0 ? std::min(opts.num_examples, count) : count;
+  auto it = std::make_unique<ArrayIter>(std::move(read), row_shape, opts, n);
+  KV_RETURN_IF_ERROR(it->StartEpoch(0));
+  return std::unique_ptr<DataIter>(std::move(it));
 }
 
 }  // namespace kvtrain

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "tensor/tensor.h"
@@ -97,8 +98,29 @@ Status CheckIterOptions(const IterOptions& opts, int64_t count);
 StatusOr<std::unique_ptr<DataIter>> NewArrayIter(Tensor data, Tensor label,
                                                  const IterOptions& opts);
 
+// Reads the examples `examples` (ascending indices into a data set) of a
+// data set kept outside memory: their rows ((k, row...) uint8 or float32)
+// into *data and their labels ((k) any dtype) into *label.
+using ExampleReader = std::function<Status(const std::vector<int64_t>& examples,
+                                           Tensor* data, Tensor* label)>;
+
+// Batches of a data set of `count` examples of `row_shape` that `read`
+// gives, the same, example for example, as NewArrayIter's over the whole
+// set, but holding only this part's examples of the current epoch (about
+// 1/num_parts of them): an epoch whose part differs from the one held reads
+// its own when it starts. With shuffling and several parts, that is every
+// epoch (the parts are cut from each epoch's order); otherwise only the
+// first. A reader's error surfaces from StartEpoch (or Reset), and that
+// epoch gives no batches.
+StatusOr<std::unique_ptr<DataIter>> NewPartIter(int64_t count, const Shape& row_shape,
+                                                ExampleReader read,
+                                                const IterOptions& opts);
+
 // The MNIST-format data set in `dir`: train-images-idx3-ubyte and
 // train-labels-idx1-ubyte (train) or t10k-* (test), each optionally .gz.
+// The labels are read whole and checked (as LoadMnist does); of the images,
+// only each epoch's part (NewPartIter): plain files at the part's offsets,
+// gzipped ones decompressed in chunks keeping the part's rows.
 StatusOr<std::unique_ptr<DataIter>> NewMnistIter(const std::string& dir,
                                                  bool train,
                                                  const IterOptions& opts);

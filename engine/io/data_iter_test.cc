@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <fstream>
+#include <random>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -344,6 +346,156 @@ TEST(SyntheticIterTest, FixedBySeed) {
   EXPECT_FALSE(NewSyntheticIter({0, 5}, 10, 3, 1).ok());
 }
 
+// --- Parts read per epoch ----------------------------------------------------
+
+// A reader over MakeData rows that records what it was asked for.
+struct RecordingReader {
+  Tensor data, label;
+  std::vector<std::vector<int64_t>> asked;
+
+  ExampleReader Reader() {
+    return [this](const std::vector<int64_t>& examples, Tensor* d, Tensor* l) -> Status {
+      asked.push_back(examples);
+      const int64_t k = examples.size(), width = data.dim(1);
+      *d = Tensor::Empty({k, width}, DType::kFloat32);
+      *l = Tensor::Empty({k}, DType::kInt32);
+      for (int64_t i = 0; i < k; ++i) {
+        for (int64_t j = 0; j < width; ++j) {
+          d->data<float>()[i * width + j] = data.data<float>()[examples[i] * width + j];
+        }
+        l->data<int32_t>()[i] = label.data<int32_t>()[examples[i]];
+      }
+      return Status::OK();
+    };
+  }
+};
+
+std::set<int> Ids(const std::vector<std::vector<int>>& epoch) {
+  std::set<int> out;
+  for (const auto& batch : epoch) out.insert(batch.begin(), batch.end());
+  return out;
+}
+
+// A part read per epoch gives the batches of the part cut from the whole
+// set in memory, epoch after epoch, reading only that part's examples.
+TEST(PartIterTest, GivesTheBatchesOfTheArrayIter) {
+  struct Case {
+    int64_t n;
+    int batch, parts;
+    bool shuffle;
+    LastBatch last;
+    int64_t num_examples;
+  };
+  const Case cases[] = {
+      {36, 6, 1, true, LastBatch::kPad, 0},    {36, 3, 2, true, LastBatch::kPad, 0},
+      {100, 7, 3, true, LastBatch::kPad, 0},   {100, 7, 3, false, LastBatch::kPad, 0},
+      {100, 7, 4, true, LastBatch::kDiscard, 0}, {101, 10, 5, true, LastBatch::kPad, 0},
+      {50, 4, 16, true, LastBatch::kPad, 0},   {200, 9, 7, true, LastBatch::kPad, 61},
+  };
+  for (const Case& c : cases) {
+    for (int part = 0; part < c.parts; ++part) {
+      SCOPED_TRACE(std::to_string(c.n) + " examples, batch " + std::to_string(c.batch) +
+                   ", part " + std::to_string(part) + " of " + std::to_string(c.parts) +
+                   (c.shuffle ? ", shuffled" : ""));
+      IterOptions o;
+      o.batch_size = c.batch;
+      o.num_parts = c.parts;
+      o.part_index = part;
+      o.shuffle = c.shuffle;
+      o.seed = 11;
+      o.last_batch = c.last;
+      o.num_examples = c.num_examples;
+      o.scale = 1;
+      auto whole = Iter(c.n, o);
+      RecordingReader r;
+      MakeData(c.n, 3, &r.data, &r.label);
+      StatusOr<std::unique_ptr<DataIter>> it = NewPartIter(c.n, {3}, r.Reader(), o);
+      ASSERT_TRUE(it.ok()) << it.status();
+      EXPECT_EQ((*it)->num_batches(), whole->num_batches());
+      EXPECT_EQ((*it)->max_part_batches(), whole->max_part_batches());
+      EXPECT_EQ((*it)->data_shape(), whole->data_shape());
+      for (int64_t epoch : {0, 1, 2, 1}) {
+        ASSERT_TRUE(whole->StartEpoch(epoch).ok());
+        ASSERT_TRUE((*it)->StartEpoch(epoch).ok());
+        std::vector<int> pads, whole_pads;
+        const auto batches = Epoch(it->get(), &pads);
+        EXPECT_EQ(batches, Epoch(whole.get(), &whole_pads)) << "epoch " << epoch;
+        EXPECT_EQ(pads, whole_pads);
+        if (batches.empty()) continue;
+        // What was read last is exactly this epoch's part, nothing more.
+        ASSERT_FALSE(r.asked.empty());
+        const std::set<int> asked(r.asked.back().begin(), r.asked.back().end());
+        EXPECT_EQ(asked, Ids(batches)) << "epoch " << epoch;
+      }
+      // Reset and restarting the same epoch (a short part started over)
+      // read nothing new.
+      const size_t reads = r.asked.size();
+      ASSERT_TRUE((*it)->StartEpoch(1).ok());
+      EXPECT_EQ(r.asked.size(), reads);
+      // The part changes with the epoch only when shuffled into several.
+      const size_t expected = c.shuffle && c.parts > 1 ? 4 : 1;
+      if (whole->num_batches() > 0) {
+        EXPECT_EQ(reads, expected);
+      }
+    }
+  }
+}
+
+TEST(PartIterTest, NextRowsWritesThePartsRows) {
+  IterOptions o;
+  o.batch_size = 4;
+  o.num_parts = 3;
+  o.part_index = 1;
+  o.shuffle = true;
+  o.scale = 1;
+  RecordingReader r;
+  MakeData(50, 3, &r.data, &r.label);
+  auto it = std::move(NewPartIter(50, {3}, r.Reader(), o)).value();
+  const auto want = Epoch(Iter(50, o).get());
+  Batch b;
+  RowWriter write;
+  std::vector<std::vector<int>> got;
+  while (*it->NextRows(&b, &write)) {
+    std::vector<int> ids;
+    for (float v : b.label.ToVector()) ids.push_back(static_cast<int>(v));
+    const std::vector<float> rows = Written(write, o.batch_size, 3);
+    for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i * 3], ids[i]);
+    got.push_back(ids);
+  }
+  EXPECT_EQ(got, want);
+}
+
+TEST(PartIterTest, AReadersErrorEndsThatEpoch) {
+  int calls = 0;
+  ExampleReader read = [&calls](const std::vector<int64_t>& ex, Tensor* d, Tensor* l) -> Status {
+    if (++calls == 2) return Status::DataLoss("x.idx: truncated");
+    *d = Tensor::Zeros({static_cast<int64_t>(ex.size()), 2});
+    *l = Tensor::Zeros({static_cast<int64_t>(ex.size())});
+    return Status::OK();
+  };
+  IterOptions o;
+  o.batch_size = 2;
+  o.num_parts = 2;
+  o.shuffle = true;
+  auto it = std::move(NewPartIter(20, {2}, read, o)).value();
+  EXPECT_EQ(Epoch(it.get()).size(), 5u);
+  const Status s = it->Reset();
+  EXPECT_EQ(s.message(), "x.idx: truncated");
+  Batch b;
+  EXPECT_FALSE(*it->Next(&b));  // the failed epoch gives no batches
+  ASSERT_TRUE(it->Reset().ok());  // a later one reads again
+  EXPECT_EQ(Epoch(it.get()).size(), 5u);
+
+  ExampleReader short_read = [](const std::vector<int64_t>& ex, Tensor* d, Tensor* l) {
+    *d = Tensor::Zeros({static_cast<int64_t>(ex.size()) - 1, 2});
+    *l = Tensor::Zeros({static_cast<int64_t>(ex.size())});
+    return Status::OK();
+  };
+  const Status bad = NewPartIter(20, {2}, short_read, o).status();
+  EXPECT_EQ(bad.code(), Status::Code::kInternal) << bad;
+  EXPECT_NE(bad.message().find("the example reader gave data (9, 2)"), std::string::npos) << bad;
+}
+
 // --- MNIST directories ---------------------------------------------------
 
 std::string Dir(const std::string& name) {
@@ -353,13 +505,17 @@ std::string Dir(const std::string& name) {
 }
 
 void WriteIdx(const std::string& path, std::vector<uint32_t> dims,
-              const std::string& payload) {
+              const std::string& payload, bool gz = true) {
   std::string h = {0, 0, 8, static_cast<char>(dims.size())};
   for (uint32_t d : dims) {
     for (int s = 24; s >= 0; s -= 8) h.push_back(static_cast<char>(d >> s));
   }
-  gzFile f = gzopen(path.c_str(), "wb");
   const std::string all = h + payload;
+  if (!gz) {
+    std::ofstream(path, std::ios::binary) << all;
+    return;
+  }
+  gzFile f = gzopen(path.c_str(), "wb");
   gzwrite(f, all.data(), all.size());
   gzclose(f);
 }
@@ -406,6 +562,132 @@ TEST(MnistTest, TheBundledFashionMnist) {
   std::vector<int> per_class(10);
   for (float l : labels.ToVector()) per_class[static_cast<int>(l)]++;
   EXPECT_EQ(per_class, std::vector<int>(10, 1000));
+  // A part of the (gzipped) files, read per epoch, is the loaded set's part.
+  IterOptions o;
+  o.batch_size = 100;
+  o.shuffle = true;
+  o.num_parts = 7;
+  o.part_index = 3;
+  auto whole =
+      std::move(NewArrayIter(images.Reshape({10000, 784}).value(), labels, o)).value();
+  auto part = std::move(NewMnistIter(kDefaultMnistDir, false, o)).value();
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    ASSERT_TRUE(whole->StartEpoch(epoch).ok());
+    ASSERT_TRUE(part->StartEpoch(epoch).ok());
+    Batch a, b;
+    while (*whole->Next(&a)) {
+      ASSERT_TRUE(*part->Next(&b));
+      EXPECT_EQ(b.data.ToVector(), a.data.ToVector());
+      EXPECT_EQ(b.label.ToVector(), a.label.ToVector());
+    }
+    EXPECT_FALSE(*part->Next(&b));
+  }
+}
+
+// An MNIST-format directory of `n` images of 5x3 random pixels, plain or
+// gzipped.
+void WriteMnist(const std::string& dir, int n, bool gz, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string pixels, labels;
+  for (int i = 0; i < n * 15; ++i) pixels.push_back(static_cast<char>(rng()));
+  for (int i = 0; i < n; ++i) labels.push_back(static_cast<char>(rng() % 10));
+  const std::string ext = gz ? ".gz" : "";
+  WriteIdx(dir + "/train-images-idx3-ubyte" + ext, {static_cast<uint32_t>(n), 5, 3}, pixels,
+           gz);
+  WriteIdx(dir + "/train-labels-idx1-ubyte" + ext, {static_cast<uint32_t>(n)}, labels, gz);
+}
+
+// Every part of an MNIST directory, read per epoch, holds exactly the
+// examples, in the same order and with the same pixels, that cutting the
+// whole loaded set gives (the way every worker loaded it before).
+TEST(MnistTest, APartIsTheWholeSetsPart) {
+  for (bool gz : {false, true}) {
+    const std::string dir = Dir(gz ? "mnist_parts_gz" : "mnist_parts");
+    WriteMnist(dir, 1037, gz, 5);
+    Tensor images, labels;
+    ASSERT_TRUE(LoadMnist(dir, true, &images, &labels).ok());
+    for (int parts : {1, 2, 3, 7, 128}) {
+      for (int part : {0, 1, parts / 2, parts - 1}) {
+        if (part >= parts) continue;
+        for (int64_t num_examples : {0, 300}) {
+          SCOPED_TRACE(std::string(gz ? "gzipped" : "plain") + ", part " +
+                       std::to_string(part) + " of " + std::to_string(parts) + ", " +
+                       std::to_string(num_examples) + " examples");
+          IterOptions o;
+          o.batch_size = 8;
+          o.shuffle = true;
+          o.seed = 3;
+          o.num_parts = parts;
+          o.part_index = part;
+          o.num_examples = num_examples;
+          o.prefetch = part % 2 == 0;
+          auto whole = std::move(NewArrayIter(images.Reshape({1037, 15}).value(), labels, o))
+                           .value();
+          StatusOr<std::unique_ptr<DataIter>> it = NewMnistIter(dir, true, o);
+          ASSERT_TRUE(it.ok()) << it.status();
+          EXPECT_EQ((*it)->num_batches(), whole->num_batches());
+          EXPECT_EQ((*it)->max_part_batches(), whole->max_part_batches());
+          for (int epoch = 0; epoch < 3; ++epoch) {
+            ASSERT_TRUE((*it)->StartEpoch(epoch).ok());
+            ASSERT_TRUE(whole->StartEpoch(epoch).ok());
+            Batch a, b;
+            int64_t batches = 0;
+            while (*whole->Next(&a)) {
+              ASSERT_TRUE(*(*it)->Next(&b));
+              EXPECT_EQ(b.data.ToVector(), a.data.ToVector()) << "epoch " << epoch;
+              EXPECT_EQ(b.label.ToVector(), a.label.ToVector()) << "epoch " << epoch;
+              EXPECT_EQ(b.pad, a.pad);
+              ++batches;
+            }
+            EXPECT_FALSE(*(*it)->Next(&b));
+            EXPECT_EQ(batches, whole->num_batches());
+          }
+        }
+      }
+    }
+  }
+}
+
+// Damaged files are named in the error, plain or gzipped, whatever part.
+TEST(MnistTest, DamagedFilesAreNamed) {
+  for (bool gz : {false, true}) {
+    const std::string ext = gz ? ".gz" : "";
+    const std::string dir = Dir(gz ? "mnist_damaged_gz" : "mnist_damaged");
+    const std::string images = dir + "/train-images-idx3-ubyte" + ext;
+    const std::string labels = dir + "/train-labels-idx1-ubyte" + ext;
+    IterOptions o;
+    o.batch_size = 4;
+    o.shuffle = true;
+    o.num_parts = 3;
+    o.part_index = 2;
+    // The pixels stop short of what the header promises.
+    WriteMnist(dir, 40, gz, 1);
+    WriteIdx(images, {40, 5, 3}, std::string(40 * 15 - 7, 'x'), gz);
+    EXPECT_EQ(NewMnistIter(dir, true, o).status().message(),
+              images + ": truncated: header says (40, 5, 3) uint8 (600 bytes of data) but "
+                       "only 593 follow");
+    // Not an IDX file.
+    WriteIdx(images, {40, 5, 3}, std::string(600, 'x'), gz);
+    std::string bytes = "PK" + std::string(700, 'x');
+    if (gz) {
+      gzFile f = gzopen(images.c_str(), "wb");
+      gzwrite(f, bytes.data(), bytes.size());
+      gzclose(f);
+    } else {
+      std::ofstream(images, std::ios::binary) << bytes;
+    }
+    EXPECT_EQ(NewMnistIter(dir, true, o).status().message(),
+              images + ": bad magic 0x50 0x4B: an IDX file starts with two zero bytes (is it "
+                       "an IDX file?)");
+    // Images and labels disagree on the count.
+    WriteIdx(images, {41, 5, 3}, std::string(41 * 15, 'x'), gz);
+    EXPECT_EQ(NewMnistIter(dir, true, o).status().message(),
+              labels + " has 40 labels but " + images + " has 41 images");
+    // Images of another shape.
+    WriteIdx(images, {40, 15}, std::string(40 * 15, 'x'), gz);
+    EXPECT_EQ(NewMnistIter(dir, true, o).status().message(),
+              images + ": expected (N, rows, cols) uint8 images, got (40, 15) uint8");
+  }
 }
 
 }  // namespace

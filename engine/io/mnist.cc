@@ -24,57 +24,95 @@ StatusOr<std::string> FindFile(const std::string& dir, const std::string& stem) 
   return Status::NotFound(dir + "/" + stem + "[.gz] not found");
 }
 
-}  // namespace
+// The images and labels files of a data set.
+struct MnistFiles {
+  std::string images, labels;
+};
 
-Status LoadMnist(const std::string& dir, bool train, Tensor* images,
-                 Tensor* labels) {
+StatusOr<MnistFiles> FindMnistFiles(const std::string& dir, bool train) {
   struct stat st;
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Status::NotFound("data directory " + dir + " does not exist");
   }
   const std::string prefix = train ? "train" : "t10k";
-  KV_ASSIGN_OR_RETURN(std::string image_path,
-                      FindFile(dir, prefix + "-images-idx3-ubyte"));
-  KV_ASSIGN_OR_RETURN(std::string label_path,
-                      FindFile(dir, prefix + "-labels-idx1-ubyte"));
-  KV_ASSIGN_OR_RETURN(*images, ReadIdxFile(image_path));
-  KV_ASSIGN_OR_RETURN(*labels, ReadIdxFile(label_path));
-  if (images->ndim() != 3 || images->dtype() != DType::kUInt8) {
-    return Status::DataLoss(image_path + ": expected (N, rows, cols) uint8 "
-                            "images, got " + images->shape().ToString() + " " +
-                            DTypeName(images->dtype()));
+  MnistFiles f;
+  KV_ASSIGN_OR_RETURN(f.images, FindFile(dir, prefix + "-images-idx3-ubyte"));
+  KV_ASSIGN_OR_RETURN(f.labels, FindFile(dir, prefix + "-labels-idx1-ubyte"));
+  return f;
+}
+
+Status CheckImages(const std::string& path, const IdxInfo& images) {
+  if (images.shape.ndim() != 3 || images.dtype != DType::kUInt8) {
+    return Status::DataLoss(path + ": expected (N, rows, cols) uint8 images, got " +
+                            images.shape.ToString() + " " + DTypeName(images.dtype));
   }
-  if (labels->ndim() != 1 || labels->dtype() != DType::kUInt8) {
-    return Status::DataLoss(label_path + ": expected (N) uint8 labels, got " +
-                            labels->shape().ToString() + " " +
-                            DTypeName(labels->dtype()));
+  return Status::OK();
+}
+
+// Labels agree with the images' count and are classes 0-9.
+Status CheckLabels(const MnistFiles& f, int64_t num_images, const Tensor& labels) {
+  if (labels.ndim() != 1 || labels.dtype() != DType::kUInt8) {
+    return Status::DataLoss(f.labels + ": expected (N) uint8 labels, got " +
+                            labels.shape().ToString() + " " + DTypeName(labels.dtype()));
   }
-  if (labels->dim(0) != images->dim(0)) {
-    return Status::DataLoss(label_path + " has " + std::to_string(labels->dim(0)) +
-                            " labels but " + image_path + " has " +
-                            std::to_string(images->dim(0)) + " images");
+  if (labels.dim(0) != num_images) {
+    return Status::DataLoss(f.labels + " has " + std::to_string(labels.dim(0)) +
+                            " labels but " + f.images + " has " +
+                            std::to_string(num_images) + " images");
   }
-  const uint8_t* l = labels->data<uint8_t>();
-  for (int64_t i = 0; i < labels->dim(0); ++i) {
+  const uint8_t* l = labels.data<uint8_t>();
+  for (int64_t i = 0; i < labels.dim(0); ++i) {
     if (l[i] > 9) {
-      return Status::DataLoss(label_path + ": label " + std::to_string(l[i]) +
-                              " at index " + std::to_string(i) +
-                              " is not a class 0-9");
+      return Status::DataLoss(f.labels + ": label " + std::to_string(l[i]) + " at index " +
+                              std::to_string(i) + " is not a class 0-9");
     }
   }
   return Status::OK();
 }
 
+}  // namespace
+
+Status LoadMnist(const std::string& dir, bool train, Tensor* images,
+                 Tensor* labels) {
+  KV_ASSIGN_OR_RETURN(MnistFiles f, FindMnistFiles(dir, train));
+  KV_ASSIGN_OR_RETURN(*images, ReadIdxFile(f.images));
+  KV_ASSIGN_OR_RETURN(*labels, ReadIdxFile(f.labels));
+  KV_RETURN_IF_ERROR(CheckImages(f.images, IdxInfo{images->dtype(), images->shape()}));
+  return CheckLabels(f, images->dim(0), *labels);
+}
+
 StatusOr<std::unique_ptr<DataIter>> NewMnistIter(const std::string& dir,
                                                  bool train,
                                                  const IterOptions& opts) {
-  Tensor images, labels;
-  KV_RETURN_IF_ERROR(LoadMnist(dir, train, &images, &labels));
-  const int64_t n = images.dim(0), rows = images.dim(1), cols = images.dim(2);
-  KV_ASSIGN_OR_RETURN(Tensor shaped,
-                      opts.flat ? images.Reshape({n, rows * cols})
-                                : images.Reshape({n, 1, rows, cols}));
-  return NewArrayIter(std::move(shaped), std::move(labels), opts);
+  KV_ASSIGN_OR_RETURN(MnistFiles f, FindMnistFiles(dir, train));
+  KV_ASSIGN_OR_RETURN(IdxInfo info, ReadIdxInfo(f.images));
+  KV_RETURN_IF_ERROR(CheckImages(f.images, info));
+  // One byte per example: the labels are held whole.
+  KV_ASSIGN_OR_RETURN(Tensor labels, ReadIdxFile(f.labels));
+  KV_RETURN_IF_ERROR(CheckLabels(f, info.shape[0], labels));
+  const int64_t rows = info.shape[1], cols = info.shape[2];
+  const Shape row = opts.flat ? Shape({rows * cols}) : Shape({1, rows, cols});
+  ExampleReader read = [path = f.images, info, labels, row](
+                           const std::vector<int64_t>& examples, Tensor* data,
+                           Tensor* label) -> Status {
+    KV_ASSIGN_OR_RETURN(Tensor images, ReadIdxRows(path, examples));
+    const int64_t k = static_cast<int64_t>(examples.size());
+    if (images.shape() != Shape({k, info.shape[1], info.shape[2]})) {
+      return Status::DataLoss(path + ": changed while in use: it held " +
+                              info.shape.ToString() + " images, now " +
+                              std::to_string(k) + " of them read as " +
+                              images.shape().ToString());
+    }
+    std::vector<int64_t> dims = row.dims();
+    dims.insert(dims.begin(), k);
+    KV_ASSIGN_OR_RETURN(*data, images.Reshape(Shape(dims)));
+    *label = Tensor::Empty({k}, DType::kUInt8);
+    for (int64_t i = 0; i < k; ++i) {
+      label->data<uint8_t>()[i] = labels.data<uint8_t>()[examples[i]];
+    }
+    return Status::OK();
+  };
+  return NewPartIter(info.shape[0], row, std::move(read), opts);
 }
 
 namespace {
