@@ -78,6 +78,12 @@ def parse_args(argv=None):
     p.add_argument("--no-prefetch", action="store_true",
                    help="pull each batch's rows in its forward instead of during the "
                         "previous backward")
+    p.add_argument("--model-prefix", default="",
+                   help="after each epoch rank 0 saves a checkpoint: P-NNNN-wide.table, "
+                        "P-NNNN-deep.table, P-NNNN.states (the optimizer's) and last "
+                        "P-NNNN.pt (the MLP)")
+    p.add_argument("--load-epoch", type=int, default=0,
+                   help="resume from the checkpoint of this epoch (needs --model-prefix)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads (0: KVTRAIN_NUM_THREADS from launch.py, else torch's)")
     a = p.parse_args(argv)
@@ -234,8 +240,20 @@ class TorchSteps(object):
             o.step()
 
 
+def checkpoint_paths(prefix, epoch):
+    """The files of epoch `epoch`'s checkpoint; the .pt file completes it."""
+    base = "%s-%04d" % (prefix, epoch)
+    return {"wide": base + "-wide.table", "deep": base + "-deep.table",
+            "states": base + ".states", "mlp": base + ".pt"}
+
+
 def main(argv=None):
     a = parse_args(argv)
+    if a.load_epoch and (a.baseline or not a.model_prefix or a.load_epoch >= a.epochs + 1):
+        raise SystemExit("train_ctr: --load-epoch=%d needs --model-prefix, no --baseline and "
+                         "an epoch <= --epochs=%d" % (a.load_epoch, a.epochs))
+    if a.model_prefix and a.baseline:
+        raise SystemExit("train_ctr: --model-prefix saves kvtrain's tables: not with --baseline")
     if not a.baseline:
         import kvtrain.torch as kvt
         kv = kvt.init(a.kv_store)  # servers and the scheduler serve here and exit
@@ -283,16 +301,29 @@ def main(argv=None):
         wide = kvt.ServerEmbeddingBag("ctr/wide", 0, 1, mode="sum", **init)
         deep = kvt.ServerEmbeddingBag("ctr/deep", 0, DEEP_DIM, mode="sum", **init)
         model = WideDeep(fields, wide, deep)
+        if a.load_epoch:
+            ckpt = checkpoint_paths(a.model_prefix, a.load_epoch)
+            if not os.path.exists(ckpt["mlp"]):
+                raise SystemExit("train_ctr: no checkpoint of epoch %d: %s is missing"
+                                 % (a.load_epoch, ckpt["mlp"]))
+            model.load_state_dict(torch.load(ckpt["mlp"]))
         # The store's optimizer: the tables' too (set before their first push).
+        # Rank 0's MLP (the loaded one when resuming) is every worker's.
         opt = kvt.DistributedOptimizer(model.named_parameters(), kvstore=kv,
                                        optimizer=a.optimizer,
                                        optimizer_params={"learning_rate": a.lr})
+        if a.load_epoch:
+            opt.load_states(ckpt["states"])   # every worker; rank 0 loads
+            if rank == 0:
+                wide.load(ckpt["wide"])
+                deep.load(ckpt["deep"])
+            kv.barrier()
     loss_fn = nn.BCEWithLogitsLoss()
     prefetch = not a.no_prefetch and not a.baseline
 
     total_time = total_samples = 0.0
     result = None
-    for epoch in range(a.epochs):
+    for epoch in range(a.load_epoch, a.epochs):
         rng = np.random.RandomState(a.seed * 1000 + epoch * workers + rank)
         order = mine[rng.permutation(len(mine))[:share]]
         batches = [order[s * a.batch_size:(s + 1) * a.batch_size] for s in range(steps)]
@@ -322,6 +353,18 @@ def main(argv=None):
         total_samples += seen * workers
         if not a.baseline and epoch + 1 == a.epochs:
             opt.synchronize()   # dist_async: the servers' final MLP on every worker
+        if a.model_prefix:
+            # Every worker's pushes of the epoch are in before rank 0 saves,
+            # and none of the next epoch's until it has.
+            kv.barrier()
+            if rank == 0:
+                ckpt = checkpoint_paths(a.model_prefix, epoch + 1)
+                wide.save(ckpt["wide"])
+                deep.save(ckpt["deep"])
+                opt.save_states(ckpt["states"])
+                torch.save(model.state_dict(), ckpt["mlp"] + ".tmp")
+                os.replace(ckpt["mlp"] + ".tmp", ckpt["mlp"])
+            kv.barrier()
         if rank == 0:
             test_auc, test_loss = evaluate(model, test_ids, test_y)
             result = (test_auc, test_loss)

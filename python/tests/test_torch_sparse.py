@@ -297,3 +297,48 @@ def test_train_ctr_learns_as_well_as_pytorch_alone(tmp_path):
     auc = runs["kvtrain"][0]
     assert auc > 0.72, (best, runs)
     assert abs(auc - runs["baseline"][0]) <= 0.02, (best, runs)
+
+
+def test_train_ctr_resumes_bit_exact(tmp_path):
+    """2 epochs straight, and 1 epoch then --load-epoch 1: the same MLP, the
+    same optimizer states and the same table rows after epoch 2."""
+    train, test = str(tmp_path / "train.libsvm"), str(tmp_path / "test.libsvm")
+    write_click_log(train, 6000, seed=1)
+    write_click_log(test, 1000, seed=2)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    flags = ["--train", train, "--test", test, "--threads", "1", "--kv-store", "local"]
+
+    def run(prefix, *extra):
+        r = subprocess.run([PY, TRAIN_CTR] + flags + ["--model-prefix", prefix] + list(extra),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                           timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stdout
+        return r.stdout
+
+    straight, resumed = str(tmp_path / "a" / "m"), str(tmp_path / "b" / "m")
+    os.makedirs(os.path.dirname(straight))
+    os.makedirs(os.path.dirname(resumed))
+    out = run(straight, "--epochs", "2")
+    run(resumed, "--epochs", "1")
+    again = run(resumed, "--epochs", "2", "--load-epoch", "1")
+    assert "Epoch[0]" not in again, again
+    assert final(out)[:2] == final(again)[:2], (out, again)
+    a, b = torch.load(straight + "-0002.pt"), torch.load(resumed + "-0002.pt")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    with open(straight + "-0002.states", "rb") as x, open(resumed + "-0002.states", "rb") as y:
+        assert x.read() == y.read()
+    for t in ("wide", "deep"):
+        key, ids, rows = kt.sparse.read_table(straight + "-0002-%s.table" % t)
+        key2, ids2, rows2 = kt.sparse.read_table(resumed + "-0002-%s.table" % t)
+        assert key == key2 == "ctr/" + t
+        assert len(ids) > 100
+        np.testing.assert_array_equal(ids, ids2)
+        np.testing.assert_array_equal(rows, rows2)
+    # A checkpoint that is not there is named.
+    r = subprocess.run([PY, TRAIN_CTR] + flags + ["--model-prefix", str(tmp_path / "none"),
+                                                  "--epochs", "2", "--load-epoch", "1"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode != 0 and "none-0001.pt is missing" in r.stdout, r.stdout
