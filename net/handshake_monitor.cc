@@ -25,8 +25,10 @@ namespace {
 // A connection that has sent nothing this long after it was accepted is
 // not a ZeroMQ peer (one sends its greeting's signature at once; this
 // leaves room for a peer whose threads wait for a core in a large job's
-// start on a small host).
-constexpr auto kSilentAfter = std::chrono::milliseconds(1000);
+// start on a small host: at 1 s, a peer among 64 starting at once in one
+// process on 2 busy cores was shed). Longer than kStrangerAfter: a silent
+// connection holds nothing, and a starved peer's is silent.
+constexpr auto kSilentAfter = std::chrono::seconds(3);
 // A connection not admitted this long after it was accepted is a
 // stranger's: a peer with the key has its HELLO answered within two round
 // trips, and this leaves room for a node slowed by a job's start.
@@ -393,7 +395,10 @@ void HandshakeMonitor::ShedPending(Watched* w, bool look_at_all) {
     if (a.shed || a.admitted) continue;
     // At a new connection only those old enough to be shed are looked at
     // (a burst of connections costs no more than its events).
-    if (!look_at_all && now - a.at < kSilentAfter) continue;
+    if (!look_at_all && now - a.at < std::min<std::chrono::steady_clock::duration>(
+                                          kSilentAfter, kStrangerAfter)) {
+      continue;
+    }
     const int64_t got = BytesReceived(fd);
     if (got < 0) {
       // Not TCP (the same-host socket, reachable only through the job's
@@ -420,9 +425,9 @@ void HandshakeMonitor::ShedPending(Watched* w, bool look_at_all) {
       a.admitted = true;  // without CURVE only silence marks a stranger
       continue;
     }
-    if (pending <= kMaxPendingHandshakes || now - a.at < kSilentAfter) continue;
+    if (pending <= kMaxPendingHandshakes) continue;
     const bool silent = got == 0;
-    if (!silent && now - a.at < kStrangerAfter) continue;
+    if (now - a.at < (silent ? kSilentAfter : kStrangerAfter)) continue;
     candidates.push_back(Candidate{silent, a.at, fd, got});
   }
   pending -= static_cast<int64_t>(victims.size());

@@ -81,7 +81,7 @@ class HandshakeMonitor {
                const std::string& endpoint);
   // Closes `w`'s connections that sent more than a HELLO before theirs was
   // answered, and strangers' while too many are in their handshake.
-  // `look_at_all`: also those accepted less than 1 s ago (every 50 ms;
+  // `look_at_all`: also those accepted less than 2 s ago (every 50 ms;
   // at each new connection only the older ones).
   void ShedPending(Watched* w, bool look_at_all);
   // Whether a connection on a watched server socket is in its handshake
