@@ -103,12 +103,7 @@ StatusOr<int> ZmqVan::Bind(int port) {
   CHECK(router_ == nullptr) << "ZmqVan::Bind called twice";
   router_ = zmq_socket(ctx_, ZMQ_ROUTER);
   if (router_ == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
-  const int timeout_ms =
-      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                           options_.poll_interval)
-                           .count());
   const int zero = 0;
-  zmq_setsockopt(router_, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
   zmq_setsockopt(router_, ZMQ_RCVHWM, &zero, sizeof(zero));
   zmq_setsockopt(router_, ZMQ_LINGER, &zero, sizeof(zero));
   Status secured = net::LimitInbound(router_);
@@ -259,10 +254,10 @@ ZmqVan::Conn* ZmqVan::FindConn(int conn) {
   return it == conns_.end() ? nullptr : it->second;
 }
 
-StatusOr<bool> ZmqVan::RecvSocket(RawMessage* msg, bool block) {
+StatusOr<bool> ZmqVan::RecvSocket(RawMessage* msg) {
   zmq_msg_t id;
   zmq_msg_init(&id);
-  if (zmq_msg_recv(&id, router_, block ? 0 : ZMQ_DONTWAIT) < 0) {
+  if (zmq_msg_recv(&id, router_, ZMQ_DONTWAIT) < 0) {
     const int err = zmq_errno();
     zmq_msg_close(&id);
     if (err == EAGAIN || err == EINTR) return false;
@@ -310,64 +305,62 @@ StatusOr<bool> ZmqVan::RecvSocket(RawMessage* msg, bool block) {
 StatusOr<bool> ZmqVan::Recv(RawMessage* msg) {
   CHECK(router_ != nullptr) << "ZmqVan::Recv before Bind";
   StatusOr<bool> got = false;
-  {
-    const auto deadline = Clock::now() + options_.poll_interval;
-    // The lane and the other sources (the socket, the rings) take turns
-    // going first, one message each, so that a busy lane cannot starve
-    // heartbeats and answers on the socket, nor the other way round.
-    auto take_ready = [&] {
-      if (ready_msgs_.empty()) return false;
-      *msg = std::move(ready_msgs_.front());
-      ready_msgs_.pop_front();
-      got = true;
-      return true;
-    };
-    bool woken = false;  // the doorbell rang on the last pass
-    for (;;) {
-      lane_first_ = !lane_first_;
-      if (lane_first_) {
-        if (ready_msgs_.empty() && lane_ != nullptr) ReadLaneMessage();
-        if (take_ready()) break;
-      }
-      // The rings and the socket take turns going first, so that a busy
-      // same-host peer cannot starve the socket's (remote peers, announcements).
-      // An announcement, or a message held for its mark, is taken in and
-      // the loop goes on.
-      socket_first_ = !socket_first_;
-      bool taken_in = false;
-      for (const bool socket : {socket_first_, !socket_first_}) {
-        got = socket ? RecvSocket(msg, /*block=*/false) : RecvRing(msg);
-        taken_in = socket && got.ok() && *got && OnSocketMessage(msg);
-        if (taken_in || !got.ok() || *got) break;
-      }
-      if (taken_in) continue;
-      if (!got.ok() || *got) break;
-      const bool lane_read =
-          ready_msgs_.empty() && lane_ != nullptr && ReadLaneMessage();
+  const auto deadline = Clock::now() + options_.poll_interval;
+  // The lane and the other sources (the socket, the rings) take turns
+  // going first, one message each, so that a busy lane cannot starve
+  // heartbeats and answers on the socket, nor the other way round.
+  auto take_ready = [&] {
+    if (ready_msgs_.empty()) return false;
+    *msg = std::move(ready_msgs_.front());
+    ready_msgs_.pop_front();
+    got = true;
+    return true;
+  };
+  bool woken = false;  // the doorbell rang on the last pass
+  for (;;) {
+    lane_first_ = !lane_first_;
+    if (lane_first_) {
+      if (ready_msgs_.empty() && lane_ != nullptr) ReadLaneMessage();
       if (take_ready()) break;
-      if (lane_read) continue;  // a probe or a dropped message: look again
-      // Rung and nothing came: Wake (a ring's message would be here).
-      if (woken) return false;
-      // Nothing: sleep on the socket and the doorbell, unless a ring's
-      // writer got a message in before it could see this thread asleep.
-      bool pending = false;
-      for (RingIn& in : rings_) {
-        if (in.marks == 0 && in.reader->Sleep()) pending = true;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - Clock::now());
-      if (!pending && left.count() > 0) {
-        zmq_pollitem_t items[3] = {{router_, 0, ZMQ_POLLIN, 0}};
-        int n = 1;
-        if (bell_read_ >= 0) items[n++] = {nullptr, bell_read_, ZMQ_POLLIN, 0};
-        if (lane_ != nullptr) items[n++] = {lane_, 0, ZMQ_POLLIN, 0};
-        zmq_poll(items, n, static_cast<long>(left.count()));
-      }
-      for (RingIn& in : rings_) in.reader->Awake();
-      char drain[64];
-      while (read(bell_read_, drain, sizeof(drain)) > 0) woken = true;
-      if (!pending && left.count() <= 0) return false;
     }
+    // The rings and the socket take turns going first, so that a busy
+    // same-host peer cannot starve the socket's (remote peers, announcements).
+    // An announcement, or a message held for its mark, is taken in and
+    // the loop goes on.
+    socket_first_ = !socket_first_;
+    bool taken_in = false;
+    for (const bool socket : {socket_first_, !socket_first_}) {
+      got = socket ? RecvSocket(msg) : RecvRing(msg);
+      taken_in = socket && got.ok() && *got && OnSocketMessage(msg);
+      if (taken_in || !got.ok() || *got) break;
+    }
+    if (taken_in) continue;
+    if (!got.ok() || *got) break;
+    const bool lane_read =
+        ready_msgs_.empty() && lane_ != nullptr && ReadLaneMessage();
+    if (take_ready()) break;
+    if (lane_read) continue;  // a probe or a dropped message: look again
+    // Rung and nothing came: Wake (a ring's message would be here).
+    if (woken) return false;
+    // Nothing: sleep on the socket and the doorbell, unless a ring's
+    // writer got a message in before it could see this thread asleep.
+    bool pending = false;
+    for (RingIn& in : rings_) {
+      if (in.marks == 0 && in.reader->Sleep()) pending = true;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - Clock::now());
+    if (!pending && left.count() > 0) {
+      zmq_pollitem_t items[3] = {{router_, 0, ZMQ_POLLIN, 0},
+                                 {nullptr, bell_read_, ZMQ_POLLIN, 0}};
+      int n = 2;
+      if (lane_ != nullptr) items[n++] = {lane_, 0, ZMQ_POLLIN, 0};
+      zmq_poll(items, n, static_cast<long>(left.count()));
+    }
+    for (RingIn& in : rings_) in.reader->Awake();
+    char drain[64];
+    while (read(bell_read_, drain, sizeof(drain)) > 0) woken = true;
+    if (!pending && left.count() <= 0) return false;
   }
   if (got.ok() && *got && trace::Enabled()) {
     int64_t bytes = 0;

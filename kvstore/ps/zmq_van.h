@@ -130,9 +130,9 @@ class ZmqVan : public Van {
   int64_t SumOverConns(int64_t (*count)(const Conn& c)) EXCLUDES(conns_mu_);
 
   // Rings (net/shm_ring.h; sending: zmq_van.cc's StartRing and RingSend).
-  // Receiving (the receive thread): the socket alone (blocking up to the
-  // poll interval, or not at all); and one ring message.
-  StatusOr<bool> RecvSocket(RawMessage* msg, bool block);
+  // Receiving (the receive thread): one message from the socket, if one is
+  // there; and one ring message.
+  StatusOr<bool> RecvSocket(RawMessage* msg);
   StatusOr<bool> RecvRing(RawMessage* msg);
   // A socket message just received: an announcement (maps the ring; true),
   // or a message that follows a ring's mark (queued or let through).
