@@ -6,8 +6,8 @@ or ssh into an emulated cluster with --link) for every row below, with the
 default security and again with --insecure, and prints samples/s per row
 (the median over runs of the epochs after the first) with the ratios that
 matter: each row against `local` in the same run, default security against
---insecure, dist_sync 2w2s against dist_allreduce 2w, dist_async against
-dist_sync. The runs go in rounds over every row, and each ratio is the
+--insecure, dist_sync 2w2s against dist_allreduce 2w, dist_async and
+dist_ssp (bounded staleness, its default of 2 steps) against dist_sync. The runs go in rounds over every row, and each ratio is the
 median over rounds of the ratio within a round (a slow spell of the machine
 then weighs on both sides of it). With --link=1gbit|10gbit every process
 runs in its own network namespace joined through a rate-limited bridge
@@ -45,11 +45,13 @@ ROWS = [
     ("dist_sync 2w1s", "dist_sync", 2, 1),
     ("dist_sync 2w2s", "dist_sync", 2, 2),
     ("dist_async 2w2s", "dist_async", 2, 2),
+    ("dist_ssp 2w2s", "dist_ssp", 2, 2),
     ("dist_allreduce 2w", "dist_allreduce", 2, 0),
 ]
 ROW_KEYS = {"local": "local", "sync1w1s": "dist_sync 1w1s",
             "sync2w1s": "dist_sync 2w1s", "sync2w2s": "dist_sync 2w2s",
-            "async2w2s": "dist_async 2w2s", "allreduce2w": "dist_allreduce 2w"}
+            "async2w2s": "dist_async 2w2s", "ssp2w2s": "dist_ssp 2w2s",
+            "allreduce2w": "dist_allreduce 2w"}
 LINKS = {"loopback": None, "1gbit": 1e9, "10gbit": 10e9}
 # Each model's parameter arrays (float32 elements), for the ideal under --link.
 PARAMS = {"mlp": [784 * 128, 128, 128 * 64, 64, 64 * 10, 10],
@@ -451,11 +453,14 @@ def report(args, nets, rows, modes, cluster):
         for m in modes:
             sync_ar = ratio((net, "dist_sync 2w2s", m), (net, "dist_allreduce 2w", m))
             async_sync = ratio((net, "dist_async 2w2s", m), (net, "dist_sync 2w2s", m))
+            ssp_sync = ratio((net, "dist_ssp 2w2s", m), (net, "dist_sync 2w2s", m))
             parts = []
             if sync_ar:
                 parts.append("dist_sync 2w2s / dist_allreduce 2w = %.2fx" % sync_ar)
             if async_sync:
                 parts.append("dist_async 2w2s / dist_sync 2w2s = %.2fx" % async_sync)
+            if ssp_sync:
+                parts.append("dist_ssp 2w2s / dist_sync 2w2s = %.2fx" % ssp_sync)
             if parts:
                 print("  %s: %s" % (m, "; ".join(parts)))
         print()

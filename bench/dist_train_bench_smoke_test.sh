@@ -12,7 +12,7 @@ out=$(/usr/bin/python3 "$here/dist_train_bench.py" --train "$train" --launch tra
       --gc none,2bit,2bit/fp16,2bit/servers 2>&1)
 echo "$out"
 for row in "local" "dist_sync 1w1s" "dist_sync 2w1s" "dist_sync 2w2s" "dist_async 2w2s" \
-           "dist_allreduce 2w"; do
+           "dist_ssp 2w2s" "dist_allreduce 2w"; do
   grep -q "^$row *|" <<< "$out" || { echo "no table row for $row"; exit 1; }
 done
 grep -q "default/insecure" <<< "$out" || { echo "no default/insecure column"; exit 1; }
@@ -20,6 +20,8 @@ grep -q "default: dist_sync 2w2s / dist_allreduce 2w = [0-9.]*x" <<< "$out" ||
   { echo "no dist_sync vs dist_allreduce line"; exit 1; }
 grep -q "insecure: .*dist_async 2w2s / dist_sync 2w2s = [0-9.]*x" <<< "$out" ||
   { echo "no dist_async vs dist_sync line"; exit 1; }
+grep -q "default: .*dist_ssp 2w2s / dist_sync 2w2s = [0-9.]*x" <<< "$out" ||
+  { echo "no dist_ssp vs dist_sync line"; exit 1; }
 # Every figure is a measured rate, not a dash or zero.
 if grep -E "^dist_sync 1w1s *\| *(-|0) " <<< "$out"; then echo "no rate measured"; exit 1; fi
 grep -qE "^dist_sync 2w2s *\| *[0-9]+ +1.00x( \| *[0-9]+ +[0-9.]+x){3}$" \

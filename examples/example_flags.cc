@@ -13,6 +13,12 @@ DEFINE_double(momentum, 0.9, "momentum (sgd, nag)");
 DEFINE_double(wd, 0.0001, "weight decay");
 DEFINE_double(lr_factor, 0.2, "multiply the learning rate by this ...");
 DEFINE_string(lr_step_epochs, "6,8", "... after these epochs (empty: never)");
+DEFINE_int64(staleness, -1,
+             "dist_async/dist_ssp: no worker runs more than this many steps ahead of the "
+             "slowest (-1: the store's default: 2 for dist_ssp, unbounded for dist_async)");
+DEFINE_string(async_lr, "constant",
+              "dist_async/dist_ssp: constant, or staleness (each push's step, lr / (1 - "
+              "momentum), divided by 1 + the updates its weights missed)");
 
 DECLARE_bool(help);
 DECLARE_string(helpmatch);
@@ -45,6 +51,33 @@ StatusOr<std::vector<double>> ParseNumbers(const std::string& text, const char* 
     out.push_back(v);
   }
   return out;
+}
+
+StatusOr<bool> AsyncFlagsGiven(const std::string& kv_store) {
+  if (FLAGS_async_lr != "constant" && FLAGS_async_lr != "staleness") {
+    return Status::InvalidArgument("--async-lr=" + FLAGS_async_lr +
+                                   ": expected constant or staleness");
+  }
+  if (FLAGS_staleness < -1) {
+    return Status::InvalidArgument("--staleness=" + std::to_string(FLAGS_staleness) +
+                                   ": expected a number of steps >= 0 (-1: the store's default)");
+  }
+  const bool given = FLAGS_staleness >= 0 || FLAGS_async_lr != "constant";
+  if (given && kv_store != "dist_async" && kv_store != "dist_ssp") {
+    return Status::InvalidArgument(
+        "--staleness and --async-lr are for the asynchronous stores (dist_async, dist_ssp), "
+        "not --kv-store=" + kv_store);
+  }
+  return given;
+}
+
+Status ApplyAsyncFlags(KVStore* kv) {
+  KV_ASSIGN_OR_RETURN(const bool given, AsyncFlagsGiven(kv->type()));
+  if (!given) return Status::OK();
+  AsyncOptions o = kv->async_options();
+  if (FLAGS_staleness >= 0) o.staleness = FLAGS_staleness;
+  o.staleness_lr = FLAGS_async_lr == "staleness";
+  return kv->SetAsyncOptions(o).Annotate("--staleness/--async-lr");
 }
 
 StatusOr<proto::OptimizerSpec> OptimizerFromFlags(int64_t batches_per_epoch) {

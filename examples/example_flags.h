@@ -1,5 +1,6 @@
 // What the example trainers share: the optimizer flags (--optimizer, --lr,
-// --momentum, --wd, --lr_factor, --lr_step_epochs) and number-list parsing.
+// --momentum, --wd, --lr_factor, --lr_step_epochs), the asynchronous
+// stores' flags (--staleness, --async-lr) and number-list parsing.
 #ifndef KVTRAIN_EXAMPLES_EXAMPLE_FLAGS_H_
 #define KVTRAIN_EXAMPLES_EXAMPLE_FLAGS_H_
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kvstore/kvstore.h"
 #include "proto/optimizer.pb.h"
 
 namespace kvtrain {
@@ -23,6 +25,12 @@ StatusOr<std::vector<double>> ParseNumbers(const std::string& text, const char* 
 // The optimizer the flags describe; the schedule's steps are counted in
 // batches of `batches_per_epoch` each.
 StatusOr<proto::OptimizerSpec> OptimizerFromFlags(int64_t batches_per_epoch);
+
+// Checks --staleness and --async-lr against the store type `kv_store`
+// (an error names the flag); true when either was given.
+StatusOr<bool> AsyncFlagsGiven(const std::string& kv_store);
+// Sets the store's AsyncOptions from --staleness and --async-lr, if given.
+Status ApplyAsyncFlags(KVStore* kv);
 
 }  // namespace kvtrain
 

@@ -19,15 +19,15 @@
 
 DEFINE_string(network, "mlp", "mlp (784-128-64-10, ReLU) or lenet");
 DEFINE_string(kv_store, "local",
-              "local, device, dist_sync, dist_device_sync or dist_async");
+              "local, device, dist_sync, dist_device_sync, dist_async or dist_ssp");
 DEFINE_string(gpus, "", "GPUs to train on, e.g. 0,1 (empty: the CPU)");
 DEFINE_int32(cpus, 1, "CPU contexts to split each batch across (data parallelism)");
 DEFINE_string(work_load_list, "", "relative batch share per device, e.g. 1,3");
 DEFINE_int32(batch_size, 100, "examples per batch (per worker)");
 DEFINE_int32(num_epochs, 10, "epochs to train");
 DEFINE_int64(epoch_size, 0,
-             "batches per epoch per worker (0: this worker's part of the data; "
-             "dist_async: its own part)");
+             "batches per epoch per worker (0: the largest part of the data; dist_async "
+             "without --staleness: this worker's own part)");
 DEFINE_string(model_prefix, "", "checkpoint prefix (P-symbol.txt, P-NNNN.params)");
 DEFINE_int32(load_epoch, 0, "resume from the checkpoint of this epoch");
 DEFINE_string(data_dir, kvtrain::kDefaultMnistDir, "MNIST-format data directory");
@@ -43,7 +43,9 @@ DEFINE_bool(update_on_kvstore, true,
 DEFINE_string(gc_type, "none",
               "gradient compression of dist stores: none, 2bit, 1bit or fp16 "
               "(docs/kvstore.md)");
-DEFINE_double(gc_threshold, 0.5, "the 2bit compression threshold (> 0)");
+DEFINE_string(gc_threshold, "0.5",
+              "the 2bit compression threshold (> 0), or auto (each array its own, from its "
+              "values)");
 DEFINE_int64(gc_min_bytes, 0, "arrays of fewer bytes travel uncompressed (0: none)");
 DEFINE_string(gc_pull, "",
               "what push-pulls of compressed arrays bring back: float32 or fp16 (default: "
@@ -107,7 +109,8 @@ Status CheckFlags() {
                                    ": expected a number of batches (0: the data's)");
   }
   KV_RETURN_IF_ERROR(CheckNotOneOfManyRanks());
-  KV_RETURN_IF_ERROR(kv::ParseCompression(FLAGS_gc_type, static_cast<float>(FLAGS_gc_threshold),
+  KV_RETURN_IF_ERROR(AsyncFlagsGiven(FLAGS_kv_store).status());
+  KV_RETURN_IF_ERROR(kv::ParseCompression(FLAGS_gc_type, FLAGS_gc_threshold,
                                            FLAGS_gc_min_bytes, FLAGS_gc_pull)
                          .status()
                          .Annotate("--gc-type/--gc-threshold/--gc-min-bytes/--gc-pull"));
@@ -163,12 +166,13 @@ Status Train(KVStore* kv) {
     fo.epoch_size = FLAGS_epoch_size;
   } else {
     // Sync stores: every worker runs the same number of steps.
-    fo.epoch_size = kv->type() == "dist_async" ? 0 : epoch_size;
+    fo.epoch_size = kv->lockstep() ? epoch_size : 0;
   }
-  // The schedule counts updates: dist_async makes one per worker's batch.
+  // The schedule counts updates: asynchronous stores make one per worker's
+  // batch.
   const int64_t updates_per_epoch =
       (FLAGS_epoch_size > 0 ? FLAGS_epoch_size : epoch_size) *
-      (kv->type() == "dist_async" ? kv->num_workers() : 1);
+      (kv->is_async() ? kv->num_workers() : 1);
   KV_ASSIGN_OR_RETURN(fo.optimizer, OptimizerFromFlags(updates_per_epoch));
   // Not given: FitOptions' default (the workers where the servers answer
   // summed 2bit/1bit codes as levels, the store elsewhere).
@@ -203,7 +207,7 @@ int Main() {
     return s.ok() ? 0 : 1;
   }
   const proto::GradientCompression gc =
-      kv::ParseCompression(FLAGS_gc_type, static_cast<float>(FLAGS_gc_threshold),
+      kv::ParseCompression(FLAGS_gc_type, FLAGS_gc_threshold,
                                            FLAGS_gc_min_bytes, FLAGS_gc_pull).value();
   if (gc.type() != proto::GradientCompression::NONE) {
     s = (*kv)->SetGradientCompression(gc);
@@ -212,6 +216,11 @@ int Main() {
                    s.message().c_str());
       return 2;
     }
+  }
+  s = ApplyAsyncFlags(kv->get());
+  if (!s.ok()) {
+    std::fprintf(stderr, "train_mnist: error: %s\n", s.message().c_str());
+    return 2;
   }
   s = Train(kv->get());
   if (!s.ok()) {

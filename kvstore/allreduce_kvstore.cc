@@ -76,6 +76,7 @@ AllreduceKVStore::AllreduceKVStore(
       bucket_floats_(std::max<size_t>(1, bucket_bytes / sizeof(float))),
       timeout_(timeout),
       owns_comm_(owns_comm) {
+  compressor_.SetKeyNames(&keys_);
   worker_ = std::thread([this] { WorkLoop(); });
 }
 
@@ -115,6 +116,15 @@ Status AllreduceKVStore::SetGradientCompression(const proto::GradientCompression
         "gathered gradients itself); leave pull unset");
   }
   return compressor_.Set(spec, initialised);
+}
+
+Status AllreduceKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
+  KV_RETURN_IF_ERROR(Optimizer::Create(spec).status());
+  return InProcessKVStore::SetOptimizer(CorrectMomentum(spec));
+}
+
+proto::OptimizerSpec AllreduceKVStore::CorrectMomentum(const proto::OptimizerSpec& spec) {
+  return kv::CorrectMomentum(spec, &compressor_);
 }
 
 proto::GradientCompression AllreduceKVStore::gradient_compression() const {

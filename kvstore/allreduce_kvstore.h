@@ -80,6 +80,9 @@ class AllreduceKVStore : public InProcessKVStore {
   // after decoding, in place of the ring all-reduce of float32.
   Status SetGradientCompression(const proto::GradientCompression& spec) override;
   proto::GradientCompression gradient_compression() const override;
+  // 2bit: momentum correction (KVStore::CorrectMomentum) on every rank.
+  Status SetOptimizer(const proto::OptimizerSpec& spec) override;
+  proto::OptimizerSpec CorrectMomentum(const proto::OptimizerSpec& spec) override;
   Status SaveResiduals(const std::string& path) override;
   Status LoadResiduals(const std::string& path) override;
 

@@ -215,16 +215,62 @@ class Compressor {
               const KeyTable& keys) EXCLUDES(mu_);
   Status Load(const std::string& path, int rank, int num_workers, KeyTable* keys,
               const std::function<StatusOr<int64_t>(uint64_t id)>& size_of) EXCLUDES(mu_);
+  // The store's key names, for warnings (it outlives the compressor).
+  void SetKeyNames(const KeyTable* names) EXCLUDES(mu_);
+  // 2bit with a fixed threshold: a key's (or piece's) residual is measured
+  // after kWatchFirst pushes, twice that, and so on, then every kWatchLast;
+  // one whose mean |value| is above the threshold and grew at kWatchChecks
+  // checks in a row means the threshold is below those gradients (what is
+  // not sent piles up and arrives late): warned once per key, naming it,
+  // the gradient's mean |value| and a threshold that would keep up.
+  static constexpr int kWatchFirst = 32;
+  static constexpr int kWatchLast = 1024;
+  static constexpr int kWatchChecks = 3;
+  // Momentum correction (Lin et al., "Deep Gradient Compression", ICLR'18)
+  // for 2bit: with momentum m > 0, each key's velocity is kept here, before
+  // error feedback (u <- m u + g; the residual takes u), and a value sent
+  // starts its velocity again (momentum factor masking); the update then
+  // runs without momentum (MomentumCorrected). 0: off.
+  // `update_momentum`: the momentum the update keeps (where it is not
+  // corrected), for the warning below.
+  void SetMomentum(float momentum, float update_momentum = 0) EXCLUDES(mu_);
+  float momentum() const EXCLUDES(mu_);
+  // Keys warned about so far (their names), and whether a warning also
+  // named the update's momentum.
+  std::vector<std::string> Warned() const EXCLUDES(mu_);
+  bool WarnedOfMomentum() const EXCLUDES(mu_);
 
  private:
+  // One part's watch (per key, by the part's first element).
+  struct Watch {
+    int64_t pushes = 0;
+    int checks = 0;
+    double gradient = 0;  // sum of the mean |gradient| at each check
+    double last = 0;      // mean |residual| at the last check
+    int growing = 0;      // checks in a row it grew, above the threshold
+  };
   struct Residual {
     std::mutex mu;
     std::vector<float> values;
+    std::vector<float> velocity;  // momentum correction
+    std::map<int64_t, Watch> watch;
+    bool warned = false;
   };
+  // After encoding elements [offset, offset + count) of `grad`.
+  void WatchResidual(uint64_t id, Residual* r, float threshold, const float* grad,
+                     int64_t offset, int64_t count) REQUIRES(r->mu) EXCLUDES(mu_);
   mutable std::mutex mu_;
   proto::GradientCompression spec_ GUARDED_BY(mu_);
   std::map<uint64_t, std::unique_ptr<Residual>> residuals_ GUARDED_BY(mu_);
+  const KeyTable* names_ GUARDED_BY(mu_) = nullptr;
+  float momentum_ GUARDED_BY(mu_) = 0;
+  float update_momentum_ GUARDED_BY(mu_) = 0;
+  std::vector<std::string> warned_ GUARDED_BY(mu_);
+  bool warned_of_momentum_ GUARDED_BY(mu_) = false;
 };
+
+// KVStore::CorrectMomentum for a store compressing with `compressor`.
+proto::OptimizerSpec CorrectMomentum(const proto::OptimizerSpec& spec, Compressor* compressor);
 
 // The update of a store that updates in this process (local, device,
 // dist_allreduce): SetOptimizer's optimizer, applied with the store's key

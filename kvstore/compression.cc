@@ -181,6 +181,24 @@ void Encode(CompressionType type, float threshold, const float* grad, float* res
   }
 }
 
+float EncodeTwoBitAuto(const float* grad, float* residual, int64_t n, char* out) {
+  // One reading pass for the threshold; the encoding (vectorized) adds the
+  // residual again as it goes.
+  double sum = 0;
+  int64_t finite = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::fabs(grad[i] + residual[i]);
+    const bool ok = v <= std::numeric_limits<float>::max();
+    sum += ok ? v : 0.0f;
+    finite += ok;
+  }
+  float t = finite > 0 ? static_cast<float>(kAutoThresholdScale * sum / static_cast<double>(finite)) : 0.0f;
+  // Nothing to send (all zero, or nothing finite): any valid threshold.
+  if (!(t > 0.0f) || !std::isfinite(t)) t = 1.0f;
+  EncodeTwoBit(t, grad, residual, n, out);
+  return t;
+}
+
 namespace {
 
 // Decode's and DecodeAdd's size check.

@@ -3,6 +3,7 @@
 #include "kvstore/compression.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 
@@ -40,18 +41,31 @@ Status CheckCompression(const proto::GradientCompression& spec) {
         "gradient compression: pull fp16 needs a type (2bit, 1bit or fp16); type none sends "
         "float32 both ways");
   }
+  if (spec.auto_threshold() && spec.type() != proto::GradientCompression::TWO_BIT) {
+    return Status::InvalidArgument("gradient compression " + CompressionName(spec.type()) +
+                                   ": an automatic threshold is 2bit's (1bit scales each "
+                                   "array by its mean already)");
+  }
   switch (spec.type()) {
     case proto::GradientCompression::NONE:
     case proto::GradientCompression::ONE_BIT:
     case proto::GradientCompression::FP16:
       return Status::OK();
     case proto::GradientCompression::TWO_BIT:
+      if (spec.auto_threshold()) {
+        if (spec.threshold() != 0.0f) {
+          return Status::InvalidArgument(
+              "gradient compression 2bit: give a threshold or auto, not both");
+        }
+        return Status::OK();
+      }
       if (!(spec.threshold() > 0.0f) || !std::isfinite(spec.threshold())) {
         char threshold[32];
         std::snprintf(threshold, sizeof(threshold), "%g", static_cast<double>(spec.threshold()));
         return Status::InvalidArgument(std::string("gradient compression 2bit: threshold ") +
                                        threshold +
-                                       " must be a finite value > 0 (MXNet's default is 0.5)");
+                                       " must be a finite value > 0 (MXNet's default is 0.5), "
+                                       "or auto");
       }
       return Status::OK();
     default:
@@ -89,6 +103,31 @@ StatusOr<proto::GradientCompression> ParseCompression(const std::string& type,
   }
   KV_RETURN_IF_ERROR(CheckCompression(spec));
   return spec;
+}
+
+StatusOr<proto::GradientCompression> ParseCompression(const std::string& type,
+                                                      const std::string& threshold,
+                                                      int64_t min_bytes,
+                                                      const std::string& pull) {
+  if (threshold == "auto") {
+    KV_ASSIGN_OR_RETURN(proto::GradientCompression spec,
+                        ParseCompression(type, 1.0f, min_bytes, pull));
+    if (spec.type() != proto::GradientCompression::TWO_BIT) {
+      return Status::InvalidArgument("gradient compression " + type +
+                                     ": threshold auto is 2bit's (1bit scales each array by "
+                                     "its mean already)");
+    }
+    spec.clear_threshold();
+    spec.set_auto_threshold(true);
+    return spec;
+  }
+  char* end = nullptr;
+  const float t = std::strtof(threshold.c_str(), &end);
+  if (threshold.empty() || end == nullptr || *end != '\0') {
+    return Status::InvalidArgument("gradient compression: threshold '" + threshold +
+                                   "' is neither a number nor auto");
+  }
+  return ParseCompression(type, t, min_bytes, pull);
 }
 
 bool HalfPulls(const proto::GradientCompression& spec) {

@@ -107,10 +107,12 @@ DistKVStore::DistKVStore(const std::string& type, ps::Postoffice* po,
       po_(po),
       owned_po_(std::move(owned)),
       settings_(settings),
-      sync_(type != "dist_async"),
+      sync_(type != "dist_async" && type != "dist_ssp"),
       device_reduce_(type == "dist_device_sync"),
       placement_(po->num_servers(), settings.bigarray_bound,
                  settings.piece_bytes / 4, settings.pieces_per_slice) {
+  if (type == "dist_ssp") staleness_ = kDefaultSspStaleness;
+  compressor_.SetKeyNames(&keys_);
   if (device_reduce_ && NumGpus() == 0 && po->role() == Role::kWorker) {
     LOG(INFO) << "KVStore '" << type << "': no GPU (" << NoGpuReason()
               << "); reducing on the CPU";
@@ -130,6 +132,66 @@ int DistKVStore::rank() const { return po_->role() == Role::kWorker ? po_->rank(
 int DistKVStore::num_workers() const { return po_->num_workers(); }
 
 std::string DistKVStore::Mode() const { return sync_ ? "sync" : "async"; }
+
+void DistKVStore::SetMode(proto::RequestInfo* info) const {
+  info->set_mode(sync_ ? proto::KV_SYNC : proto::KV_ASYNC);
+  if (sync_) return;
+  const int64_t staleness = staleness_.load();
+  if (staleness >= 0) {
+    info->set_bounded(true);
+    info->set_staleness(staleness);
+  }
+  info->set_staleness_lr(staleness_lr_.load());
+}
+
+Status DistKVStore::SetAsyncOptions(const AsyncOptions& options) {
+  if (sync_) return KVStore::SetAsyncOptions(options);
+  if (type() == "dist_ssp" && options.staleness < 0) {
+    return Status::InvalidArgument(
+        "dist_ssp bounds staleness: give a staleness >= 0 steps (dist_async is unbounded)");
+  }
+  staleness_ = options.staleness;
+  staleness_lr_ = options.staleness_lr;
+  return Status::OK();
+}
+
+AsyncOptions DistKVStore::async_options() const {
+  AsyncOptions o;
+  if (sync_) return o;
+  o.staleness = staleness_.load();
+  o.staleness_lr = staleness_lr_.load();
+  return o;
+}
+
+StatusOr<StalenessReport> DistKVStore::TakeStalenessReport() {
+  if (sync_) return KVStore::TakeStalenessReport();
+  KV_RETURN_IF_ERROR(CheckWorker("TakeStalenessReport"));
+  KV_RETURN_IF_ERROR(FlushBucket());
+  ps::RequestOptions opts;
+  opts.head = proto::KV_ASYNC_STATS;
+  opts.body = RequestBody(proto::KV_ASYNC, 0, "");
+  // No keys: every server answers.
+  KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Pull(ps::Blob(), opts));
+  ps::PullResult result;
+  KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout, &result)
+                         .Annotate("gathering the servers' staleness counters"));
+  StalenessReport r;
+  int64_t sum = 0, held_us = 0;
+  for (const ps::KVPairs& part : result.parts) {
+    proto::AsyncStats s;
+    if (!s.ParseFromString(part.vals.ToString())) {
+      return Status::DataLoss("a server answered its staleness counters malformed");
+    }
+    r.pushes += s.pushes();
+    sum += s.staleness_sum();
+    r.max = std::max(r.max, s.staleness_max());
+    held_us += s.held_us();
+    r.held += s.held();
+  }
+  r.mean = r.pushes > 0 ? static_cast<double>(sum) / static_cast<double>(r.pushes) : 0;
+  r.held_seconds = static_cast<double>(held_us) * 1e-6;
+  return r;
+}
 
 Status DistKVStore::CheckWorker(const char* call) const {
   if (po_->role() == Role::kWorker) return Status::OK();
@@ -265,7 +327,6 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
     std::lock_guard<std::mutex> lock(mu_);
     step = push ? ++ki->pushes : ki->pushes;
   }
-  const proto::KVSyncMode mode = sync_ ? proto::KV_SYNC : proto::KV_ASYNC;
   opts.head = push ? proto::KV_PUSH : proto::KV_PULL;
   const CompressionType compression = push ? compressor_.TypeFor(ki->shape.NumElements())
                                             : proto::GradientCompression::NONE;
@@ -276,7 +337,7 @@ Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priori
   const bool coded = half || levels > 0;
   {
     proto::RequestInfo info;
-    info.set_mode(mode);
+    SetMode(&info);
     info.set_step(step);
     info.set_compression(compression);
     info.set_half_answer(half);

@@ -1,4 +1,5 @@
-// The worker side of dist_sync, dist_device_sync and dist_async: keys are
+// The worker side of dist_sync, dist_device_sync, dist_async and dist_ssp
+// (dist_async with bounded staleness, AsyncOptions): keys are
 // placed on the servers and large ones cut into pieces
 // (kvstore/placement.h); push-pulls travel in buckets of about
 // KVTRAIN_PS_BUCKET_BYTES, a piece alone without copies, pushes and pulls
@@ -70,9 +71,15 @@ class DistKVStore : public KVStore {
   // answers 2bit and 1bit push-pulls with the step's sum as levels.
   Status SetGradientCompression(const proto::GradientCompression& spec) override;
   proto::GradientCompression gradient_compression() const override;
+  proto::OptimizerSpec CorrectMomentum(const proto::OptimizerSpec& spec) override;
   bool SumsComeBackAsLevels() const override;
   Status SaveResiduals(const std::string& path) override;
   Status LoadResiduals(const std::string& path) override;
+  // dist_async and dist_ssp: the options travel in every push and pull;
+  // the report asks every server (KV_ASYNC_STATS).
+  Status SetAsyncOptions(const AsyncOptions& options) override;
+  AsyncOptions async_options() const override;
+  StatusOr<StalenessReport> TakeStalenessReport() override;
   // Row-sparse keys (dist_kvstore_sparse.cc): one request per call to
   // the servers that hold the call's rows (dist_sync pushes: to every
   // server, so that each counts every worker's push).
@@ -193,6 +200,8 @@ class DistKVStore : public KVStore {
   Status WaitBucket(Bucket* b, ps::Duration timeout);
   KVHandle Track(Pending pending);
   std::string Mode() const;
+  // The request's mode and, for asynchronous stores, AsyncOptions.
+  void SetMode(proto::RequestInfo* info) const;
   // The level bits a push-pull of a key of `size` elements asks for: dist
   // sync without an optimizer on the servers (they hold the step's sums),
   // and Compressor::LevelAnswer.
@@ -215,6 +224,9 @@ class DistKVStore : public KVStore {
   Compressor compressor_;
   // SetOptimizer was called: the servers hold weights.
   std::atomic<bool> server_optimizer_{false};
+  // AsyncOptions (asynchronous stores).
+  std::atomic<int64_t> staleness_{-1};
+  std::atomic<bool> staleness_lr_{false};
 
   std::mutex mu_;
   std::map<uint64_t, KeyInfo> info_ GUARDED_BY(mu_);

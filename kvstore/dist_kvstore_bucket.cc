@@ -121,7 +121,7 @@ proto::RequestInfo DistKVStore::BucketRequest(
     return b->entries[x].server_key < b->entries[y].server_key;
   });
   proto::RequestInfo info;
-  info.set_mode(sync_ ? proto::KV_SYNC : proto::KV_ASYNC);
+  SetMode(&info);
   // Each key says its encoding (keys below min_bytes travel as float32).
   *compression = proto::GradientCompression::NONE;
   for (size_t i : b->order) {

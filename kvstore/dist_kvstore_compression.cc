@@ -53,6 +53,10 @@ ps::Blob DistKVStore::PartValue(uint64_t id, const KeyInfo& ki, size_t j, const 
                   static_cast<size_t>(ki.part_bytes[j]));
 }
 
+proto::OptimizerSpec DistKVStore::CorrectMomentum(const proto::OptimizerSpec& spec) {
+  return kv::CorrectMomentum(spec, &compressor_);
+}
+
 bool DistKVStore::SumsComeBackAsLevels() const {
   return sync_ && compressor_.LevelAnswer(num_workers()) > 0;
 }

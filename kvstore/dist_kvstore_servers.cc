@@ -28,11 +28,13 @@ Status DistKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
   // Every worker checks the spec, so a bad one fails everywhere alike.
   KV_RETURN_IF_ERROR(Optimizer::Create(spec).status());
   server_optimizer_ = true;
+  // Every worker keeps its own velocities (2bit momentum correction).
+  const proto::OptimizerSpec applied = CorrectMomentum(spec);
   if (rank() == 0) {
     ps::RequestOptions opts;
     opts.head = proto::KV_SET_OPTIMIZER;
     opts.body = RequestBody(proto::KV_SYNC_UNSPECIFIED, 0, "",
-                            spec.SerializeAsString());
+                            applied.SerializeAsString());
     KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(ps::KVPairs{}, opts));
     KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout)
                            .Annotate("sending the optimizer to the servers"));

@@ -12,7 +12,7 @@ using kv::StoreSettings;
 const std::vector<std::string>& KVStore::Types() {
   static const std::vector<std::string> kTypes = {
       "local", "device", "dist_sync", "dist_device_sync", "dist_async",
-      "dist_allreduce"};
+      "dist_ssp", "dist_allreduce"};
   return kTypes;
 }
 
@@ -21,7 +21,8 @@ StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type,
   if (type == "local" || type == "device") {
     return std::unique_ptr<KVStore>(new kv::LocalKVStore(type, type == "device"));
   }
-  if (type == "dist_sync" || type == "dist_device_sync" || type == "dist_async") {
+  if (type == "dist_sync" || type == "dist_device_sync" || type == "dist_async" ||
+      type == "dist_ssp") {
     return kv::DistKVStore::Create(type, options);
   }
   if (type == "dist_allreduce") return kv::AllreduceKVStore::Create(options);
@@ -68,6 +69,20 @@ Status KVStore::SetGradientCompression(const proto::GradientCompression& spec) {
       "gradient compression applies to what travels between processes: the '" + type_ +
       "' store sends nothing (use dist_sync, dist_device_sync, dist_async or "
       "dist_allreduce)");
+}
+
+Status KVStore::SetAsyncOptions(const AsyncOptions& options) {
+  (void)options;
+  return Status::FailedPrecondition(
+      "bounded staleness and staleness-aware updates are for asynchronous stores "
+      "(dist_async, dist_ssp); the '" + type_ + "' store " +
+      (sums_workers() ? "sums every worker's step before it updates"
+                      : "updates in this process"));
+}
+
+StatusOr<StalenessReport> KVStore::TakeStalenessReport() {
+  return Status::FailedPrecondition("the '" + type_ +
+                                    "' store has no staleness: only dist_async and dist_ssp do");
 }
 
 Status KVStore::InitRowSparse(const Key& key, const proto::SparseTableSpec& spec) {

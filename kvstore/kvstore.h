@@ -70,11 +70,47 @@ struct KVStoreOptions {
 // Handle of an asynchronous push/pull; pass it to Wait once.
 using KVHandle = int64_t;
 
+// How the servers of an asynchronous store (dist_async, dist_ssp) treat
+// each worker's pushes.
+struct AsyncOptions {
+  // Bounded staleness (stale synchronous parallel): a worker's pull or
+  // push-pull of a key after its t-th push is answered only once every
+  // worker has pushed the key t - staleness times, so no worker runs more
+  // than `staleness` steps ahead of the slowest (0: each step waits for
+  // every worker's, as dist_sync, but every push is its own update). < 0:
+  // unbounded (dist_async). dist_ssp's default is 2.
+  int64_t staleness = -1;
+  // Staleness-aware updates: each push's effective step, learning rate /
+  // (1 - momentum), is divided by 1 + the updates its key received from
+  // other pushes since this worker last read it: the momentum lowered
+  // first, as asynchrony adds momentum of its own, then the learning rate
+  // (Optimizer::Update's step_scale). Needs an optimizer on the servers.
+  bool staleness_lr = false;
+};
+
+// dist_ssp's staleness bound unless SetAsyncOptions gives another.
+inline constexpr int64_t kDefaultSspStaleness = 2;
+
+// An asynchronous store's counters of one worker's pushes (every key and
+// piece) over some period.
+struct StalenessReport {
+  int64_t pushes = 0;
+  // Staleness: the updates a key received from other pushes between this
+  // worker's read of it and its push's update.
+  double mean = 0;
+  int64_t max = 0;
+  // Bounded staleness: this worker's answers (one per key or piece and
+  // step) held for the slowest worker, and for how many seconds in all.
+  int64_t held = 0;
+  double held_seconds = 0;
+};
+
 // Thread-safe: calls may come from several threads (the trainer pushes from
 // the engine's callbacks). Values are float32 tensors on any device.
 class KVStore {
  public:
   // `type`: local, device, dist_sync, dist_device_sync, dist_async,
+  // dist_ssp (dist_async with bounded staleness, AsyncOptions),
   // dist_allreduce (workers only, gradients summed by all-reduce). An
   // unknown type is an error listing the valid ones. Dist types read the
   // job's environment (NodeConfig) and join the job.
@@ -101,7 +137,23 @@ class KVStore {
   // synchronous dist types and dist_allreduce), not one worker's push
   // (dist_async, where each push is its own update). The trainer scales
   // gradients by 1/(batch x num_workers) only for these, as MXNet does.
-  bool sums_workers() const { return is_distributed() && type_ != "dist_async"; }
+  bool sums_workers() const { return is_distributed() && !is_async(); }
+  // dist_async and dist_ssp: every push is its own update on the servers.
+  bool is_async() const { return type_ == "dist_async" || type_ == "dist_ssp"; }
+  // Whether every worker must run the same number of steps: the stores
+  // that sum the workers' steps, and bounded staleness (a worker that
+  // stopped early would hold the others forever).
+  bool lockstep() const {
+    return sums_workers() || (is_async() && async_options().staleness >= 0);
+  }
+
+  // Asynchronous stores: see AsyncOptions. Call it on every worker before
+  // the first push. Other types are an error.
+  virtual Status SetAsyncOptions(const AsyncOptions& options);
+  virtual AsyncOptions async_options() const { return {}; }
+  // Asynchronous stores: this worker's counters since the last call (or
+  // the start), gathered from every server. Other types are an error.
+  virtual StatusOr<StalenessReport> TakeStalenessReport();
 
   // Sets the keys' initial values. Dist types: rank 0's values win, and
   // every worker returns only when they are on the servers. A key may be
@@ -209,6 +261,17 @@ class KVStore {
   virtual Status SetGradientCompression(const proto::GradientCompression& spec);
   // The spec set (type NONE when none was).
   virtual proto::GradientCompression gradient_compression() const { return {}; }
+  // 2bit on every array (min_bytes 0) with an SGD optimizer that has
+  // momentum m: momentum correction (kvstore/common.h,
+  // Compressor::SetMomentum) keeps each key's velocity on the worker,
+  // before error feedback, and the spec returned is the one
+  // the update must then apply: momentum 0 and weight decay / (1 - m), what
+  // momentum made of it. SetOptimizer does it itself; a worker that runs
+  // the optimizer (FitOptions.update_on_kvstore false) builds it from the
+  // spec returned. Otherwise `spec` as it is.
+  virtual proto::OptimizerSpec CorrectMomentum(const proto::OptimizerSpec& spec) {
+    return spec;
+  }
   // Whether push-pulls of the compressed keys come back as each step's
   // summed codes in a few bits per value (levels, exact) when the workers
   // run the optimizer (no SetOptimizer): dist_sync and dist_device_sync with

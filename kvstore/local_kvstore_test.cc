@@ -27,7 +27,7 @@ TEST(KVStoreFactoryTest, UnknownTypeListsTheValidOnes) {
   ASSERT_FALSE(kv.ok());
   EXPECT_EQ(kv.status().message(),
             "unknown KVStore type \"dist_sink\"; valid types: local, device, "
-            "dist_sync, dist_device_sync, dist_async, dist_allreduce");
+            "dist_sync, dist_device_sync, dist_async, dist_ssp, dist_allreduce");
 }
 
 TEST(KVStoreFactoryTest, DistTypesNeedAJob) {

@@ -3,6 +3,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "base/trace.h"
@@ -61,6 +62,12 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
         std::to_string(bad_bits) + " bits (valid: 1, 2, 4, 8)"));
     return;
   }
+  if (info.bounded() && info.staleness() < 0) {
+    server->RespondError(meta, Status::InvalidArgument(
+        "KVStore request from " + meta.sender_name + " bounds staleness at " +
+        std::to_string(info.staleness()) + " steps (must be >= 0)"));
+    return;
+  }
   const auto command = static_cast<proto::KVCommand>(meta.head);
   const bool keyed = command == proto::KV_INIT || command == proto::KV_PUSH ||
                      command == proto::KV_PULL;
@@ -80,6 +87,7 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
     case proto::KV_SET_OPTIMIZER: return SetOptimizer(meta, info, server);
     case proto::KV_SAVE_STATES: return SaveStates(meta, server);
     case proto::KV_LOAD_STATES: return LoadStates(meta, data, server);
+    case proto::KV_ASYNC_STATS: return AsyncStats(meta, server);
     case proto::KV_SPARSE_INIT:
     case proto::KV_SPARSE_PUSH:
     case proto::KV_SPARSE_PULL:
@@ -122,6 +130,8 @@ void ServerHandler::Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
   st->name = info.key_name();
   st->value = View(data.vals).Clone();
   st->pushed.assign(num_workers_, false);
+  st->clock.assign(num_workers_, 0);
+  st->seen.assign(num_workers_, 0);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (keys_.count(key)) {
@@ -159,18 +169,115 @@ void ServerHandler::Push(const ps::RequestMeta& meta, const ps::KVPairs& pushed,
                            std::to_string(st->value.size()) + " of it"));
     return;
   }
-  if (info.mode() == proto::KV_ASYNC) {
-    const Status s = Apply(st, key, View(data.vals), /*accumulate=*/true);
-    if (!s.ok()) {
-      server->RespondError(meta, s);
-    } else if (meta.pull) {
-      RespondValue(st, key, meta, info, server);
-    } else {
-      server->Respond(meta);
-    }
+  if (info.mode() == proto::KV_ASYNC) return AsyncPush(st, key, Deferred{meta, data, info}, server);
+  SyncPush(st, key, Deferred{meta, data, info}, server);
+}
+
+void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
+                              ps::KVServer* server) {
+  const int rank = push.meta.sender_rank;
+  if (rank < 0 || rank >= num_workers_) {
+    Fail(push,
+         KeyError(Status::Code::kInvalidArgument, st->name,
+                  "push from " + push.meta.sender_name + ", which is not a worker"),
+         server);
     return;
   }
-  SyncPush(st, key, Deferred{meta, data, info}, server);
+  // The updates since this worker read the key: other workers' pushes its
+  // gradient did not see.
+  const int64_t staleness = st->updates - st->seen[rank];
+  const float step_scale =
+      push.info.staleness_lr() ? 1.0f / static_cast<float>(1 + staleness) : 1.0f;
+  const Status s = Apply(st, key, View(push.data.vals), /*accumulate=*/true, step_scale);
+  if (!s.ok()) {
+    Fail(push, s, server);
+    return;
+  }
+  ++st->updates;
+  st->clock[rank] = std::max(st->clock[rank], push.info.step());
+  CountStaleness(rank, staleness);
+  if (push.meta.pull) {
+    AnswerAsync(st, key, push, server);
+  } else {
+    Ack(push, server);
+  }
+  ReleaseHeld(st, key, server);
+}
+
+namespace {
+
+// Whether every worker has pushed the key often enough for `d`'s answer:
+// its step minus the bound, at most.
+bool CloseEnough(const std::vector<int64_t>& clock, const proto::RequestInfo& info) {
+  if (!info.bounded()) return true;
+  const int64_t need = info.step() - info.staleness();
+  for (int64_t c : clock) {
+    if (c < need) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void ServerHandler::AnswerAsync(KeyState* st, uint64_t key, const Deferred& d,
+                                ps::KVServer* server) {
+  const int rank = d.meta.sender_rank;
+  const bool worker = rank >= 0 && rank < num_workers_;
+  if (worker && !CloseEnough(st->clock, d.info)) {
+    st->held.emplace_back(d, std::chrono::steady_clock::now());
+    return;
+  }
+  if (worker) st->seen[rank] = st->updates;
+  Answer(d, st, key, server);
+}
+
+void ServerHandler::ReleaseHeld(KeyState* st, uint64_t key, ps::KVServer* server) {
+  if (st->held.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::pair<Deferred, std::chrono::steady_clock::time_point>> waiting;
+  waiting.swap(st->held);
+  for (auto& [d, since] : waiting) {
+    if (!CloseEnough(st->clock, d.info)) {
+      st->held.emplace_back(std::move(d), since);
+      continue;
+    }
+    CountHeld(d.meta.sender_rank, now - since);
+    st->seen[d.meta.sender_rank] = st->updates;
+    Answer(d, st, key, server);
+  }
+}
+
+void ServerHandler::CountStaleness(int rank, int64_t staleness) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  proto::AsyncStats& c = stats_[rank];
+  c.set_pushes(c.pushes() + 1);
+  c.set_staleness_sum(c.staleness_sum() + staleness);
+  c.set_staleness_max(std::max(c.staleness_max(), staleness));
+}
+
+void ServerHandler::CountHeld(int rank, std::chrono::steady_clock::duration held) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  proto::AsyncStats& c = stats_[rank];
+  c.set_held(c.held() + 1);
+  c.set_held_us(c.held_us() +
+                std::chrono::duration_cast<std::chrono::microseconds>(held).count());
+}
+
+void ServerHandler::AsyncStats(const ps::RequestMeta& meta, ps::KVServer* server) {
+  const int rank = meta.sender_rank;
+  if (rank < 0 || rank >= num_workers_) {
+    server->RespondError(meta, Status::InvalidArgument(
+        "staleness counters asked for by " + meta.sender_name + ", which is not a worker"));
+    return;
+  }
+  proto::AsyncStats out;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    out.Swap(&stats_[rank]);
+  }
+  ps::KVPairs answer;
+  answer.vals = ps::Blob::FromString(out.SerializeAsString());
+  server->Respond(meta, answer);
 }
 
 void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
@@ -294,11 +401,12 @@ void ServerHandler::CompleteStep(KeyState* st, uint64_t key,
 }
 
 Status ServerHandler::Apply(KeyState* st, uint64_t key, const Tensor& grad,
-                            bool accumulate) {
+                            bool accumulate, float step_scale) {
   // A response may still be sending the value (zero-copy): write a copy.
   if (st->value.storage().use_count() > 1) st->value = st->value.Clone();
   if (std::shared_ptr<Optimizer> opt = optimizer()) {
-    return opt->Update(static_cast<int64_t>(key), st->value, grad)
+    return opt->Update(static_cast<int64_t>(key), st->value, grad, Optimizer::Wait::kDone,
+                       step_scale)
         .Annotate("key " + st->name + ": update");
   }
   return accumulate ? blas::Axpy(1.0f, grad, &st->value)
@@ -359,7 +467,9 @@ void ServerHandler::Pull(const ps::RequestMeta& meta, const ps::KVPairs& data,
   KeyState* st = FindOrRespond(key, meta, server);
   if (st == nullptr) return;
   std::lock_guard<std::mutex> lock(st->mu);
-  if (info.mode() == proto::KV_ASYNC || info.step() <= st->step) {
+  if (info.mode() == proto::KV_ASYNC) {
+    AnswerAsync(st, key, Deferred{meta, data, info}, server);
+  } else if (info.step() <= st->step) {
     RespondValue(st, key, meta, info, server);
   } else if (info.step() > st->step + kSyncWindow) {
     server->RespondError(

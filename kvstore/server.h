@@ -4,12 +4,17 @@
 // dist_sync: a key's update runs once the server holds exactly one push from
 // every worker for the key's next step (tracked per worker rank and step);
 // pulls of a step are answered after its update. Pushes for later steps
-// wait their turn. dist_async: every push is applied when it arrives.
-// Without an optimizer, sync keeps the step's summed gradients and async
-// accumulates every push.
+// wait their turn. dist_async: every push is applied when it arrives;
+// with bounded staleness (dist_ssp) a worker's answers wait until every
+// worker has pushed the key at least `step - staleness` times, and with
+// staleness-aware updates each push's step is divided by 1 + the updates
+// the key received since that worker last read it (Optimizer::Update's
+// step_scale). Without an optimizer, sync keeps the step's summed
+// gradients and async accumulates every push.
 #ifndef KVTRAIN_KVSTORE_SERVER_H_
 #define KVTRAIN_KVSTORE_SERVER_H_
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,7 +41,8 @@ class ServerHandler {
 
   explicit ServerHandler(int num_workers)
       : num_workers_(num_workers),
-        sparse_(num_workers, [this] { return optimizer(); }) {}
+        sparse_(num_workers, [this] { return optimizer(); }),
+        stats_(static_cast<size_t>(num_workers)) {}
 
   // The row-sparse keys' tables on this server.
   sparse::SparseServer* sparse() { return &sparse_; }
@@ -76,6 +82,12 @@ class ServerHandler {
     int num_pushed = 0;
     std::multimap<int64_t, Deferred> later;  // sync: pushes for later steps
     std::vector<Deferred> pulls;             // sync: answered after a step
+    // async: pushes applied; by worker rank, its pushes of the key (its
+    // clock) and `updates` when it was last answered.
+    int64_t updates = 0;
+    std::vector<int64_t> clock, seen;
+    // Bounded staleness: answers waiting for the slowest worker, since when.
+    std::vector<std::pair<Deferred, std::chrono::steady_clock::time_point>> held;
     // sync: the value as levels, encoded for the first worker that asked
     // and sent to the others as it is (at step `levels_step`).
     ps::Blob levels;
@@ -105,6 +117,21 @@ class ServerHandler {
   void LoadStates(const ps::RequestMeta& meta, const ps::KVPairs& data,
                   ps::KVServer* server);
 
+  // Applies one async push (its size checked) and answers it: at once, or
+  // once the slowest worker is close enough (RequestInfo.bounded); then
+  // answers what the push released.
+  void AsyncPush(KeyState* st, uint64_t key, const Deferred& push, ps::KVServer* server)
+      REQUIRES(st->mu);
+  // Answers an async pull or push-pull, or holds it while some worker's
+  // clock is below its step - staleness.
+  void AnswerAsync(KeyState* st, uint64_t key, const Deferred& d, ps::KVServer* server)
+      REQUIRES(st->mu);
+  void ReleaseHeld(KeyState* st, uint64_t key, ps::KVServer* server) REQUIRES(st->mu);
+  // KV_ASYNC_STATS: the sender's counters since it last asked.
+  void AsyncStats(const ps::RequestMeta& meta, ps::KVServer* server) EXCLUDES(stats_mu_);
+  void CountStaleness(int rank, int64_t staleness) EXCLUDES(stats_mu_);
+  void CountHeld(int rank, std::chrono::steady_clock::duration held) EXCLUDES(stats_mu_);
+
   // Applies one sync push (state locked), and completes every step it and
   // the pushes queued for later steps complete.
   void SyncPush(KeyState* st, uint64_t key, const Deferred& push,
@@ -116,8 +143,8 @@ class ServerHandler {
   // All workers pushed: update, answer this step's pulls.
   void CompleteStep(KeyState* st, uint64_t key, ps::KVServer* server)
       REQUIRES(st->mu);
-  Status Apply(KeyState* st, uint64_t key, const Tensor& grad, bool accumulate)
-      REQUIRES(st->mu);
+  Status Apply(KeyState* st, uint64_t key, const Tensor& grad, bool accumulate,
+               float step_scale = 1.0f) REQUIRES(st->mu);
   // The key's value as the request asks for it (RequestInfo.half_answer,
   // level_bits): float32, IEEE halves, or levels (an error naming the key
   // where the value is not a step's sum or takes too many values).
@@ -139,6 +166,9 @@ class ServerHandler {
   std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);
   std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);
   sparse::SparseServer sparse_;
+  std::mutex stats_mu_;
+  // By worker rank, since it last asked (KV_ASYNC_STATS).
+  std::vector<proto::AsyncStats> stats_ GUARDED_BY(stats_mu_);
 };
 
 }  // namespace kv

@@ -172,12 +172,7 @@ void ServerHandler::MultiPush(const ps::RequestMeta& meta,
                         std::to_string(st->value.size()) + " of it"),
            server);
     } else if (info.mode() == proto::KV_ASYNC) {
-      const Status s = Apply(st, key, View(d.data.vals), /*accumulate=*/true);
-      if (s.ok()) {
-        Answer(d, st, key, server);
-      } else {
-        Fail(d, s, server);
-      }
+      AsyncPush(st, key, d, server);
     } else {
       SyncPush(st, key, d, server);
     }

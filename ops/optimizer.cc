@@ -200,8 +200,12 @@ StatusOr<Optimizer::KeyState*> Optimizer::StateFor(int64_t key,
 }
 
 Status Optimizer::Update(int64_t key, const Tensor& weight,
-                         const Tensor& grad, Wait wait) {
+                         const Tensor& grad, Wait wait, float step_scale) {
   const std::string what = "optimizer key " + std::to_string(key);
+  if (!(step_scale > 0) || !std::isfinite(step_scale)) {
+    return Status::InvalidArgument(what + ": step scale " + std::to_string(step_scale) +
+                                   " must be finite and > 0");
+  }
   if (!weight.defined() || !grad.defined()) {
     return Status::InvalidArgument(what + ": undefined weight or gradient");
   }
@@ -218,7 +222,17 @@ Status Optimizer::Update(int64_t key, const Tensor& weight,
     std::lock_guard<std::mutex> lock(mu_);
     t = num_update_;
   }
-  const UpdateParams p = StepParams(t, state->count);
+  UpdateParams p = StepParams(t, state->count);
+  if (step_scale != 1.0f) {
+    // The effective step lr / (1 - momentum) times step_scale: momentum
+    // lowered first, (1 - m') = (1 - m) / step_scale up to 1, and the
+    // learning rate for what momentum cannot absorb.
+    const float m = p.momentum;
+    const float keep = std::min(1.0f, (1.0f - m) / step_scale);
+    p.lr *= step_scale * keep / (1.0f - m);
+    p.momentum = 1.0f - keep;
+    if (m == 0.0f) p.momentum = 0.0f;
+  }
   KV_RETURN_IF_ERROR(ApplyUpdate(rule_, p, weight, grad, state->arrays, what));
   if (wait == Wait::kQueued || !weight.device().is_gpu()) return Status::OK();
   KV_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(weight.device()));

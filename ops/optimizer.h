@@ -42,9 +42,15 @@ class Optimizer {
   // One step: weight -= f(grad, state). `weight` and `grad` must have the
   // same shape and device; the key's state is created (zeros, on the
   // weight's device) on first use and moved there if it was loaded
-  // elsewhere. Runs on the weight's device.
+  // elsewhere. Runs on the weight's device. `step_scale` (finite, > 0)
+  // scales this update's effective step, lr / (1 - momentum) (an
+  // asynchronous server's staleness-aware updates): by lowering the
+  // momentum first, 1 - m' = (1 - m) / step_scale up to 1 (asynchrony acts
+  // as momentum of its own: Mitliagkas et al., "Asynchrony begets
+  // momentum", 2016), then the learning rate for the rest; without
+  // momentum, the learning rate alone (Zhang et al., IJCAI'16).
   Status Update(int64_t key, const Tensor& weight, const Tensor& grad,
-                Wait wait = Wait::kDone);
+                Wait wait = Wait::kDone, float step_scale = 1.0f);
 
   // The rule and the scalars of an update at schedule count `t` of an array
   // updated `count` times, this update included (Adam's bias correction):

@@ -226,6 +226,42 @@ TEST_F(OptimizerTest, SaveAndRestoreStatesContinueIdentically) {
             "optimizer key 4: weight is (3) but its optimizer state is (2)");
 }
 
+// A step scale s divides lr / (1 - momentum) by 1/s: momentum first
+// (1 - m' = (1 - m) / s, up to 1), the learning rate for the rest.
+TEST_F(OptimizerTest, StepScaleLowersMomentumFirstThenTheRate) {
+  struct Case {
+    float momentum, scale;
+    float want_momentum, want_lr;  // from lr 0.4
+  };
+  for (const Case& c : {Case{0.9f, 0.5f, 0.8f, 0.4f},      // momentum absorbs it all
+                        Case{0.9f, 0.05f, 0.0f, 0.2f},     // 1 - m' would be 2: lr / 2
+                        Case{0.0f, 0.25f, 0.0f, 0.1f}}) {  // no momentum: lr alone
+    OptimizerSpec s = Spec(OptimizerSpec::SGD, 0.4f);
+    s.set_momentum(c.momentum);
+    OptimizerSpec same = Spec(OptimizerSpec::SGD, c.want_lr);
+    same.set_momentum(c.want_momentum);
+    auto scaled = Make(s), reference = Make(same);
+    Tensor wa = *Tensor::FromVector({1, -2, 3}, {3}).CopyTo(TestDevice());
+    Tensor wb = wa.Clone();
+    Tensor g = *Tensor::FromVector({0.5f, 0.25f, -1}, {3}).CopyTo(TestDevice());
+    for (int t = 0; t < 3; ++t) {
+      ASSERT_TRUE(scaled->Update(1, wa, g, Optimizer::Wait::kDone, c.scale).ok());
+      ASSERT_TRUE(reference->Update(1, wb, g).ok());
+    }
+    const std::vector<float> a = wa.ToVector(), b = wb.ToVector();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(a[i], b[i], 1e-6f) << "momentum " << c.momentum << " scale " << c.scale;
+    }
+  }
+  auto opt = Make(Spec(OptimizerSpec::SGD, 0.4f));
+  Tensor w = Tensor::Zeros({3}, DType::kFloat32, TestDevice());
+  for (float bad : {0.0f, -1.0f, std::nanf("")}) {
+    const Status st = opt->Update(1, w, w, Optimizer::Wait::kDone, bad);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("step scale"), std::string::npos) << st;
+  }
+}
+
 TEST_F(OptimizerTest, ConcurrentKeys) {
   OptimizerSpec s = Spec(OptimizerSpec::SGD, 0.5f);
   s.set_momentum(0.5f);

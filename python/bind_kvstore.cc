@@ -224,6 +224,8 @@ void BindKVStore(py::module_& m) {
                              [](const PyKVStore& s) { return s.kv()->is_distributed(); })
       .def_property_readonly("sums_workers",
                              [](const PyKVStore& s) { return s.kv()->sums_workers(); })
+      .def_property_readonly("lockstep",
+                             [](const PyKVStore& s) { return s.kv()->lockstep(); })
       .def_property_readonly("finished", &PyKVStore::finished)
       .def("init",
            [](PyKVStore& s, const py::list& keys, const py::list& values) {
@@ -371,9 +373,41 @@ void BindKVStore(py::module_& m) {
              }
              RunBlocking([&] { return s.kv()->SetOptimizer(spec); }, s.Aborter());
            })
+      .def("set_async_options",
+           [](PyKVStore& s, int64_t staleness, bool staleness_lr) {
+             AsyncOptions o;
+             o.staleness = staleness;
+             o.staleness_lr = staleness_lr;
+             Check(s.kv()->SetAsyncOptions(o));
+           })
+      .def("async_options",
+           [](PyKVStore& s) {
+             const AsyncOptions o = s.kv()->async_options();
+             py::dict d;
+             d["staleness"] = o.staleness;
+             d["staleness_lr"] = o.staleness_lr;
+             return d;
+           })
+      .def("staleness_report",
+           [](PyKVStore& s) {
+             StalenessReport r;
+             RunBlocking(
+                 [&]() -> Status {
+                   KV_ASSIGN_OR_RETURN(r, s.kv()->TakeStalenessReport());
+                   return Status::OK();
+                 },
+                 s.Aborter());
+             py::dict d;
+             d["pushes"] = r.pushes;
+             d["mean"] = r.mean;
+             d["max"] = r.max;
+             d["held"] = r.held;
+             d["held_seconds"] = r.held_seconds;
+             return d;
+           })
       .def("set_gradient_compression",
-           [](PyKVStore& s, const std::string& type, float threshold, int64_t min_bytes,
-              const std::string& pull) {
+           [](PyKVStore& s, const std::string& type, const std::string& threshold,
+              int64_t min_bytes, const std::string& pull) {
              proto::GradientCompression spec =
                  Check(kv::ParseCompression(type, threshold, min_bytes, pull));
              Check(s.kv()->SetGradientCompression(spec));
@@ -384,7 +418,11 @@ void BindKVStore(py::module_& m) {
              py::dict d;
              d["type"] = kv::CompressionName(spec.type());
              if (spec.type() == proto::GradientCompression::TWO_BIT) {
-               d["threshold"] = spec.threshold();
+               if (spec.auto_threshold()) {
+                 d["threshold"] = "auto";
+               } else {
+                 d["threshold"] = spec.threshold();
+               }
              }
              if (spec.min_bytes() > 0) d["min_bytes"] = spec.min_bytes();
              if (!kv::PullName(spec.pull()).empty()) d["pull"] = kv::PullName(spec.pull());

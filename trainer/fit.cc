@@ -15,19 +15,26 @@ namespace kvtrain {
 
 Status Module::SyncParams(KVStore* kv) {
   std::vector<Key> keys;
-  std::vector<Tensor> first, all;
-  std::vector<Key> all_keys;
+  std::vector<Tensor> first;
   for (size_t p = 0; p < param_names_.size(); ++p) {
     keys.push_back(param_names_[p]);
     first.push_back(execs_[0]->arg_arrays()[param_args_[p]]);
-    for (const auto& e : execs_) {
-      all_keys.push_back(param_names_[p]);
-      all.push_back(e->arg_arrays()[param_args_[p]]);
-    }
   }
   // Dist stores keep rank 0's values; everyone then pulls them.
   KV_RETURN_IF_ERROR(kv->Init(keys, first));
-  return kv->Pull(all_keys, all);
+  return PullParams(kv);
+}
+
+Status Module::PullParams(KVStore* kv) {
+  std::vector<Key> keys;
+  std::vector<Tensor> values;
+  for (size_t p = 0; p < param_names_.size(); ++p) {
+    for (const auto& e : execs_) {
+      keys.push_back(param_names_[p]);
+      values.push_back(e->arg_arrays()[param_args_[p]]);
+    }
+  }
+  return kv->Pull(keys, values);
 }
 
 Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_kvstore) {
@@ -38,7 +45,7 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_k
     const int workers = kv->sums_workers() ? kv->num_workers() : 1;
     spec.set_rescale_grad(1.0f / static_cast<float>(batch_size_ * workers));
   }
-  if (!update_on_kvstore && kv->type().find("async") != std::string::npos) {
+  if (!update_on_kvstore && kv->is_async()) {
     // Its servers apply every push as it arrives; without an optimizer they
     // accumulate, and there is no step's sum for a worker to apply.
     return Status::InvalidArgument(
@@ -58,7 +65,10 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_k
     }
     return Status::OK();
   }
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> local, Optimizer::Create(spec));
+  KV_RETURN_IF_ERROR(Optimizer::Create(spec).status());
+  // 2bit keeps the momentum on the store's side (KVStore::CorrectMomentum).
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> local,
+                      Optimizer::Create(kv->CorrectMomentum(spec)));
   if (!o.resume_states.empty()) {
     if (o.resume_params != nullptr) {
       KV_RETURN_IF_ERROR(CheckStatesBelong(o.resume_states, *o.resume_params));
@@ -324,6 +334,12 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv,
     KV_RETURN_IF_ERROR(TrainEpoch(epoch, &run));
     KV_RETURN_IF_ERROR(EndEpoch(epoch, &run));
   }
+  if (kv->is_async() && o.begin_epoch < o.num_epochs) {
+    // The others may have pushed after this worker's last pull: every
+    // worker ends holding the servers' final weights.
+    KV_RETURN_IF_ERROR(kv->Barrier());
+    KV_RETURN_IF_ERROR(PullParams(kv));
+  }
   return Status::OK();
 }
 
@@ -352,7 +368,7 @@ Status Module::TrainEpoch(int epoch, FitRun* run) {
   // Workers of a synchronous store must run the same number of steps: as
   // many as the largest part has.
   const int64_t batches = o.epoch_size > 0     ? o.epoch_size
-                          : kv->sums_workers() ? run->train->max_part_batches()
+                          : kv->lockstep() ? run->train->max_part_batches()
                                                : run->train->num_batches();
   if (run->report) run->progress.StartEpoch(epoch, batches);
   Batch batch;
@@ -409,7 +425,14 @@ Status Module::EndEpoch(int epoch, FitRun* run) {
   if (run->eval != nullptr) {
     KV_ASSIGN_OR_RETURN(validation, Score(run->eval, o.metrics));
   }
-  if (run->report) run->progress.EndEpoch(run->metrics.Get(), validation);
+  MetricValues store;
+  if (kv->is_async()) {
+    // This worker's pushes since the last epoch's report.
+    KV_ASSIGN_OR_RETURN(const StalenessReport r, kv->TakeStalenessReport());
+    store = {{"staleness-mean", r.mean}, {"staleness-max", static_cast<double>(r.max)}};
+    if (kv->async_options().staleness >= 0) store.emplace_back("held-seconds", r.held_seconds);
+  }
+  if (run->report) run->progress.EndEpoch(run->metrics.Get(), validation, store);
   const bool checkpoint =
       !o.model_prefix.empty() && (epoch + 1) % o.checkpoint_period == 0;
   const std::string what = "checkpoint of epoch " + std::to_string(epoch + 1);

@@ -191,6 +191,8 @@ class Module {
   Status FinishStep(KVStore* kv, const std::vector<KVHandle>& handles);
   // Initial values on the store, the same on every device and worker.
   Status SyncParams(KVStore* kv);
+  // The store's values of every parameter, on every device.
+  Status PullParams(KVStore* kv);
   // Rounds the parameters that push-pulls answer as halves (under `gc`)
   // to halves, on every device.
   Status RoundAnsweredParams(const proto::GradientCompression& gc);

@@ -224,6 +224,12 @@ class RecordingStore : public KVStore {
     return inner_->PushPullAsync(k, v, o, p);
   }
   Status Wait(KVHandle h) override { return inner_->Wait(h); }
+  // As an asynchronous store's would after each epoch.
+  StatusOr<StalenessReport> TakeStalenessReport() override {
+    ++reports_;
+    return StalenessReport{};
+  }
+  int reports() const { return reports_; }
   Status SetOptimizer(const proto::OptimizerSpec& spec) override {
     spec_ = spec;
     has_optimizer_ = true;
@@ -243,6 +249,7 @@ class RecordingStore : public KVStore {
   const bool levels_;
   bool has_optimizer_ = false;
   proto::OptimizerSpec spec_;
+  int reports_ = 0;
 };
 
 // A local store whose answers land late, in Wait, as a remote store's do
@@ -339,6 +346,7 @@ TEST(ModuleTest, GradientScaleFollowsWhatAnUpdateSums) {
                                                         {"dist_device_sync", 2, 1.f / 40},
                                                         {"dist_allreduce", 3, 1.f / 60},
                                                         {"dist_async", 4, 1.f / 20},
+                                                        {"dist_ssp", 2, 1.f / 20},
                                                         {"local", 1, 1.f / 20}}) {
     auto it = TwoClasses(20);
     auto m = BoundMlp(*it);
@@ -346,6 +354,8 @@ TEST(ModuleTest, GradientScaleFollowsWhatAnUpdateSums) {
     FitOptions fo = ShortFit(1);
     ASSERT_TRUE(m->Fit(it.get(), nullptr, &kv, fo).ok()) << type;
     EXPECT_FLOAT_EQ(kv.spec().rescale_grad(), want) << type << " with " << workers << " workers";
+    // An asynchronous store's staleness is reported once per epoch.
+    EXPECT_EQ(kv.reports(), kv.is_async() ? 1 : 0) << type;
   }
 }
 

@@ -91,16 +91,17 @@ void Progress::Batch(int64_t batch, int64_t samples, const MetricValues& train) 
   std::fflush(stdout);
 }
 
-void Progress::EndEpoch(const MetricValues& train, const MetricValues& validation) {
+void Progress::EndEpoch(const MetricValues& train, const MetricValues& validation,
+                        const MetricValues& store) {
   const auto end = train_end_.value_or(std::chrono::steady_clock::now());
   const double secs = std::chrono::duration<double>(end - epoch_start_).count();
   if (tty_) std::printf("\r\033[K");
-  std::printf("Epoch[%d]%s%s Time cost=%.3f\n", epoch_, Text(train, "Train-").c_str(),
-              Text(validation, "Validation-").c_str(), secs);
+  std::printf("Epoch[%d]%s%s%s Time cost=%.3f\n", epoch_, Text(train, "Train-").c_str(),
+              Text(validation, "Validation-").c_str(), Text(store, "").c_str(), secs);
   std::fflush(stdout);
   char buf[96];
   std::snprintf(buf, sizeof(buf), "\"epoch\":%d,\"time\":%.3f", epoch_, secs);
-  Log(buf + Fields(train, "train-") + Fields(validation, "validation-"));
+  Log(buf + Fields(train, "train-") + Fields(validation, "validation-") + Fields(store, ""));
 }
 
 }  // namespace kvtrain

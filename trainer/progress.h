@@ -36,8 +36,10 @@ class Progress {
   // is training time only (as MXNet's; validation runs after this).
   void EndTraining();
   // The epoch summary: train and validation metrics, time cost (up to
-  // EndTraining, or up to now when it was not called).
-  void EndEpoch(const MetricValues& train, const MetricValues& validation);
+  // EndTraining, or up to now when it was not called), and the store's
+  // counters of the epoch (asynchronous stores: staleness).
+  void EndEpoch(const MetricValues& train, const MetricValues& validation,
+                const MetricValues& store = {});
 
  private:
   Progress() = default;

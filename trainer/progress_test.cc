@@ -17,7 +17,7 @@ TEST(ProgressTest, WritesJsonLinesAndSurvivesMoves) {
     Progress p = std::move(created).value();  // the file is owned once
     p.StartEpoch(0, 4);
     for (int b = 0; b < 4; ++b) p.Batch(b, 100, {{"accuracy", 0.5 + b / 10.0}});
-    p.EndEpoch({{"accuracy", 0.8}}, {{"accuracy", 0.75}});
+    p.EndEpoch({{"accuracy", 0.8}}, {{"accuracy", 0.75}}, {{"staleness-max", 3}});
   }
   std::ifstream in(path);
   std::vector<std::string> lines;
@@ -27,6 +27,7 @@ TEST(ProgressTest, WritesJsonLinesAndSurvivesMoves) {
   EXPECT_NE(lines[1].find("\"train-accuracy\":0.800000"), std::string::npos) << lines[1];
   EXPECT_NE(lines[2].find("\"validation-accuracy\":0.750000"), std::string::npos) << lines[2];
   EXPECT_NE(lines[2].find("\"time\":"), std::string::npos);
+  EXPECT_NE(lines[2].find("\"staleness-max\":3.000000"), std::string::npos) << lines[2];
 }
 
 TEST(ProgressTest, TimeCostStopsAtEndTraining) {

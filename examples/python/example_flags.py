@@ -16,7 +16,8 @@ def parser(description):
     p.add_argument("--network", default="mlp", choices=["mlp", "lenet"],
                    help="mlp (784-128-64-10, ReLU) or lenet")
     p.add_argument("--kv-store", default="local",
-                   help="local, device, dist_sync, dist_device_sync, dist_async or dist_allreduce")
+                   help="local, device, dist_sync, dist_device_sync, dist_async, dist_ssp or "
+                        "dist_allreduce")
     p.add_argument("--batch-size", type=int, default=100, help="examples per batch (per worker)")
     p.add_argument("--num-epochs", type=int, default=10)
     p.add_argument("--epoch-size", type=int, default=0,
@@ -38,8 +39,15 @@ def parser(description):
     p.add_argument("--lr-step-epochs", default="6,8", help="... after these epochs (empty: never)")
     p.add_argument("--gc-type", default="none", choices=["none", "2bit", "1bit", "fp16"],
                    help="gradient compression of dist stores (docs/kvstore.md)")
-    p.add_argument("--gc-threshold", type=float, default=0.5,
-                   help="the 2bit compression threshold (> 0)")
+    p.add_argument("--gc-threshold", default="0.5",
+                   help="the 2bit compression threshold (> 0), or auto (each array its own)")
+    p.add_argument("--staleness", type=int, default=-1,
+                   help="dist_async/dist_ssp: no worker runs more than this many steps ahead "
+                        "of the slowest (-1: the store's default: 2 for dist_ssp, unbounded "
+                        "for dist_async)")
+    p.add_argument("--async-lr", default="constant", choices=["constant", "staleness"],
+                   help="dist_async/dist_ssp: staleness divides each push's step, lr / (1 - "
+                        "momentum), by 1 + the updates its weights missed")
     p.add_argument("--gc-min-bytes", type=int, default=0,
                    help="arrays of fewer bytes travel uncompressed (0: none)")
     p.add_argument("--gc-pull", default="", choices=["", "float32", "fp16"],
@@ -54,6 +62,13 @@ def set_compression(args, kv):
     if args.gc_type != "none" or args.gc_pull:
         kv.set_gradient_compression({"type": args.gc_type, "threshold": args.gc_threshold,
                                      "min_bytes": args.gc_min_bytes, "pull": args.gc_pull})
+
+
+def set_async(args, kv):
+    """--staleness/--async-lr on the store, where given."""
+    if args.staleness >= 0 or args.async_lr != "constant":
+        kv.set_async_options(staleness=args.staleness if args.staleness >= 0 else None,
+                             lr=args.async_lr)
 
 
 def parse(p, argv=None):
@@ -73,8 +88,9 @@ def optimizer_params(args, kv, batches):
     if args.optimizer in ("sgd", "nag"):
         params["momentum"] = args.momentum
     if args.lr_step_epochs and args.lr_factor != 1.0:
-        # The schedule counts updates: dist_async makes one per worker's batch.
-        updates = batches * (kv.num_workers if kv.type == "dist_async" else 1)
+        # The schedule counts updates: asynchronous stores make one per
+        # worker's batch.
+        updates = batches * (kv.num_workers if kv.type in ("dist_async", "dist_ssp") else 1)
         steps = [int(e) * updates for e in args.lr_step_epochs.split(",")]
         params["lr_scheduler"] = kt.lr_scheduler.MultiFactorScheduler(steps, args.lr_factor)
     return params

@@ -78,6 +78,7 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     kv = kt.kv.create(args.kv_store)  # servers and the scheduler serve here
     example_flags.set_compression(args, kv)
+    example_flags.set_async(args, kv)
 
     flat = args.network == "mlp"
     train = kt.io.MNISTIter(args.data_dir, train=True, batch_size=args.batch_size,

@@ -77,8 +77,9 @@ def main(argv=None):
                             seed=a.seed, flat=flat, num_parts=kv.num_workers,
                             part_index=kv.rank, num_examples=a.num_examples)
     test = kt.io.MNISTIter(a.data_dir, train=False, batch_size=a.batch_size, flat=flat)
-    # Every worker of a synchronous store runs as many steps as the largest part.
-    batches = a.epoch_size or (train.max_part_batches if kv.type != "dist_async"
+    # Every worker of a synchronous store (or one bounding staleness) runs as
+    # many steps as the largest part.
+    batches = a.epoch_size or (train.max_part_batches if kv._handle.lockstep
                                else train.num_batches)
     params = example_flags.optimizer_params(a, kv, batches)
     opt = kvt.DistributedOptimizer(model.named_parameters(), kvstore=kv.type,

@@ -199,7 +199,8 @@ class KVStore(object):
 
     def set_gradient_compression(self, compression_params):
         """Compresses the gradients every later push sends (MXNet's call):
-        {'type': '2bit', 'threshold': 0.5}, {'type': '1bit'},
+        {'type': '2bit', 'threshold': 0.5} (or 'threshold': 'auto', each
+        array its own), {'type': '1bit'},
         {'type': 'fp16'} or {'type': 'none'}; 'min_bytes': arrays smaller
         than this travel uncompressed (default 0); 'pull': 'fp16' or
         'float32', what push-pulls bring back (default: fp16 for fp16,
@@ -217,10 +218,44 @@ class KVStore(object):
         if "type" not in compression_params:
             raise ValueError("set_gradient_compression: 'type' is required "
                              "(none, 2bit, 1bit or fp16)")
+        threshold = compression_params.get("threshold", 0.5)
+        if threshold != "auto":
+            threshold = repr(float(threshold))
         self._handle.set_gradient_compression(
-            str(compression_params["type"]), float(compression_params.get("threshold", 0.5)),
+            str(compression_params["type"]), threshold,
             int(compression_params.get("min_bytes", 0)),
             str(compression_params.get("pull", "")))
+
+    def set_async_options(self, staleness=None, lr="constant"):
+        """Asynchronous stores (dist_async, dist_ssp; docs/kvstore.md):
+        `staleness`, a number of steps: no worker runs more than that many
+        steps ahead of the slowest (None: the store's default, 2 for
+        dist_ssp and unbounded for dist_async; 0 waits for every worker each
+        step). `lr`: 'constant', or 'staleness' to divide each push's step,
+        learning rate / (1 - momentum), by 1 + the updates its weights
+        missed (momentum lowered first, then the rate). Call it on every
+        worker before the first push; other stores raise."""
+        if lr not in ("constant", "staleness"):
+            raise ValueError("set_async_options: lr must be 'constant' or 'staleness', got %r"
+                             % (lr,))
+        if staleness is None:
+            staleness = self._handle.async_options()["staleness"]
+        elif isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
+            raise ValueError("set_async_options: staleness must be a number of steps >= 0 "
+                             "(None: the store's default), got %r" % (staleness,))
+        self._handle.set_async_options(staleness, lr == "staleness")
+
+    @property
+    def async_options(self):
+        """{'staleness': steps (-1: unbounded), 'staleness_lr': bool}."""
+        return self._handle.async_options()
+
+    def staleness_report(self):
+        """Asynchronous stores: this worker's pushes since the last call,
+        from every server: {'pushes', 'mean', 'max' (the updates a key got
+        from other workers between this worker's read and its push),
+        'held_seconds' (answers held for the slowest worker)}."""
+        return self._handle.staleness_report()
 
     @property
     def gradient_compression(self):

@@ -17,6 +17,8 @@ SUMS = """
     import kvtrain as kt
     kind = sys.argv[1]
     kv = kt.kv.create(kind)          # servers and the scheduler serve here
+    if kind == 'dist_ssp':
+        kv.set_async_options(staleness=0, lr='staleness')  # each step waits for both
     r, n = kv.rank, kv.num_workers
     f = lambda shape, v: np.full(shape, v, np.float32)
     kv.init('a', f((3, 5), 100 + r))  # rank 0's value wins
@@ -42,12 +44,13 @@ SUMS = """
     kv.pull('w', out=w)
     for name, v in (('a', a), ('k1', k1), ('k2', k2), ('w', w)):
         assert (v == v.flat[0]).all(), (name, v)
-    print('RESULT rank=%d of %d a=%g k1=%g k2=%g w=%g'
-          % (r, n, a.flat[0], k1[0], k2[0], w[0]))
+    pushes = kv.staleness_report()['pushes'] if kind in ('dist_async', 'dist_ssp') else 0
+    print('RESULT rank=%d of %d a=%g k1=%g k2=%g w=%g pushes=%d'
+          % (r, n, a.flat[0], k1[0], k2[0], w[0], pushes))
 """
 
 
-@pytest.mark.parametrize("kind", ["dist_sync", "dist_device_sync", "dist_async",
+@pytest.mark.parametrize("kind", ["dist_sync", "dist_device_sync", "dist_async", "dist_ssp",
                                   "dist_allreduce"])
 def test_every_dist_type_sums_exactly(script, kind):
     servers = "0" if kind == "dist_allreduce" else "2"
@@ -58,13 +61,18 @@ def test_every_dist_type_sums_exactly(script, kind):
     for r, line in enumerate(results):
         values = dict(re.findall(r"(\w+)=(-?[\d.]+)", line))
         assert values["rank"] == str(r)
-        if kind == "dist_async":
+        if kind in ("dist_async", "dist_ssp"):
             # Without an optimizer every push accumulates into the stored
             # value; with one, each push is its own update.
             assert values["a"] == "103", line    # 100 + 1 + 2
             assert values["k1"] == "3", line     # 0 + 1 + 2, once both pushed
             assert values["k2"] == "5", line
-            assert values["w"] == "-2", line
+            # dist_ssp's staleness-aware updates: both read w at Init, so
+            # the second push to arrive missed one update and takes half
+            # the learning rate.
+            assert values["w"] == ("-1.5" if kind == "dist_ssp" else "-2"), line
+            # a, key 1, the pieces of key 2, w: since Init.
+            assert int(values["pushes"]) >= 4, line
         else:
             assert values["a"] == "3", line       # 1 + 2
             assert values["k1"] == "3", line

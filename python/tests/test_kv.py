@@ -14,7 +14,7 @@ def kv(request):
 
 def test_types_and_identity(kv):
     assert kt.kv.TYPES == ("local", "device", "dist_sync", "dist_device_sync", "dist_async",
-                           "dist_allreduce")
+                           "dist_ssp", "dist_allreduce")
     assert kv.rank == 0 and kv.num_workers == 1
     assert kv.type in ("local", "device")
     kv.barrier()  # nothing to wait for
@@ -164,3 +164,25 @@ def test_gradient_compression_needs_a_dist_store():
         ar.set_gradient_compression({"type": "2bit", "threshold": 1, "pull": "fp16"})
     ar.set_gradient_compression({"type": "2bit", "threshold": 1, "min_bytes": 64})
     assert ar.gradient_compression == {"type": "2bit", "threshold": 1.0, "min_bytes": 64}
+
+
+def test_async_options_belong_to_asynchronous_stores():
+    kv = kt.kv.create("local")
+    with pytest.raises(kt.KVTrainError, match="for asynchronous stores"):
+        kv.set_async_options(staleness=1)
+    with pytest.raises(ValueError, match="staleness must be a number of steps"):
+        kv.set_async_options(staleness=-3)
+    with pytest.raises(ValueError, match="lr must be 'constant' or 'staleness'"):
+        kv.set_async_options(lr="fast")
+    with pytest.raises(kt.KVTrainError, match="has no staleness"):
+        kv.staleness_report()
+    assert kv.async_options == {"staleness": -1, "staleness_lr": False}
+
+
+def test_2bit_threshold_auto():
+    ar = kt.kv.create("dist_allreduce")
+    ar.set_gradient_compression({"type": "2bit", "threshold": "auto"})
+    assert ar.gradient_compression == {"type": "2bit", "threshold": "auto"}
+    with pytest.raises(ValueError, match="threshold auto is 2bit's"):
+        kt.kv.create("dist_allreduce").set_gradient_compression({"type": "1bit",
+                                                                 "threshold": "auto"})

@@ -5,6 +5,7 @@ exact resume from a checkpoint (local and dist_sync), uneven multi-device
 data parallelism, one-line errors for bad input (mpiexec with a local store
 too), --help and --epoch-size."""
 
+import json
 import os
 import re
 import shutil
@@ -142,6 +143,42 @@ class TrainMnistTest(unittest.TestCase):
             "--num-examples=1030", "--num-epochs=2"], timeout=300)
         self.assertEqual(code, 0, out)
         self.assertEqual(len(re.findall(r"\[worker \d\] Test accuracy=", out)), 2, out)
+
+    def test_dist_ssp_keeps_every_worker_within_the_bound(self):
+        # Uneven parts (11 and 10 batches): a bounded store runs as many
+        # steps on every worker, or one would wait for one that stopped.
+        # With staleness s = 1 and 2 workers, a push can miss at most
+        # 2s + 1 = 3 updates of the other worker's.
+        metrics = self.tmp + "/ssp.jsonl"
+        code, out = launch(["-n", "2", "-s", "1"] + JOB_ENV + [
+            TRAIN, "--disp-batches=0", "--kv-store=dist_ssp", "--staleness=1",
+            "--async-lr=staleness", "--batch-size=50", "--num-examples=1030",
+            "--num-epochs=2", "--metrics-file=" + metrics], timeout=300)
+        self.assertEqual(code, 0, out)
+        accs = re.findall(r"\[worker \d\] Test accuracy=([0-9.]+)", out)
+        # Both end with the servers' final weights.
+        self.assertEqual(len(accs), 2, out)
+        self.assertEqual(accs[0], accs[1], out)
+        with open(metrics) as f:
+            epochs = [json.loads(line) for line in f if "staleness-max" in line]
+        self.assertEqual(len(epochs), 4, epochs)  # 2 workers x 2 epochs
+        for e in epochs:
+            self.assertLessEqual(e["staleness-max"], 3, e)
+            self.assertIn("held-seconds", e)
+        self.assertGreater(max(e["staleness-max"] for e in epochs), 0, epochs)
+
+    def test_2bit_at_mxnets_threshold_trains_with_momentum(self):
+        # Threshold 0.5 is below this MLP's gradients; with SGD's momentum
+        # 0.9 applied after error feedback the run diverged (accuracy 0.10).
+        # The momentum now runs before it, on the workers.
+        code, out = launch(["-n", "2", "-s", "1"] + JOB_ENV + [
+            TRAIN, "--disp-batches=0", "--kv-store=dist_sync", "--batch-size=50",
+            "--num-epochs=1", "--gc-type=2bit", "--gc-threshold=0.5"], timeout=300)
+        self.assertEqual(code, 0, out)
+        accs = [float(a) for a in re.findall(r"\[worker \d\] Test accuracy=([0-9.]+)", out)]
+        print("MLP dist_sync 2bit 0.5, 2 workers, 1 epoch: test accuracy %s" % accs)
+        self.assertEqual(len(accs), 2, out)
+        self.assertGreaterEqual(min(accs), 0.8, out)
 
     def test_progress_bar_on_a_terminal(self):
         import pty
