@@ -166,20 +166,14 @@ AsyncOptions DistKVStore::async_options() const {
 StatusOr<StalenessReport> DistKVStore::TakeStalenessReport() {
   if (sync_) return KVStore::TakeStalenessReport();
   KV_RETURN_IF_ERROR(CheckWorker("TakeStalenessReport"));
-  KV_RETURN_IF_ERROR(FlushBucket());
-  ps::RequestOptions opts;
-  opts.head = proto::KV_ASYNC_STATS;
-  opts.body = RequestBody(proto::KV_ASYNC, 0, "");
-  // No keys: every server answers.
-  KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Pull(ps::Blob(), opts));
-  ps::PullResult result;
-  KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout, &result)
-                         .Annotate("gathering the servers' staleness counters"));
+  KV_ASSIGN_OR_RETURN(std::vector<std::string> answers,
+                      AskEveryServer(proto::KV_ASYNC_STATS,
+                                     "gathering the servers' staleness counters"));
   StalenessReport r;
   int64_t sum = 0, held_us = 0;
-  for (const ps::KVPairs& part : result.parts) {
+  for (const std::string& answer : answers) {
     proto::AsyncStats s;
-    if (!s.ParseFromString(part.vals.ToString())) {
+    if (!s.ParseFromString(answer)) {
       return Status::DataLoss("a server answered its staleness counters malformed");
     }
     r.pushes += s.pushes();

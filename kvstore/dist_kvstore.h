@@ -199,6 +199,10 @@ class DistKVStore : public KVStore {
   // waiting at most `timeout`.
   Status WaitBucket(Bucket* b, ps::Duration timeout);
   KVHandle Track(Pending pending);
+  // A keyless request of `command` to every server (after the open
+  // bucket); their answers' values in rank order. `what` annotates errors.
+  StatusOr<std::vector<std::string>> AskEveryServer(proto::KVCommand command,
+                                                    const std::string& what);
   std::string Mode() const;
   // The request's mode and, for asynchronous stores, AsyncOptions.
   void SetMode(proto::RequestInfo* info) const;

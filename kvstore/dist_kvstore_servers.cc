@@ -50,18 +50,25 @@ Status DistKVStore::SetUpdater(Updater /*updater*/) {
 
 Status DistKVStore::SaveOptimizerStates(const std::string& path) {
   KV_RETURN_IF_ERROR(CheckWorker("SaveOptimizerStates"));
+  KV_ASSIGN_OR_RETURN(std::vector<std::string> states,
+                      AskEveryServer(proto::KV_SAVE_STATES,
+                                     "gathering the servers' optimizer states"));
+  return WriteStatesFile(path, type(), states);
+}
+
+StatusOr<std::vector<std::string>> DistKVStore::AskEveryServer(proto::KVCommand command,
+                                                               const std::string& what) {
   KV_RETURN_IF_ERROR(FlushBucket());
   ps::RequestOptions opts;
-  opts.head = proto::KV_SAVE_STATES;
+  opts.head = command;
   opts.body = RequestBody(proto::KV_SYNC_UNSPECIFIED, 0, "");
+  // No keys: every server answers, in rank order.
   KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Pull(ps::Blob(), opts));
   ps::PullResult result;
-  KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout, &result)
-                         .Annotate("gathering the servers' optimizer states"));
-  std::vector<std::string> states;
-  for (const ps::KVPairs& part : result.parts)
-    states.push_back(part.vals.ToString());
-  return WriteStatesFile(path, type(), states);
+  KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout, &result).Annotate(what));
+  std::vector<std::string> answers;
+  for (const ps::KVPairs& part : result.parts) answers.push_back(part.vals.ToString());
+  return answers;
 }
 
 Status DistKVStore::LoadOptimizerStates(const std::string& path) {
