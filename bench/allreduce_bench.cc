@@ -269,7 +269,8 @@ int DriverMain(const char* argv0) {
               std::to_string(FLAGS_seconds) + " 2>&1",
           &code);
       if (code == 3) {
-        std::printf("PyTorch: not installed (tools/setup.sh --bench); kvtrain only\n");
+        std::printf("PyTorch: not installed (python3-torch, which tools/setup.sh installs); "
+                    "kvtrain only\n");
         torch = false;
       } else if (code != 0) {
         std::printf("PyTorch gloo failed:\n%s\n", out.c_str());
