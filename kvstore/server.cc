@@ -186,8 +186,9 @@ void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
   // The updates since this worker read the key: other workers' pushes its
   // gradient did not see.
   const int64_t staleness = st->updates - st->seen[rank];
-  const float step_scale =
-      push.info.staleness_lr() ? 1.0f / static_cast<float>(1 + staleness) : 1.0f;
+  st->mean_staleness += kStalenessWeight * (static_cast<double>(staleness) - st->mean_staleness);
+  const double divisor = 1.0 + std::max(static_cast<double>(staleness), st->mean_staleness);
+  const float step_scale = push.info.staleness_lr() ? static_cast<float>(1.0 / divisor) : 1.0f;
   const Status s = Apply(st, key, View(push.data.vals), /*accumulate=*/true, step_scale);
   if (!s.ok()) {
     Fail(push, s, server);
