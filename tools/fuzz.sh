@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds every fuzz target (kv_fuzz_target in tools/fuzz.bzl) with clang,
 # libFuzzer and AddressSanitizer, and runs each for KVTRAIN_FUZZ_SECONDS
-# (default 20) from its checked-in corpus (fuzz_corpus/<name>/ beside the
+# (default 10) from its checked-in corpus (fuzz_corpus/<name>/ beside the
 # code). Clang builds live in their own Bazel output base, so the gcc build
 # of `bazel test //...` is not redone. A crash leaves its input in
 # $KVTRAIN_FUZZ_ARTIFACTS (default /tmp/kvtrain-fuzz-artifacts): fix the
@@ -18,7 +18,7 @@ if [ "${1:-}" = "--results" ]; then
   results=$2
   shift 2
 fi
-seconds=${KVTRAIN_FUZZ_SECONDS:-20}
+seconds=${KVTRAIN_FUZZ_SECONDS:-10}
 artifacts=${KVTRAIN_FUZZ_ARTIFACTS:-/tmp/kvtrain-fuzz-artifacts}
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then

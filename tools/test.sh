@@ -5,7 +5,7 @@
 # exits non-zero if anything failed. Before the build, tools/check_layers.py
 # checks that no dependency points the wrong way between folders (one case).
 # After it, tools/fuzz.sh runs every fuzz target for KVTRAIN_FUZZ_SECONDS
-# (default 20; 0 skips fuzzing), each counted as one case. Extra arguments go
+# (default 10; 0 skips fuzzing), each counted as one case. Extra arguments go
 # to `bazel test`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +26,7 @@ bazel test //... --keep_going --build_event_json_file="$bep" "$@"
 bazel_rc=$?
 
 fuzz_args=()
-if [ "${KVTRAIN_FUZZ_SECONDS:-20}" != "0" ]; then
+if [ "${KVTRAIN_FUZZ_SECONDS:-10}" != "0" ]; then
   echo
   tools/fuzz.sh --results "$fuzz"
   fuzz_args=(--fuzz-results "$fuzz")

@@ -63,6 +63,8 @@ def evaluate(model, it, flat):
 def main(argv=None):
     a = parse_args(argv)
     kv = kvt.init(a.kv_store)  # servers and the scheduler serve here and exit
+    example_flags.set_async(a, kv)
+    example_flags.set_compression(a, kv)
     threads = a.threads or int(os.environ.get("KVTRAIN_NUM_THREADS", "0") or 0)
     if threads:
         torch.set_num_threads(threads)
@@ -117,8 +119,13 @@ def main(argv=None):
                       (epoch, n + 1, speed, correct / seen), flush=True)
         cost = time.time() - t0
         acc = evaluate(model, test, flat)
-        print("Epoch[%d] Train-accuracy=%f Train-cross-entropy=%f Validation-accuracy=%f "
-              "Time cost=%.3f" % (epoch, correct / seen, loss_sum / seen, acc, cost), flush=True)
+        stale = ""
+        if kv.type in ("dist_async", "dist_ssp"):
+            r = kv.staleness_report()  # this worker's pushes this epoch
+            stale = " staleness-mean=%f staleness-max=%d" % (r["mean"], r["max"])
+        print("Epoch[%d] Train-accuracy=%f Train-cross-entropy=%f Validation-accuracy=%f%s "
+              "Time cost=%.3f" % (epoch, correct / seen, loss_sum / seen, acc, stale, cost),
+              flush=True)
         if a.model_prefix and kv.rank == 0:
             torch.save({"model": model.state_dict(), "epoch": epoch + 1},
                        "%s-%04d.pt" % (a.model_prefix, epoch + 1))

@@ -179,6 +179,34 @@ def test_async_trains_within_one_percent_of_sync():
     assert abs(sum(accs) / len(accs) - sync_acc) <= 0.01, (accs, sync_acc)
 
 
+def test_bounded_staleness_through_the_bridge():
+    # dist_ssp with the example's flags: every worker runs the same steps
+    # (its part is uneven: 3030 examples in batches of 100), each epoch
+    # reports this worker's staleness, and both end with the same model.
+    code, out = launch(["-n", "2", "-s", "1"] + JOB_ENV
+                       + [PY, TORCH_MNIST, "--kv-store", "dist_ssp", "--staleness", "1",
+                          "--async-lr", "staleness", "--num-examples", "3030",
+                          "--num-epochs", "2", "--disp-batches", "0", "--threads", "1"],
+                       timeout=300)
+    assert code == 0, out
+    epochs = lines_with(out, "Validation-accuracy=")
+    assert len(epochs) == 4, out
+    for line in epochs:
+        assert re.search(r"staleness-mean=[0-9.]+ staleness-max=\d+ ", line), line
+    accuracy(out)
+
+
+def test_2bit_through_the_bridge():
+    # The example's --gc-* flags reach the store; MXNet's threshold 0.5
+    # trains (momentum correction) instead of diverging to chance (0.10).
+    code, out = launch(["-n", "2", "-s", "1"] + JOB_ENV
+                       + [PY, TORCH_MNIST, "--kv-store", "dist_sync", "--gc-type", "2bit",
+                          "--gc-threshold", "0.5", "--num-epochs", "1", "--disp-batches", "0",
+                          "--threads", "1"], timeout=300)
+    assert code == 0, out
+    assert accuracy(out) > 0.7, out  # 0.80 in 1 epoch here
+
+
 def test_resume_is_bit_identical(tmp_path):
     flags = ["--kv-store", "dist_sync", "--num-examples", "3000", "--disp-batches", "0",
              "--threads", "1", "--lr-step-epochs", "1"]  # the schedule's state resumes too
