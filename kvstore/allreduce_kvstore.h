@@ -19,6 +19,7 @@
 #include "base/thread_annotations.h"
 #include "kvstore/collective/communicator.h"
 #include "kvstore/common.h"
+#include "kvstore/compressor.h"
 #include "kvstore/kvstore.h"
 #include "ops/optimizer.h"
 

@@ -11,6 +11,7 @@
 
 #include "base/file.h"
 #include "kvstore/common.h"
+#include "kvstore/compressor.h"
 #include "kvstore/compression.h"
 
 namespace kvtrain {

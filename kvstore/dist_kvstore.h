@@ -20,6 +20,7 @@
 
 #include "base/thread_annotations.h"
 #include "kvstore/common.h"
+#include "kvstore/compressor.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/placement.h"
 #include "kvstore/ps/ps.h"
