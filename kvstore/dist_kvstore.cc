@@ -245,12 +245,12 @@ Status DistKVStore::Init(const std::vector<Key>& keys,
     for (const KeyGroup& g : groups) {
       KV_ASSIGN_OR_RETURN(KeyInfo * ki, Lookup(g, "init"));
       KV_ASSIGN_OR_RETURN(Tensor host, g.tensors[0].CopyTo(Device::CPU()));
-      for (const std::vector<size_t>& request : Requests(*ki)) {
+      for (const std::vector<size_t>& request : InitRequests(*ki)) {
         ps::RequestOptions opts;
         opts.head = proto::KV_INIT;
         opts.body =
             RequestBody(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, 0, g.name);
-        KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(RequestPairs(g.id, *ki, request, host, false), opts));
+        KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(InitPairs(*ki, request, host), opts));
         pending.timestamps.push_back(ts);
         pending.names.push_back(g.name);
       }
@@ -300,129 +300,7 @@ StatusOr<Tensor> DistKVStore::Reduce(const std::vector<Tensor>& values) {
   return sum;
 }
 
-Status DistKVStore::Issue(const KeyGroup* push, const KeyGroup* pull, int priority,
-                          Pending* pending) {
-  const KeyGroup& g = push ? *push : *pull;
-  KV_ASSIGN_OR_RETURN(KeyInfo * ki, Lookup(g, push ? "push" : "pull"));
-  if (push && pull) {
-    KV_RETURN_IF_ERROR(Lookup(*pull, "pull").status());
-  }
-  ps::RequestOptions opts;
-  opts.priority = priority;
-  opts.dtype = "float32";
-  // Reduced before the push takes its step: a failed reduce leaves the
-  // key's step counter alone.
-  Tensor sum;
-  if (push) {
-    KV_ASSIGN_OR_RETURN(sum, Reduce(push->tensors));
-  }
-  int64_t step;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    step = push ? ++ki->pushes : ki->pushes;
-  }
-  opts.head = push ? proto::KV_PUSH : proto::KV_PULL;
-  const CompressionType compression = push ? compressor_.TypeFor(ki->shape.NumElements())
-                                            : proto::GradientCompression::NONE;
-  // Half pulls (fp16, or pull fp16) and level answers: a push-pull's answer
-  // comes coded, decoded into `landing`.
-  const bool half = push && pull && compressor_.HalfAnswer(ki->shape.NumElements());
-  const int levels = push && pull ? LevelAnswer(ki->shape.NumElements()) : 0;
-  const bool coded = half || levels > 0;
-  {
-    proto::RequestInfo info;
-    SetMode(&info);
-    info.set_step(step);
-    info.set_compression(compression);
-    info.set_half_answer(half);
-    info.set_level_bits(static_cast<uint32_t>(levels));
-    opts.body = info.SerializeAsString();
-    if (compression != proto::GradientCompression::NONE) opts.dtype = CompressionName(compression);
-  }
-  // Pull straight into the first output when it is host memory.
-  Tensor landing;
-  if (pull) {
-    const Tensor& first = pull->tensors[0];
-    landing = first.device().is_cpu() ? first : Tensor::Empty(first.shape());
-  }
-  // Coded answers arrive in their own buffers, one per request: each part
-  // (element offset, count) coded on its own, one after another.
-  struct CodedAnswer {
-    std::shared_ptr<std::vector<char>> buffer;
-    std::vector<std::pair<int64_t, int64_t>> parts;
-  };
-  auto answers = std::make_shared<std::vector<CodedAnswer>>();
-  // One request for the key's slices, one per server; a key cut into
-  // pieces sends one request per piece.
-  for (const std::vector<size_t>& request : Requests(*ki)) {
-    const Part& first = ki->parts[request.front()];
-    int64_t count = 0;
-    for (size_t j : request) count += ki->parts[j].count;
-    ps::PullDest dest;
-    if (pull) {
-      std::vector<int64_t> lens;
-      CodedAnswer answer;
-      for (size_t j : request) {
-        const Part& part = ki->parts[j];
-        lens.push_back(static_cast<int64_t>(AnswerBytes(part.count, half, levels)));
-        answer.parts.emplace_back(part.offset, part.count);
-      }
-      if (coded) {
-        size_t bytes = 0;
-        for (int64_t len : lens) bytes += static_cast<size_t>(len);
-        answer.buffer = std::make_shared<std::vector<char>>(bytes);
-        dest.data = answer.buffer->data();
-        dest.size = bytes;
-        answers->push_back(std::move(answer));
-      } else {
-        dest.data = static_cast<char*>(landing.raw_data()) + first.offset * 4;
-        dest.size = static_cast<size_t>(count) * 4;
-      }
-      dest.lens = ps::Blob::FromVector(lens);
-    }
-    StatusOr<int64_t> ts = Status::Internal("no request");
-    const int64_t issued_us = trace::Enabled() ? trace::NowUs() : 0;
-    if (push) {
-      ps::KVPairs kvs = RequestPairs(g.id, *ki, request, sum,
-                                     compression != proto::GradientCompression::NONE);
-      ts = pull ? worker_->PushPull(kvs, opts, dest) : worker_->Push(kvs, opts);
-      if (!ts.ok()) UndoPush(ki, step);
-    } else {
-      std::vector<uint64_t> keys;
-      for (size_t j : request) keys.push_back(ki->server_keys[j]);
-      ts = worker_->Pull(ps::Blob::FromVector(keys), opts, dest);
-    }
-    KV_RETURN_IF_ERROR(ts.status().Annotate("key " + g.name));
-    trace::InstantAt(issued_us, "kvstore", push ? (pull ? "pushpull " : "push ") : "pull ", g.name,
-                     *ts);
-    pending->timestamps.push_back(*ts);
-    pending->names.push_back(g.name);
-  }
-  if (pull) {
-    const std::vector<Tensor> outs = pull->tensors;
-    auto prev = std::move(pending->finish);
-    const std::string name = g.name;
-    pending->finish = [prev, landing, outs, answers, half, levels, name]() -> Status {
-      if (prev) KV_RETURN_IF_ERROR(prev());
-      for (const CodedAnswer& a : *answers) {
-        const char* in = a.buffer->data();
-        for (const auto& [offset, count] : a.parts) {
-          KV_RETURN_IF_ERROR(DecodeAnswer(in, count, half, levels,
-                                          static_cast<float*>(landing.raw_data()) + offset)
-                                 .Annotate("key " + name));
-          in += AnswerBytes(count, half, levels);
-        }
-      }
-      for (const Tensor& out : outs) {
-        if (!out.SharesMemoryWith(landing)) KV_RETURN_IF_ERROR(Tensor(out).CopyFrom(landing));
-      }
-      return Status::OK();
-    };
-  }
-  return Status::OK();
-}
-
-std::vector<std::vector<size_t>> DistKVStore::Requests(const KeyInfo& ki) {
+std::vector<std::vector<size_t>> DistKVStore::InitRequests(const KeyInfo& ki) {
   std::vector<std::vector<size_t>> out;
   const bool pieces = std::any_of(ki.parts.begin(), ki.parts.end(),
                                   [](const Part& p) { return p.piece > 0; });
@@ -433,9 +311,8 @@ std::vector<std::vector<size_t>> DistKVStore::Requests(const KeyInfo& ki) {
   return out;
 }
 
-ps::KVPairs DistKVStore::RequestPairs(uint64_t id, const KeyInfo& ki,
-                                      const std::vector<size_t>& request, const Tensor& value,
-                                      bool compress) {
+ps::KVPairs DistKVStore::InitPairs(const KeyInfo& ki, const std::vector<size_t>& request,
+                                   const Tensor& value) {
   std::vector<uint64_t> keys;
   std::vector<int64_t> lens;
   int64_t bytes = 0;
@@ -443,17 +320,6 @@ ps::KVPairs DistKVStore::RequestPairs(uint64_t id, const KeyInfo& ki,
     keys.push_back(ki.server_keys[j]);
     lens.push_back(ki.part_bytes[j]);
     bytes += ki.part_bytes[j];
-  }
-  if (compress) {
-    // Each part encoded on its own (a server decodes the parts it holds).
-    std::string all;
-    for (size_t i = 0; i < request.size(); ++i) {
-      const ps::Blob part = PartValue(id, ki, request[i], value, true);
-      lens[i] = static_cast<int64_t>(part.size());
-      all.append(part.data(), part.size());
-    }
-    return ps::KVPairs::From(std::move(keys), ps::Blob::FromString(std::move(all)),
-                             std::move(lens));
   }
   const size_t offset = static_cast<size_t>(ki.parts[request.front()].offset) * 4;
   return ps::KVPairs::From(
@@ -477,8 +343,10 @@ StatusOr<KVHandle> DistKVStore::PushAsync(const std::vector<Key>& keys,
                       GroupByKey(keys, values, "push", &keys_));
   Pending pending;
   for (const KeyGroup& g : groups) {
-    KV_RETURN_IF_ERROR(Issue(&g, nullptr, priority, &pending));
+    KV_RETURN_IF_ERROR(AddToBucket(&g, nullptr, priority, &pending));
   }
+  // Sent now: a push is not held back until someone waits.
+  KV_RETURN_IF_ERROR(FlushBucket());
   return Track(std::move(pending));
 }
 
@@ -491,8 +359,9 @@ StatusOr<KVHandle> DistKVStore::PullAsync(const std::vector<Key>& keys,
                       GroupByKey(keys, outs, "pull", &keys_));
   Pending pending;
   for (const KeyGroup& g : groups) {
-    KV_RETURN_IF_ERROR(Issue(nullptr, &g, priority, &pending));
+    KV_RETURN_IF_ERROR(AddToBucket(nullptr, &g, priority, &pending));
   }
+  KV_RETURN_IF_ERROR(FlushBucket());
   return Track(std::move(pending));
 }
 
@@ -507,14 +376,7 @@ StatusOr<KVHandle> DistKVStore::PushPullAsync(const std::vector<Key>& keys,
                       GroupByKey(keys, outs, "pull", &keys_));
   Pending pending;
   for (size_t i = 0; i < pushes.size(); ++i) {
-    KV_ASSIGN_OR_RETURN(KeyInfo * ki, Lookup(pushes[i], "push"));
-    if (Bucketed(*ki)) {
-      KV_RETURN_IF_ERROR(AddToBucket(ki, pushes[i], pulls[i], priority, &pending));
-    } else {
-      // Requests leave in the order they were made.
-      KV_RETURN_IF_ERROR(FlushBucket());
-      KV_RETURN_IF_ERROR(Issue(&pushes[i], &pulls[i], priority, &pending));
-    }
+    KV_RETURN_IF_ERROR(AddToBucket(&pushes[i], &pulls[i], priority, &pending));
   }
   return Track(std::move(pending));
 }

@@ -1,9 +1,10 @@
 // The worker side of dist_sync, dist_device_sync, dist_async and dist_ssp
 // (dist_async with bounded staleness, AsyncOptions): keys are
 // placed on the servers and large ones cut into pieces
-// (kvstore/placement.h); push-pulls travel in buckets of about
-// KVTRAIN_PS_BUCKET_BYTES, a piece alone without copies, pushes and pulls
-// one request per piece; gradients may travel compressed
+// (kvstore/placement.h); pushes, pulls and push-pulls all travel in
+// buckets of about KVTRAIN_PS_BUCKET_BYTES (a piece alone, without
+// copies), one request per server carrying that server's keys with a
+// KeyRecord each (kvstore/request.h); gradients may travel compressed
 // (dist_kvstore_compression.cc); the servers' optimizer and its states,
 // RunServer (in server and scheduler processes) and Finalize are in
 // dist_kvstore_servers.cc.
@@ -23,6 +24,7 @@
 #include "kvstore/compressor.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/placement.h"
+#include "kvstore/request.h"
 #include "kvstore/ps/ps.h"
 #include "proto/kvstore.pb.h"
 
@@ -105,16 +107,18 @@ class DistKVStore : public KVStore {
     std::vector<int64_t> part_bytes;
     int64_t pushes = 0;                 // this worker's push count
   };
-  // Push-pulls of keys and pieces that travel as one request (one message
-  // per server): filled by PushPullAsync, sent by FlushBucket, and answered
-  // once, by the first Wait of any handle it serves.
+  // Pushes, pulls or push-pulls of keys and pieces that travel as one
+  // request (one message per server): filled by PushAsync, PullAsync and
+  // PushPullAsync, sent by FlushBucket, and answered once, by the first
+  // Wait of any handle it serves.
   struct Bucket {
+    enum class Kind { kPush, kPull, kPushPull };
     struct Entry {
       std::string name;
       uint64_t server_key = 0;
       int64_t step = 0;
       KeyInfo* key = nullptr;    // whose step counter gave `step`
-      ps::Blob value;            // the reduced push as it travels
+      ps::Blob value;            // the reduced push as it travels (pushes)
       int64_t count = 0;         // its elements
       CompressionType compression = proto::GradientCompression::NONE;
       bool half = false;         // answered as IEEE halves (fp16)
@@ -122,6 +126,9 @@ class DistKVStore : public KVStore {
       std::vector<Tensor> outs;  // where the key's new value goes
     };
     std::vector<Entry> entries;  // until sent: guarded by bucket_mu_
+    Kind kind = Kind::kPushPull;
+    bool push() const { return kind != Kind::kPull; }
+    bool pull() const { return kind != Kind::kPush; }
     int64_t bytes = 0;
     int priority = 0;
     std::mutex mu;
@@ -153,14 +160,14 @@ class DistKVStore : public KVStore {
     std::function<Status()> finish;
   };
 
-  // The key's requests, as lists of part indices: one request for all its
+  // The key's inits, as lists of part indices: one request for all its
   // parts (one per server), or one per piece when it is cut into pieces (a
-  // server takes one key per request).
-  static std::vector<std::vector<size_t>> Requests(const KeyInfo& ki);
-  // The request's keys and lengths, with `value`'s elements of those parts
-  // (zero-copy), or each part encoded by the compressor.
-  ps::KVPairs RequestPairs(uint64_t id, const KeyInfo& ki, const std::vector<size_t>& request,
-                           const Tensor& value, bool compress);
+  // server takes one key per init).
+  static std::vector<std::vector<size_t>> InitRequests(const KeyInfo& ki);
+  // The init's keys and lengths, with `value`'s elements of those parts
+  // (zero-copy).
+  static ps::KVPairs InitPairs(const KeyInfo& ki, const std::vector<size_t>& request,
+                               const Tensor& value);
   // Part `j` of the key's push as it travels: a view of `sum`, or encoded.
   ps::Blob PartValue(uint64_t id, const KeyInfo& ki, size_t j, const Tensor& sum,
                      bool compress);
@@ -176,23 +183,18 @@ class DistKVStore : public KVStore {
   // The key's metadata, checking that `shape` matches its Init shape.
   StatusOr<KeyInfo*> Lookup(const KeyGroup& g, const std::string& what)
       EXCLUDES(mu_);
-  // One key's request: push `values` (reduced) and/or pull into `outs`.
-  Status Issue(const KeyGroup* push, const KeyGroup* pull, int priority,
-               Pending* pending);
   StatusOr<Tensor> Reduce(const std::vector<Tensor>& values);
-  // Whether a push-pull of `ki` joins the bucket rather than going alone.
-  bool Bucketed(const KeyInfo& ki) const;
-  // Adds one key's push-pull to the open bucket, piece by piece (sending a
-  // bucket that the next piece would overfill).
-  Status AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGroup& pull,
-                     int priority, Pending* pending) EXCLUDES(bucket_mu_);
+  // Every push, pull and push-pull: adds one key's (push `values`, reduced,
+  // and/or pull into `outs`) to the open bucket, piece by piece, sending a
+  // bucket of another kind or that the next piece would overfill.
+  Status AddToBucket(const KeyGroup* push, const KeyGroup* pull, int priority,
+                     Pending* pending) EXCLUDES(bucket_mu_);
   // Sends the open bucket, if any: one request per server.
   Status FlushBucket() EXCLUDES(bucket_mu_);
   // FlushBucket's request: the bucket's keys in server-key order (into
-  // b->order), their value lengths, and each key's step and encoding.
-  proto::RequestInfo BucketRequest(Bucket* b, std::vector<uint64_t>* keys,
-                                   std::vector<int64_t>* lens,
-                                   CompressionType* compression) const;
+  // b->order), their value lengths (pushes) and records.
+  void BucketRequest(Bucket* b, std::vector<uint64_t>* keys, std::vector<int64_t>* lens,
+                     std::vector<KeyRecord>* records) const;
   // The bucket's values in b->order: one entry's as it is, several copied
   // into one buffer (so callers may reuse theirs once Wait returns).
   static ps::Blob JoinValues(const Bucket& b);

@@ -1,5 +1,6 @@
-// The dist stores' buckets: push-pulls of small keys that travel together, one
-// multi-key request per server (see DistKVStore::Bucket).
+// The dist stores' one path for pushes, pulls and push-pulls: buckets of
+// keys and pieces that travel together, one request per server carrying
+// that server's keys (see DistKVStore::Bucket).
 #include "kvstore/dist_kvstore.h"
 
 #include <algorithm>
@@ -16,8 +17,6 @@ std::string DistKVStore::Bucket::Names() const {
   return names;
 }
 
-bool DistKVStore::Bucketed(const KeyInfo& /*ki*/) const { return settings_.bucket_bytes > 0; }
-
 namespace {
 
 // Elements [p.offset, p.offset + p.count) of `t`, as a flat view.
@@ -29,25 +28,38 @@ StatusOr<Tensor> PartOf(const Tensor& t, const Part& p) {
 
 }  // namespace
 
-Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGroup& pull,
-                                int priority, Pending* pending) {
-  KV_RETURN_IF_ERROR(Lookup(pull, "pull").status());
+Status DistKVStore::AddToBucket(const KeyGroup* push, const KeyGroup* pull, int priority,
+                                Pending* pending) {
+  const KeyGroup& g = push != nullptr ? *push : *pull;
+  KV_ASSIGN_OR_RETURN(KeyInfo * ki, Lookup(g, push != nullptr ? "push" : "pull"));
+  if (push != nullptr && pull != nullptr) KV_RETURN_IF_ERROR(Lookup(*pull, "pull").status());
+  const Bucket::Kind kind = pull == nullptr ? Bucket::Kind::kPush
+                            : push == nullptr ? Bucket::Kind::kPull
+                                              : Bucket::Kind::kPushPull;
   // Zero-copy (PushAsync's contract): copied when the bucket is sent.
-  KV_ASSIGN_OR_RETURN(Tensor sum, Reduce(push.tensors));
+  // Reduced before the push takes its step: a failed reduce leaves the
+  // key's step counter alone.
+  Tensor sum;
+  if (push != nullptr) {
+    KV_ASSIGN_OR_RETURN(sum, Reduce(push->tensors));
+  }
   int64_t step;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    step = ++ki->pushes;
+    step = push != nullptr ? ++ki->pushes : ki->pushes;
   }
-  const CompressionType compression = compressor_.TypeFor(ki->shape.NumElements());
-  const bool half = compressor_.HalfAnswer(ki->shape.NumElements());
-  const int levels = LevelAnswer(ki->shape.NumElements());
+  const int64_t size = ki->shape.NumElements();
+  const CompressionType compression =
+      push != nullptr ? compressor_.TypeFor(size) : proto::GradientCompression::NONE;
+  // Coded answers (fp16 halves, the step's sum as levels) for push-pulls.
+  const bool half = kind == Bucket::Kind::kPushPull && compressor_.HalfAnswer(size);
+  const int levels = kind == Bucket::Kind::kPushPull ? LevelAnswer(size) : 0;
   // Each piece is an entry of its own; a key's pieces fill buckets in
   // element order, so its first pieces leave while the rest are added.
   for (size_t j = 0; j < ki->parts.size(); ++j) {
     const Part& part = ki->parts[j];
     Bucket::Entry entry;
-    entry.name = push.name;
+    entry.name = g.name;
     entry.server_key = ki->server_keys[j];
     entry.step = step;
     entry.key = ki;
@@ -55,17 +67,23 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
     entry.compression = compression;
     entry.half = half;
     entry.levels = levels;
-    entry.value = PartValue(push.id, *ki, j, sum, compression != proto::GradientCompression::NONE);
-    for (const Tensor& out : pull.tensors) {
-      KV_ASSIGN_OR_RETURN(Tensor piece, PartOf(out, part));
-      entry.outs.push_back(std::move(piece));
+    if (push != nullptr) {
+      entry.value =
+          PartValue(g.id, *ki, j, sum, compression != proto::GradientCompression::NONE);
+    }
+    if (pull != nullptr) {
+      for (const Tensor& out : pull->tensors) {
+        KV_ASSIGN_OR_RETURN(Tensor piece, PartOf(out, part));
+        entry.outs.push_back(std::move(piece));
+      }
     }
     // A bucket fills by what its entries move on the wire, the heavier way:
     // a compressed piece's push, or its answer (float32, halves or levels).
     // So a key's small compressed pieces travel together, while pieces
     // answered in float32 still go one by one, overlapping their answers.
-    const int64_t bytes = std::max(static_cast<int64_t>(entry.value.size()),
-                                   static_cast<int64_t>(AnswerBytes(part.count, half, levels)));
+    const int64_t answer =
+        pull != nullptr ? static_cast<int64_t>(AnswerBytes(part.count, half, levels)) : 0;
+    const int64_t bytes = std::max(static_cast<int64_t>(entry.value.size()), answer);
     // A piece of a key cut in several travels in a request of at most
     // piece_bytes, so that its answer can come back while the next one is
     // still going out; whole keys fill requests up to bucket_bytes.
@@ -77,17 +95,20 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
       bool full = false;
       {
         std::lock_guard<std::mutex> lock(bucket_mu_);
-        if (open_ != nullptr) {
+        if (open_ != nullptr && open_->entries.empty()) {
+          open_->kind = kind;
+          b = open_;
+        } else if (open_ != nullptr) {
           bool again = false;
           for (const Bucket::Entry& e : open_->entries) {
             again = again || e.server_key == entry.server_key;
           }
-          // The key waits in this bucket already, or this piece would
-          // overfill it: send the bucket first.
-          if (!again && open_->bytes + bytes <= limit) b = open_;
-          if (b == nullptr && open_->entries.empty()) b = open_;
+          // The key waits in this bucket already, the bucket is of another
+          // kind, or this piece would overfill it: send the bucket first.
+          if (!again && open_->kind == kind && open_->bytes + bytes <= limit) b = open_;
         } else {
           open_ = std::make_shared<Bucket>();
+          open_->kind = kind;
           open_->priority = priority;
           b = open_;
         }
@@ -107,37 +128,31 @@ Status DistKVStore::AddToBucket(KeyInfo* ki, const KeyGroup& push, const KeyGrou
       break;
     }
   }
-  trace::Instant("kvstore", "bucket ", push.name, step);
+  trace::Instant("kvstore", "bucket ", g.name, step);
   return Status::OK();
 }
 
-proto::RequestInfo DistKVStore::BucketRequest(
-    Bucket* b, std::vector<uint64_t>* keys, std::vector<int64_t>* lens,
-    CompressionType* compression) const {
+void DistKVStore::BucketRequest(Bucket* b, std::vector<uint64_t>* keys,
+                                std::vector<int64_t>* lens,
+                                std::vector<KeyRecord>* records) const {
   const size_t n = b->entries.size();
   b->order.resize(n);
   for (size_t i = 0; i < n; ++i) b->order[i] = i;
   std::sort(b->order.begin(), b->order.end(), [&](size_t x, size_t y) {
     return b->entries[x].server_key < b->entries[y].server_key;
   });
-  proto::RequestInfo info;
-  SetMode(&info);
   // Each key says its encoding (keys below min_bytes travel as float32).
-  *compression = proto::GradientCompression::NONE;
   for (size_t i : b->order) {
     const Bucket::Entry& e = b->entries[i];
     keys->push_back(e.server_key);
-    lens->push_back(static_cast<int64_t>(e.value.size()));
-    proto::KeyEntry* k = info.add_keys();
-    k->set_key(e.server_key);
-    k->set_step(e.step);
-    k->set_compression(e.compression);
-    k->set_half_answer(e.half);
-    k->set_level_bits(static_cast<uint32_t>(e.levels));
-    if (e.compression != proto::GradientCompression::NONE)
-      *compression = e.compression;
+    if (b->push()) lens->push_back(static_cast<int64_t>(e.value.size()));
+    KeyRecord r;
+    r.step = e.step;
+    r.compression = static_cast<uint8_t>(e.compression);
+    r.half = e.half ? 1 : 0;
+    r.level_bits = static_cast<uint8_t>(e.levels);
+    records->push_back(r);
   }
-  return info;
 }
 
 ps::Blob DistKVStore::JoinValues(const Bucket& b) {
@@ -170,41 +185,51 @@ Status DistKVStore::FlushBucket() {
   const size_t n = b->entries.size();
   std::vector<uint64_t> keys;
   std::vector<int64_t> lens;
-  CompressionType compression;
-  const proto::RequestInfo info =
-      BucketRequest(b.get(), &keys, &lens, &compression);
-  ps::Blob vals = JoinValues(*b);
-  for (Bucket::Entry& e : b->entries) e.value = ps::Blob();
+  std::vector<KeyRecord> records;
+  BucketRequest(b.get(), &keys, &lens, &records);
+  ps::KVPairs kvs = ps::KVPairs::From(std::move(keys), ps::Blob(), std::move(lens));
+  kvs.attrs = EncodeKeyRecords(records);
+  if (b->push()) {
+    kvs.vals = JoinValues(*b);
+    for (Bucket::Entry& e : b->entries) e.value = ps::Blob();
+  }
+  proto::RequestInfo info;
+  SetMode(&info);
   ps::RequestOptions opts;
-  opts.head = proto::KV_PUSH;
+  opts.head = b->push() ? proto::KV_PUSH : proto::KV_PULL;
   opts.body = info.SerializeAsString();
   opts.priority = b->priority;
-  opts.dtype = compression == proto::GradientCompression::NONE ? "float32"
-                                                                : CompressionName(compression);
   // One entry with one host output: the transport copies the answer
   // straight into it as it arrives (while the step waits for other pieces).
   // Otherwise the answers stay in the received messages until WaitBucket
   // copies each key's part into its outputs.
   ps::PullDest dest;
   const Bucket::Entry& only = b->entries[0];
-  if (n == 1 && only.outs.size() == 1 && only.outs[0].device().is_cpu() && !only.half &&
-      only.levels == 0) {
+  if (b->pull() && n == 1 && only.outs.size() == 1 && only.outs[0].device().is_cpu() &&
+      !only.half && only.levels == 0) {
     dest.data = static_cast<char*>(only.outs[0].raw_data());
     dest.size = only.outs[0].nbytes();
     b->landed = true;
   }
   const int64_t issued_us = trace::Enabled() ? trace::NowUs() : 0;
-  StatusOr<int64_t> ts = worker_->PushPull(
-      ps::KVPairs::From(std::move(keys), std::move(vals), std::move(lens)), opts, dest);
+  StatusOr<int64_t> ts = b->kind == Bucket::Kind::kPush ? worker_->Push(kvs, opts)
+                         : b->kind == Bucket::Kind::kPull
+                             ? worker_->Pull(kvs, opts, dest)
+                             : worker_->PushPull(kvs, opts, dest);
   b->sent = true;
   if (!ts.ok()) {
-    for (const Bucket::Entry& e : b->entries) UndoPush(e.key, e.step);
+    if (b->push()) {
+      for (const Bucket::Entry& e : b->entries) UndoPush(e.key, e.step);
+    }
     b->status = ts.status().Annotate("keys " + b->Names());
     return b->status;
   }
   b->ts = *ts;
   if (trace::Enabled()) {
-    trace::InstantAt(issued_us, "kvstore", "pushpull bucket of ", std::to_string(n), *ts);
+    const char* what = b->kind == Bucket::Kind::kPush   ? "push bucket of "
+                       : b->kind == Bucket::Kind::kPull ? "pull bucket of "
+                                                        : "pushpull bucket of ";
+    trace::InstantAt(issued_us, "kvstore", what, std::to_string(n), *ts);
   }
   return Status::OK();
 }
@@ -272,7 +297,12 @@ Status DistKVStore::WaitBucket(Bucket* b, ps::Duration timeout) {
       }
     }
   }
-  return Status::OK();
+  if (b->pull() && next != b->order.size()) {
+    b->status = Status::DataLoss("keys " + b->Names() + ": the servers answered " +
+                                 std::to_string(next) + " of " +
+                                 std::to_string(b->order.size()) + " keys");
+  }
+  return b->status;
 }
 
 }  // namespace kv

@@ -21,19 +21,13 @@ Tensor ServerHandler::View(const ps::Blob& vals) {
                       DType::kFloat32, Device::CPU(), [keep] {});
 }
 
-StatusOr<ps::Blob> ServerHandler::PushedFloats(const proto::RequestInfo& info,
-                                               const ps::Blob& vals, int64_t n,
-                                               const std::string& name,
+StatusOr<ps::Blob> ServerHandler::PushedFloats(const KeyRecord& rec, const ps::Blob& vals,
+                                               int64_t n, const std::string& name,
                                                const std::string& sender) {
-  if (info.compression() == proto::GradientCompression::NONE) return vals;
-  if (!proto::GradientCompression::Type_IsValid(info.compression())) {
-    return KeyError(Status::Code::kInvalidArgument, name,
-                    sender + " pushed values with unknown compression " +
-                        std::to_string(static_cast<int>(info.compression())));
-  }
+  if (rec.compression == proto::GradientCompression::NONE) return vals;
   // Every element is written: no zero-fill.
   std::shared_ptr<float[]> out(new float[static_cast<size_t>(n)]);
-  const Status s = Decode(info.compression(), vals.data(), vals.size(), n, out.get());
+  const Status s = Decode(rec.type(), vals.data(), vals.size(), n, out.get());
   if (!s.ok()) {
     return KeyError(Status::Code::kInvalidArgument, name,
                     "push from " + sender + ": " + s.message());
@@ -50,18 +44,6 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
         "malformed KVStore request from " + meta.sender_name));
     return;
   }
-  // Answer sizes follow from the level bits: anything but 1, 2, 4 or 8 is
-  // refused before a size is computed from it.
-  uint32_t bad_bits = info.level_bits();
-  for (const proto::KeyEntry& e : info.keys()) {
-    if (e.level_bits() != 0 && !ValidLevelBits(e.level_bits())) bad_bits = e.level_bits();
-  }
-  if (bad_bits != 0 && !ValidLevelBits(bad_bits)) {
-    server->RespondError(meta, Status::InvalidArgument(
-        "KVStore request from " + meta.sender_name + " asks for levels of " +
-        std::to_string(bad_bits) + " bits (valid: 1, 2, 4, 8)"));
-    return;
-  }
   if (info.bounded() && info.staleness() < 0) {
     server->RespondError(meta, Status::InvalidArgument(
         "KVStore request from " + meta.sender_name + " bounds staleness at " +
@@ -69,21 +51,15 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
     return;
   }
   const auto command = static_cast<proto::KVCommand>(meta.head);
-  const bool keyed = command == proto::KV_INIT || command == proto::KV_PUSH ||
-                     command == proto::KV_PULL;
-  if (command == proto::KV_PUSH && info.keys_size() > 0) {
-    return MultiPush(meta, data, info, server);
-  }
-  if (keyed && data.num_keys() != 1) {
+  if (command == proto::KV_INIT && data.num_keys() != 1) {
     server->RespondError(meta, Status::InvalidArgument(
-        "KVStore requests carry one key per server, got " +
-        std::to_string(data.num_keys())));
+        "KVStore inits carry one key per server, got " + std::to_string(data.num_keys())));
     return;
   }
   switch (command) {
     case proto::KV_INIT: return Init(meta, data, info, server);
-    case proto::KV_PUSH: return Push(meta, data, info, server);
-    case proto::KV_PULL: return Pull(meta, data, info, server);
+    case proto::KV_PUSH:
+    case proto::KV_PULL: return Serve(meta, data, info, server);
     case proto::KV_SET_OPTIMIZER: return SetOptimizer(meta, info, server);
     case proto::KV_SAVE_STATES: return SaveStates(meta, server);
     case proto::KV_LOAD_STATES: return LoadStates(meta, data, server);
@@ -145,41 +121,13 @@ void ServerHandler::Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
   server->Respond(meta);
 }
 
-void ServerHandler::Push(const ps::RequestMeta& meta, const ps::KVPairs& pushed,
-                         const proto::RequestInfo& info, ps::KVServer* server) {
-  const uint64_t key = pushed.key(0);
-  KeyState* st = FindOrRespond(key, meta, server);
-  if (st == nullptr) return;
-  std::lock_guard<std::mutex> lock(st->mu);
-  ps::KVPairs data = pushed;
-  if (info.compression() != proto::GradientCompression::NONE) {
-    StatusOr<ps::Blob> vals =
-        PushedFloats(info, pushed.vals, st->value.size(), st->name, meta.sender_name);
-    if (!vals.ok()) {
-      server->RespondError(meta, vals.status());
-      return;
-    }
-    data.vals = *vals;
-  }
-  if (data.vals.size() != st->value.nbytes()) {
-    server->RespondError(
-        meta, KeyError(Status::Code::kInvalidArgument, st->name,
-                       "pushed " + std::to_string(data.vals.size() / 4) +
-                           " values but this server holds " +
-                           std::to_string(st->value.size()) + " of it"));
-    return;
-  }
-  if (info.mode() == proto::KV_ASYNC) return AsyncPush(st, key, Deferred{meta, data, info}, server);
-  SyncPush(st, key, Deferred{meta, data, info}, server);
-}
-
 void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
                               ps::KVServer* server) {
-  const int rank = push.meta.sender_rank;
+  const int rank = push.meta().sender_rank;
   if (rank < 0 || rank >= num_workers_) {
     Fail(push,
          KeyError(Status::Code::kInvalidArgument, st->name,
-                  "push from " + push.meta.sender_name + ", which is not a worker"),
+                  "push from " + push.meta().sender_name + ", which is not a worker"),
          server);
     return;
   }
@@ -188,16 +136,16 @@ void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
   const int64_t staleness = st->updates - st->seen[rank];
   st->mean_staleness += kStalenessWeight * (static_cast<double>(staleness) - st->mean_staleness);
   const double divisor = 1.0 + std::max(static_cast<double>(staleness), st->mean_staleness);
-  const float step_scale = push.info.staleness_lr() ? static_cast<float>(1.0 / divisor) : 1.0f;
+  const float step_scale = push.info().staleness_lr() ? static_cast<float>(1.0 / divisor) : 1.0f;
   const Status s = Apply(st, key, View(push.data.vals), /*accumulate=*/true, step_scale);
   if (!s.ok()) {
     Fail(push, s, server);
     return;
   }
   ++st->updates;
-  st->clock[rank] = std::max(st->clock[rank], push.info.step());
+  st->clock[rank] = std::max(st->clock[rank], push.rec.step);
   CountStaleness(rank, staleness);
-  if (push.meta.pull) {
+  if (push.meta().pull) {
     AnswerAsync(st, key, push, server);
   } else {
     Ack(push, server);
@@ -207,11 +155,12 @@ void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
 
 namespace {
 
-// Whether every worker has pushed the key often enough for `d`'s answer:
-// its step minus the bound, at most.
-bool CloseEnough(const std::vector<int64_t>& clock, const proto::RequestInfo& info) {
+// Whether every worker has pushed the key often enough for an answer at
+// `step`: the step minus the bound, at most.
+bool CloseEnough(const std::vector<int64_t>& clock, const proto::RequestInfo& info,
+                 int64_t step) {
   if (!info.bounded()) return true;
-  const int64_t need = info.step() - info.staleness();
+  const int64_t need = step - info.staleness();
   for (int64_t c : clock) {
     if (c < need) return false;
   }
@@ -222,9 +171,9 @@ bool CloseEnough(const std::vector<int64_t>& clock, const proto::RequestInfo& in
 
 void ServerHandler::AnswerAsync(KeyState* st, uint64_t key, const Deferred& d,
                                 ps::KVServer* server) {
-  const int rank = d.meta.sender_rank;
+  const int rank = d.meta().sender_rank;
   const bool worker = rank >= 0 && rank < num_workers_;
-  if (worker && !CloseEnough(st->clock, d.info)) {
+  if (worker && !CloseEnough(st->clock, d.info(), d.rec.step)) {
     st->held.emplace_back(d, std::chrono::steady_clock::now());
     return;
   }
@@ -238,12 +187,12 @@ void ServerHandler::ReleaseHeld(KeyState* st, uint64_t key, ps::KVServer* server
   std::vector<std::pair<Deferred, std::chrono::steady_clock::time_point>> waiting;
   waiting.swap(st->held);
   for (auto& [d, since] : waiting) {
-    if (!CloseEnough(st->clock, d.info)) {
+    if (!CloseEnough(st->clock, d.info(), d.rec.step)) {
       st->held.emplace_back(std::move(d), since);
       continue;
     }
-    CountHeld(d.meta.sender_rank, now - since);
-    st->seen[d.meta.sender_rank] = st->updates;
+    CountHeld(d.meta().sender_rank, now - since);
+    st->seen[d.meta().sender_rank] = st->updates;
     Answer(d, st, key, server);
   }
 }
@@ -299,9 +248,9 @@ void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
 }
 
 bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* server) {
-  const int rank = push.meta.sender_rank;
-  const int64_t step = push.info.step();
-  const std::string who = push.meta.sender_name;
+  const int rank = push.meta().sender_rank;
+  const int64_t step = push.rec.step;
+  const std::string who = push.meta().sender_name;
   if (rank < 0 || rank >= num_workers_) {
     Fail(push,
          KeyError(Status::Code::kInvalidArgument, st->name,
@@ -330,7 +279,7 @@ bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* serv
   if (step > st->step + 1) {  // an early push: its step has not begun
     for (auto range = st->later.equal_range(step); range.first != range.second;
          ++range.first) {
-      if (range.first->second.meta.sender_rank == rank) {
+      if (range.first->second.meta().sender_rank == rank) {
         Fail(push,
              KeyError(Status::Code::kInvalidArgument, st->name,
                       who + " pushed step " + std::to_string(step) + " twice"),
@@ -361,7 +310,7 @@ bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* serv
   }
   st->pushed[rank] = true;
   ++st->num_pushed;
-  if (push.meta.pull) {
+  if (push.meta().pull) {
     st->pulls.push_back(push);  // answered with this step's result
   } else {
     Ack(push, server);
@@ -391,7 +340,7 @@ void ServerHandler::CompleteStep(KeyState* st, uint64_t key,
   std::vector<Deferred> waiting;
   waiting.swap(st->pulls);
   for (Deferred& p : waiting) {
-    if (p.info.step() > st->step) {
+    if (p.rec.step > st->step) {
       st->pulls.push_back(std::move(p));
     } else if (!s.ok()) {
       Fail(p, s, server);
@@ -414,24 +363,23 @@ Status ServerHandler::Apply(KeyState* st, uint64_t key, const Tensor& grad,
                     : st->value.CopyFrom(grad);
 }
 
-StatusOr<ps::Blob> ServerHandler::EncodedValue(KeyState* st, const proto::RequestInfo& info) {
+StatusOr<ps::Blob> ServerHandler::EncodedValue(KeyState* st, const Deferred& d) {
   const Tensor& v = st->value;
-  if (info.level_bits() > 0) {
+  const uint32_t bits = d.rec.level_bits;
+  if (bits > 0) {
     // Levels carry a step's summed pushes: only what a sync server without
     // an optimizer holds.
-    if (info.mode() != proto::KV_SYNC || optimizer() != nullptr) {
+    if (d.info().mode() != proto::KV_SYNC || optimizer() != nullptr) {
       return KeyError(Status::Code::kFailedPrecondition, st->name,
                       "an answer as levels was asked for, but this server holds " +
-                          std::string(info.mode() != proto::KV_SYNC
+                          std::string(d.info().mode() != proto::KV_SYNC
                                           ? "every push accumulated (dist_async)"
                                           : "weights (it runs the optimizer)") +
                           ", not the step's summed gradients");
     }
-    if (st->levels_step == st->step && st->levels_bits == info.level_bits()) return st->levels;
-    auto out = std::make_shared<std::vector<char>>(
-        LevelBytes(static_cast<int>(info.level_bits()), v.size()));
-    const Status s =
-        EncodeLevels(v.data<float>(), v.size(), static_cast<int>(info.level_bits()), out->data());
+    if (st->levels_step == st->step && st->levels_bits == bits) return st->levels;
+    auto out = std::make_shared<std::vector<char>>(LevelBytes(static_cast<int>(bits), v.size()));
+    const Status s = EncodeLevels(v.data<float>(), v.size(), static_cast<int>(bits), out->data());
     if (!s.ok()) {
       return KeyError(Status::Code::kInvalidArgument, st->name,
                       "the step's summed pushes hold " + s.message() +
@@ -439,10 +387,10 @@ StatusOr<ps::Blob> ServerHandler::EncodedValue(KeyState* st, const proto::Reques
     }
     st->levels = ps::Blob(out, out->data(), out->size());
     st->levels_step = st->step;
-    st->levels_bits = info.level_bits();
+    st->levels_bits = bits;
     return st->levels;
   }
-  if (info.half_answer()) {
+  if (d.rec.half) {
     std::vector<uint16_t> halves(static_cast<size_t>(v.size()));
     FloatsToHalves(v.data<float>(), v.size(), halves.data());
     return ps::Blob::FromVector(std::move(halves));
@@ -450,38 +398,6 @@ StatusOr<ps::Blob> ServerHandler::EncodedValue(KeyState* st, const proto::Reques
   // The value itself (zero-copy: Apply copies before writing a value that a
   // response still sends).
   return ps::Blob(v.storage(), v.raw_data(), v.nbytes());
-}
-
-void ServerHandler::RespondValue(KeyState* st, uint64_t key, const ps::RequestMeta& meta,
-                                 const proto::RequestInfo& info, ps::KVServer* server) {
-  StatusOr<ps::Blob> vals = EncodedValue(st, info);
-  if (!vals.ok()) {
-    server->RespondError(meta, vals.status());
-    return;
-  }
-  server->Respond(meta, ps::KVPairs::From({key}, *std::move(vals)));
-}
-
-void ServerHandler::Pull(const ps::RequestMeta& meta, const ps::KVPairs& data,
-                         const proto::RequestInfo& info, ps::KVServer* server) {
-  const uint64_t key = data.key(0);
-  KeyState* st = FindOrRespond(key, meta, server);
-  if (st == nullptr) return;
-  std::lock_guard<std::mutex> lock(st->mu);
-  if (info.mode() == proto::KV_ASYNC) {
-    AnswerAsync(st, key, Deferred{meta, data, info}, server);
-  } else if (info.step() <= st->step) {
-    RespondValue(st, key, meta, info, server);
-  } else if (info.step() > st->step + kSyncWindow) {
-    server->RespondError(
-        meta, KeyError(Status::Code::kInvalidArgument, st->name,
-                       meta.sender_name + " pulled step " + std::to_string(info.step()) +
-                           ", more than " + std::to_string(kSyncWindow) +
-                           " steps ahead of step " + std::to_string(st->step) +
-                           ", the last this server applied"));
-  } else {
-    st->pulls.push_back(Deferred{meta, data, info});
-  }
 }
 
 void ServerHandler::SetOptimizer(const ps::RequestMeta& meta,

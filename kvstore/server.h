@@ -22,6 +22,7 @@
 
 #include "base/thread_annotations.h"
 #include "kvstore/ps/ps.h"
+#include "kvstore/request.h"
 #include "kvstore/sparse/server.h"
 #include "ops/optimizer.h"
 #include "proto/kvstore.pb.h"
@@ -62,20 +63,26 @@ class ServerHandler {
   // The received values as a float tensor, keeping the message alive.
   static Tensor View(const ps::Blob& vals);
   // A push's values as float32: as they arrived, or decoded when the worker
-  // compressed them (RequestInfo.compression). `n`: the key's elements here.
+  // compressed them (KeyRecord::compression). `n`: the key's elements here.
   // Errors name the key and the sender.
-  static StatusOr<ps::Blob> PushedFloats(const proto::RequestInfo& info,
-                                         const ps::Blob& vals, int64_t n,
-                                         const std::string& name,
-                                         const std::string& sender);
-  // A request waiting for a later step. For one key of a multi-key
-  // push-pull, `gather` collects the answer and `index` is the key's place.
-  struct Deferred {
+  static StatusOr<ps::Blob> PushedFloats(const KeyRecord& rec, const ps::Blob& vals, int64_t n,
+                                         const std::string& name, const std::string& sender);
+  // What holds for a whole request, shared by its keys.
+  struct Request {
     ps::RequestMeta meta;
-    ps::KVPairs data;
     proto::RequestInfo info;
+  };
+  // One key of a push, pull or push-pull, possibly waiting for a later
+  // step. With several keys in the request, `gather` collects the answer
+  // and `index` is the key's place in it.
+  struct Deferred {
+    std::shared_ptr<const Request> req;
+    ps::KVPairs data;  // this key's, and its pushed values
+    KeyRecord rec;
     std::shared_ptr<Gather> gather;
     int index = -1;
+    const ps::RequestMeta& meta() const { return req->meta; }
+    const proto::RequestInfo& info() const { return req->info; }
   };
   struct KeyState {
     std::mutex mu;
@@ -107,14 +114,13 @@ class ServerHandler {
 
   void Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
             const proto::RequestInfo& info, ps::KVServer* server);
-  void Push(const ps::RequestMeta& meta, const ps::KVPairs& data,
-            const proto::RequestInfo& info, ps::KVServer* server);
-  void Pull(const ps::RequestMeta& meta, const ps::KVPairs& data,
-            const proto::RequestInfo& info, ps::KVServer* server);
-  // A push-pull of several keys (RequestInfo.keys): each key as its own
-  // push; one answer once every key's value is known.
-  void MultiPush(const ps::RequestMeta& meta, const ps::KVPairs& data,
-                 const proto::RequestInfo& info, ps::KVServer* server);
+  // Every push, pull and push-pull (server_push_pull.cc): each key by its
+  // own rules, as its KeyRecord says; one answer once every key is done.
+  void Serve(const ps::RequestMeta& meta, const ps::KVPairs& data,
+             const proto::RequestInfo& info, ps::KVServer* server);
+  // One key of it, its state locked.
+  void ServeKey(KeyState* st, uint64_t key, const Deferred& d, ps::KVServer* server)
+      REQUIRES(st->mu);
   // Answers a deferred request: with the key's value, an error, or (a push
   // without pull) an empty acknowledgement.
   void Answer(const Deferred& d, KeyState* st, uint64_t key, ps::KVServer* server)
@@ -155,13 +161,10 @@ class ServerHandler {
       REQUIRES(st->mu);
   Status Apply(KeyState* st, uint64_t key, const Tensor& grad, bool accumulate,
                float step_scale = 1.0f) REQUIRES(st->mu);
-  // The key's value as the request asks for it (RequestInfo.half_answer,
+  // The key's value as the request asks for it (KeyRecord::half,
   // level_bits): float32, IEEE halves, or levels (an error naming the key
   // where the value is not a step's sum or takes too many values).
-  StatusOr<ps::Blob> EncodedValue(KeyState* st, const proto::RequestInfo& info)
-      REQUIRES(st->mu);
-  void RespondValue(KeyState* st, uint64_t key, const ps::RequestMeta& meta,
-                    const proto::RequestInfo& info, ps::KVServer* server) REQUIRES(st->mu);
+  StatusOr<ps::Blob> EncodedValue(KeyState* st, const Deferred& d) REQUIRES(st->mu);
 
   KeyState* Find(uint64_t key) EXCLUDES(mu_);
   // Find, answering `meta` with a not-found error if missing (naming the

@@ -51,13 +51,15 @@ struct OneServer {
     o.num_workers = 1;
     return o;
   }
-  // A push (with pull) of 8 ones, or an init of zeros, as `info` says.
-  Status Send(int head, const proto::RequestInfo& info, bool pull) {
+  // A push (with pull) of 8 ones with record `rec`, or an init of zeros,
+  // as `info` says.
+  Status Send(int head, const proto::RequestInfo& info, bool pull, KeyRecord rec = {}) {
     ps::RequestOptions opts;
     opts.head = head;
     opts.body = info.SerializeAsString();
     const std::vector<float> vals(8, head == proto::KV_INIT ? 0.0f : 1.0f);
-    const ps::KVPairs kvs = ps::KVPairs::From({key}, ps::Blob::FromVector(vals));
+    ps::KVPairs kvs = ps::KVPairs::From({key}, ps::Blob::FromVector(vals));
+    if (head != proto::KV_INIT) kvs.attrs = EncodeKeyRecords({rec});
     StatusOr<int64_t> ts = pull ? worker->PushPull(kvs, opts) : worker->Push(kvs, opts);
     if (!ts.ok()) return ts.status();
     ps::PullResult result;
@@ -71,35 +73,55 @@ struct OneServer {
   uint64_t key = 0;
 };
 
-proto::RequestInfo SyncPush(int64_t step, uint32_t bits) {
+proto::RequestInfo Sync() {
   proto::RequestInfo info;
   info.set_mode(proto::KV_SYNC);
-  info.set_step(step);
-  info.set_level_bits(bits);
   return info;
+}
+
+KeyRecord Record(int64_t step, uint32_t bits) {
+  KeyRecord r;
+  r.step = step;
+  r.level_bits = static_cast<uint8_t>(bits);
+  return r;
 }
 
 TEST(ServerTest, UnknownLevelWidthsAreRefusedNamingThem) {
   OneServer s;
-  Status st = s.Send(proto::KV_PUSH, SyncPush(1, 3), true);
+  Status st = s.Send(proto::KV_PUSH, Sync(), true, Record(1, 3));
   EXPECT_THAT(st.message(), HasSubstr("asks for levels of 3 bits (valid: 1, 2, 4, 8)")) << st;
-  // In a bucket's entry too (a width that would size a 4 GiB answer).
-  proto::RequestInfo bucket = SyncPush(0, 0);
-  proto::KeyEntry* e = bucket.add_keys();
-  e->set_key(s.key);
-  e->set_step(1);
-  e->set_level_bits(30);
-  st = s.Send(proto::KV_PUSH, bucket, true);
+  // A width that would size a huge answer.
+  st = s.Send(proto::KV_PUSH, Sync(), true, Record(1, 30));
   EXPECT_THAT(st.message(), HasSubstr("asks for levels of 30 bits")) << st;
   // The server goes on: step 1 as levels of 2 bits (8 ones: one value).
-  EXPECT_TRUE(s.Send(proto::KV_PUSH, SyncPush(1, 2), true).ok());
+  EXPECT_TRUE(s.Send(proto::KV_PUSH, Sync(), true, Record(1, 2)).ok());
+}
+
+TEST(ServerTest, RequestsWithoutTheirKeyRecordsAreRefused) {
+  OneServer s;
+  ps::RequestOptions opts;
+  opts.head = proto::KV_PUSH;
+  opts.body = Sync().SerializeAsString();
+  const std::vector<float> vals(8, 1.0f);
+  StatusOr<int64_t> ts =
+      s.worker->PushPull(ps::KVPairs::From({s.key}, ps::Blob::FromVector(vals)), opts);
+  ASSERT_TRUE(ts.ok()) << ts.status();
+  ps::PullResult result;
+  Status st = s.worker->Wait(*ts, kLong, &result);
+  EXPECT_THAT(st.message(), HasSubstr("carries 0 bytes of key records for 1 keys")) << st;
+  KeyRecord bad = Record(1, 0);
+  bad.compression = 77;
+  st = s.Send(proto::KV_PUSH, Sync(), true, bad);
+  EXPECT_THAT(st.message(), HasSubstr("unknown compression 77")) << st;
+  // Nothing was applied: step 1 still takes a push.
+  EXPECT_TRUE(s.Send(proto::KV_PUSH, Sync(), true, Record(1, 0)).ok());
 }
 
 TEST(ServerTest, LevelsOfWeightsOrOfAsyncSumsAreRefused) {
   OneServer s;
-  proto::RequestInfo async = SyncPush(1, 4);
+  proto::RequestInfo async = Sync();
   async.set_mode(proto::KV_ASYNC);
-  Status st = s.Send(proto::KV_PUSH, async, true);
+  Status st = s.Send(proto::KV_PUSH, async, true, Record(1, 4));
   EXPECT_THAT(st.message(), HasSubstr("key w: an answer as levels was asked for, but this "
                                       "server holds every push accumulated (dist_async)"))
       << st;
@@ -114,10 +136,10 @@ TEST(ServerTest, LevelsOfWeightsOrOfAsyncSumsAreRefused) {
   StatusOr<int64_t> ts = s.worker->Push(ps::KVPairs{}, opts);
   ASSERT_TRUE(ts.ok()) << ts.status();
   ASSERT_TRUE(s.worker->Wait(*ts, kLong).ok());
-  st = s.Send(proto::KV_PUSH, SyncPush(1, 4), true);
+  st = s.Send(proto::KV_PUSH, Sync(), true, Record(1, 4));
   EXPECT_THAT(st.message(), HasSubstr("holds weights (it runs the optimizer)")) << st;
   // A float32 answer of the next step works.
-  EXPECT_TRUE(s.Send(proto::KV_PUSH, SyncPush(2, 0), true).ok());
+  EXPECT_TRUE(s.Send(proto::KV_PUSH, Sync(), true, Record(2, 0)).ok());
 }
 
 }  // namespace

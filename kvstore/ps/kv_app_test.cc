@@ -269,6 +269,58 @@ TEST(KVAppTest, CommandsWithoutKeysReachEveryServer) {
   EXPECT_EQ(result.parts[2].vals.ToString(), "save@2#42:cfg");
 }
 
+TEST(KVAppTest, PerKeyRecordsAreCutWithTheKeys) {
+  InprocJobOptions o;
+  o.num_servers = 3;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  // Each server answers with the keys and records it received.
+  std::vector<std::unique_ptr<KVServer>> servers;
+  for (int r = 0; r < 3; ++r) {
+    servers.push_back(Take(KVServer::Create(
+        job.server(r), 6, [r](const RequestMeta& meta, const KVPairs& data, KVServer* s) {
+          // Server r gets its own two keys' records ("c0c1" on server 2).
+          const std::string mine = std::string(1, static_cast<char>('a' + r)) + "0" +
+                                   std::string(1, static_cast<char>('a' + r)) + "1";
+          EXPECT_EQ(data.attrs.ToString(), mine);
+          KVPairs out;
+          out.keys = data.keys;
+          out.vals = Blob::FromString(std::string(data.num_keys() * 4, 'x'));
+          out.lens = Blob::FromVector(std::vector<int64_t>(data.num_keys(), 4));
+          s->Respond(meta, out);
+        })));
+  }
+  auto worker = KVWorker::Create(job.worker(0), 6);
+  ASSERT_TRUE(worker.ok());
+  // Two keys on each server, a 2-byte record each.
+  const std::vector<KeyRange> ranges = job.worker(0)->ServerKeyRanges();
+  std::vector<uint64_t> keys;
+  std::string attrs;
+  for (int r = 0; r < 3; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      keys.push_back(ranges[r].begin + k);
+      attrs += std::string(1, static_cast<char>('a' + r)) + std::to_string(k);
+    }
+  }
+  KVPairs kvs;
+  kvs.keys = Blob::FromVector(keys);
+  kvs.attrs = Blob::FromString(attrs);
+  auto ts = (*worker)->Pull(kvs);
+  ASSERT_TRUE(ts.ok()) << ts.status();
+  PullResult result;
+  ASSERT_TRUE((*worker)->Wait(*ts, kLong, &result).ok());
+  EXPECT_EQ(result.parts.size(), 3u);
+  // Records that do not split among the keys are refused before sending.
+  kvs.attrs = Blob::FromString("abc");
+  ts = (*worker)->Pull(kvs);
+  EXPECT_THAT(ts.status().message(), HasSubstr("3 bytes of per-key records do not split equally among 6 keys"));
+  kvs.attrs = Blob();
+  kvs.vals = Blob::FromString("x");
+  ts = (*worker)->Pull(kvs);
+  EXPECT_THAT(ts.status().message(), HasSubstr("a pull carries no values"));
+}
+
 TEST(KVAppTest, CallbacksRunOnceAndCannotBeWaited) {
   Cluster c(2, 1);
   std::mutex mu;

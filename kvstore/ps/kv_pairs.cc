@@ -42,6 +42,11 @@ Status KVPairs::Validate() const {
                                      std::to_string(k[i - 1]));
     }
   }
+  if (!attrs.empty() && (n == 0 || attrs.size() % n != 0)) {
+    return Status::InvalidArgument(std::to_string(attrs.size()) +
+                                   " bytes of per-key records do not split equally among " +
+                                   std::to_string(n) + " keys");
+  }
   if (!lens.empty()) {
     KV_ASSIGN_OR_RETURN(uint64_t total, SumLens(lens, n, "lens"));
     if (total != vals.size()) {

@@ -87,9 +87,7 @@ void KVServer::Impl::Accept(Message&& msg) {
   kv.keys = msg.Frame(wire::KEYS);
   kv.vals = msg.Frame(wire::VALUES);
   kv.lens = msg.Frame(wire::LENS);
-  for (const wire::Frame& f : h.data()) {
-    if (f.kind() == wire::VALUES) meta.dtype = f.dtype();
-  }
+  kv.attrs = msg.Frame(wire::ATTRS);
   Status s = CheckKeys(kv);
   if (!s.ok()) {
     KV_LOG_LIMITED(WARNING, log_) << po_->name() << ": bad request from "

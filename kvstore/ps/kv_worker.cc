@@ -160,13 +160,16 @@ Message KVWorker::Impl::BuildRequest(int64_t ts, const KVPairs& kvs,
   const size_t kb = s.key_begin, ke = s.key_end;
   // The values go last (see KVServer::Impl::Respond).
   if (ke > kb) m.AddFrame(wire::KEYS, kvs.keys.Slice(kb * 8, (ke - kb) * 8));
+  if (ke > kb && !kvs.attrs.empty()) {
+    const size_t width = kvs.attrs.size() / kvs.num_keys();
+    m.AddFrame(wire::ATTRS, kvs.attrs.Slice(kb * width, (ke - kb) * width));
+  }
   if (push && ke > kb) {
     if (!kvs.lens.empty()) {
       m.AddFrame(wire::LENS, kvs.lens.Slice(kb * 8, (ke - kb) * 8));
     }
     m.AddFrame(wire::VALUES,
                kvs.vals.Slice(val_off[kb], val_off[ke] - val_off[kb]));
-    h.mutable_data(h.data_size() - 1)->set_dtype(opts.dtype);
   } else if (push && kvs.num_keys() == 0 && !kvs.vals.empty()) {
     m.AddFrame(wire::VALUES, kvs.vals);  // a command's payload
   }
@@ -445,6 +448,15 @@ StatusOr<int64_t> KVWorker::Pull(const Blob& keys, const RequestOptions& opts,
   KVPairs kv;
   kv.keys = keys;
   return impl_->Request(kv, false, true, opts, dest);
+}
+
+StatusOr<int64_t> KVWorker::Pull(const KVPairs& kvs, const RequestOptions& opts,
+                                 const PullDest& dest) {
+  if (!kvs.vals.empty()) {
+    return Status::InvalidArgument("a pull carries no values (" +
+                                   std::to_string(kvs.vals.size()) + " bytes given)");
+  }
+  return impl_->Request(kvs, false, true, opts, dest);
 }
 
 StatusOr<int64_t> KVWorker::PushPull(const KVPairs& kvs,

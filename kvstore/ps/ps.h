@@ -93,11 +93,15 @@ struct SendBuffer {
 // Values are raw bytes concatenated in key order; `lens` (int64, bytes per
 // key) is given when keys hold different sizes, else the values are split
 // equally among the keys. Without keys, `vals` is an opaque payload (a
-// command's data, or a server's answer to one).
+// command's data, or a server's answer to one). `attrs`: the application's
+// records about each key (a step, an encoding), all of one size, in key
+// order; a request's are cut with its keys, so each server gets only its
+// own keys' records. Empty: none.
 struct KVPairs {
   Blob keys;
   Blob vals;
   Blob lens;
+  Blob attrs;
 
   size_t num_keys() const { return keys.count<uint64_t>(); }
   uint64_t key(size_t i) const { return keys.as<uint64_t>()[i]; }
@@ -260,8 +264,6 @@ struct RequestOptions {
   std::string body;
   // Higher goes first when requests queue up on a busy connection.
   int priority = 0;
-  // Element type name of the values, carried unchanged.
-  std::string dtype;
   // Called once when the request completes, on the transport's receive
   // thread (keep it short); such a request cannot be waited for.
   std::function<void(const Status&)> callback;
@@ -299,6 +301,9 @@ class KVWorker {
   StatusOr<int64_t> Push(const KVPairs& kvs, const RequestOptions& opts = {});
   StatusOr<int64_t> Pull(const Blob& keys, const RequestOptions& opts = {},
                          const PullDest& dest = {});
+  // A pull with per-key records (`kvs.attrs`); `kvs.vals` must be empty.
+  StatusOr<int64_t> Pull(const KVPairs& kvs, const RequestOptions& opts = {},
+                         const PullDest& dest = {});
   // Push the values and pull the result in one round trip.
   StatusOr<int64_t> PushPull(const KVPairs& kvs,
                              const RequestOptions& opts = {},
@@ -330,7 +335,6 @@ struct RequestMeta {
   int head = 0;
   std::string body;
   int priority = 0;
-  std::string dtype;
 };
 
 class KVServer;
