@@ -145,7 +145,7 @@ void SparseServer::Push(KeyState* st, const Deferred& push, ps::KVServer* server
     }
     return;
   }
-  if (!Admit(st, push, /*queued=*/false, server)) return;
+  if (!Admit(st, push, server)) return;
   CompleteStep(st, server);
   // Pushes queued for the steps that follow.
   while (!st->later.empty() && st->later.begin()->first == st->step + 1) {
@@ -154,14 +154,13 @@ void SparseServer::Push(KeyState* st, const Deferred& push, ps::KVServer* server
     std::vector<Deferred> next;
     for (auto it = range.first; it != range.second; ++it) next.push_back(it->second);
     st->later.erase(range.first, range.second);
-    for (const Deferred& d : next) complete = Admit(st, d, /*queued=*/true, server) || complete;
+    for (const Deferred& d : next) complete = Admit(st, d, server) || complete;
     if (!complete) break;
     CompleteStep(st, server);
   }
 }
 
-bool SparseServer::Admit(KeyState* st, const Deferred& push, bool queued,
-                         ps::KVServer* server) {
+bool SparseServer::Admit(KeyState* st, const Deferred& push, ps::KVServer* server) {
   const std::string& key = st->table->key();
   const int rank = push.meta.sender_rank;
   const int64_t step = push.info.step();
@@ -189,23 +188,21 @@ bool SparseServer::Admit(KeyState* st, const Deferred& push, bool queued,
     return false;
   }
   if (step > st->step + 1) {
+    // Acknowledged when its step begins, as dense pushes are: a worker that
+    // pushes without pulling runs at most a step ahead of the slowest, not
+    // into the window's end.
     st->later.emplace(step, push);
-    server->Respond(push.meta);
     return false;
   }
   if (st->pushed[static_cast<size_t>(rank)]) {
-    const Status twice = KeyBad(key, who + " pushed step " + std::to_string(step) + " twice");
-    if (queued) {
-      LOG(ERROR) << twice.message();  // it was acknowledged when queued
-    } else {
-      server->RespondError(push.meta, twice);
-    }
+    server->RespondError(push.meta, KeyBad(key, who + " pushed step " + std::to_string(step) +
+                                                    " twice"));
     return false;
   }
   st->sum.Add(ids, n, rows);
   st->pushed[static_cast<size_t>(rank)] = true;
   ++st->num_pushed;
-  if (!queued) server->Respond(push.meta);
+  server->Respond(push.meta);
   return st->num_pushed == num_workers_;
 }
 

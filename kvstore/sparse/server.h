@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 #include "kvstore/sparse/rows.h"
 #include "kvstore/sparse/table.h"
 #include "ops/optimizer.h"
@@ -71,10 +71,9 @@ class SparseServer {
             const proto::RequestInfo& info, ps::KVServer* server);
   void Push(KeyState* st, const Deferred& push, ps::KVServer* server) REQUIRES(st->mu);
   // Adds a sync push to its step (or queues or refuses it); true when the
-  // step is complete. A push is acknowledged once: when it is added or
-  // queued (`queued`: it was, and is now added).
-  bool Admit(KeyState* st, const Deferred& push, bool queued, ps::KVServer* server)
-      REQUIRES(st->mu);
+  // step is complete. A push is acknowledged when it is added: one for a
+  // later step waits, unanswered, for its step to begin.
+  bool Admit(KeyState* st, const Deferred& push, ps::KVServer* server) REQUIRES(st->mu);
   void CompleteStep(KeyState* st, ps::KVServer* server) REQUIRES(st->mu);
   void AnswerPull(KeyState* st, const Deferred& pull, ps::KVServer* server)
       REQUIRES(st->mu);
