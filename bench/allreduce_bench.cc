@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "kvstore/collective/communicator.h"
+#include "transport/collective/communicator.h"
 #include "net/curve.h"
 
 DEFINE_string(ranks, "2,4", "process counts to measure");

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "kvstore/kvstore.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 #include "net/node_config.h"
 
 namespace kvtrain {

@@ -19,7 +19,7 @@
 #include "kvstore/common.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/placement.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 #include "bench/bench_node.h"
 #include "tests/util/local_job.h"
 

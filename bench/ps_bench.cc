@@ -28,7 +28,7 @@
 #include "base/malloc_tuning.h"
 #include "net/node_config.h"
 #include "bench/raw_echo.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 #include "tests/util/local_job.h"
 
 DEFINE_string(sizes, "4,1024,65536,1048576,4194304,16777216,67108864",

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 #include "net/node_config.h"
 
 DEFINE_string(scenario, "run", "run or traffic");

@@ -28,7 +28,7 @@
 #include <sstream>
 
 #include "kvstore/kvstore.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 #include "kvstore/sparse/rows.h"
 #include "kvstore/sparse/table.h"
 #include "net/node_config.h"

@@ -1,5 +1,5 @@
 // Gradient compression kernels (see compression.h for the formats).
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "kvstore/compression_simd.h"
+#include "compression/compression_simd.h"
 
 namespace kvtrain {
 namespace kv {

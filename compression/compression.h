@@ -17,8 +17,8 @@
 // element only; 1bit: the scale is NaN, so the whole array is NaN), as it
 // would make an uncompressed update non-finite; its residual restarts at 0.
 // fp16 keeps NaN and infinities, and values beyond +-65504 become +-Inf.
-#ifndef KVTRAIN_KVSTORE_COMPRESSION_H_
-#define KVTRAIN_KVSTORE_COMPRESSION_H_
+#ifndef KVTRAIN_COMPRESSION_COMPRESSION_H_
+#define KVTRAIN_COMPRESSION_COMPRESSION_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -128,4 +128,4 @@ void HalvesToFloats(const uint16_t* in, int64_t n, float* out);
 }  // namespace kv
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_COMPRESSION_H_
+#endif  // KVTRAIN_COMPRESSION_COMPRESSION_H_

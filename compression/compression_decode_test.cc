@@ -1,6 +1,6 @@
-// Tests for kvstore/compression.h: the none format, encoded sizes, Decode's
+// Tests for compression/compression.h: the none format, encoded sizes, Decode's
 // checks of what arrives, and DecodeAdd against Decode then add (built
-// into //kvstore:compression_test and its portable twin).
+// into //compression:compression_test and its portable twin).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "kvstore/compression.h"
-#include "kvstore/compression_test_util.h"
+#include "compression/compression.h"
+#include "compression/compression_test_util.h"
 
 namespace kvtrain {
 namespace kv {

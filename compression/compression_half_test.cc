@@ -1,4 +1,4 @@
-// Tests for kvstore/compression.h's fp16: every half decoded as IEEE
+// Tests for compression/compression.h's fp16: every half decoded as IEEE
 // binary16, rounding to nearest even against a reference written here,
 // the array conversions, Encode/Decode's halves and RoundToHalves. Built
 // into compression_test and compression_portable_test with
@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "kvstore/compression.h"
-#include "kvstore/compression_test_util.h"
+#include "compression/compression.h"
+#include "compression/compression_test_util.h"
 
 namespace kvtrain {
 namespace kv {

@@ -1,4 +1,4 @@
-// The level answers of kvstore/compression.h (LevelBits and the rest): a
+// The level answers of compression/compression.h (LevelBits and the rest): a
 // dist_sync step's summed 2bit or 1bit codes as a table of values and a few
 // bits per element, and the sizes and decoding of every kind of push-pull
 // answer.
@@ -6,8 +6,8 @@
 #include <cstring>
 #include <string>
 
-#include "kvstore/compression.h"
-#include "kvstore/compression_simd.h"
+#include "compression/compression.h"
+#include "compression/compression_simd.h"
 
 namespace kvtrain {
 namespace kv {

@@ -1,4 +1,4 @@
-// Tests for the level answers of kvstore/compression.h: the bits a sum of N
+// Tests for the level answers of compression/compression.h: the bits a sum of N
 // workers' 2bit or 1bit pushes needs, the format byte for byte against a
 // reference written here, exact round trips (NaN, -0, odd lengths), the
 // vector kernels against the portable loops, and the errors for too many
@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 
 namespace kvtrain {
 namespace kv {

@@ -1,10 +1,10 @@
 // The AVX2 and F16C kernels of gradient compression (see compression_simd.h).
-#include "kvstore/compression_simd.h"
+#include "compression/compression_simd.h"
 
 #include <atomic>
 #include <limits>
 
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -1,8 +1,8 @@
 // Internal to the compression library: the AVX2 and F16C forms of its
 // kernels, chosen at run time (HasAvx2, HasF16c) unless UsePortableKernels
 // is on. Each gives the same bits as the portable code in compression.cc.
-#ifndef KVTRAIN_KVSTORE_COMPRESSION_SIMD_H_
-#define KVTRAIN_KVSTORE_COMPRESSION_SIMD_H_
+#ifndef KVTRAIN_COMPRESSION_COMPRESSION_SIMD_H_
+#define KVTRAIN_COMPRESSION_COMPRESSION_SIMD_H_
 
 #include <cstdint>
 #include <cstring>
@@ -66,4 +66,4 @@ void LevelDecodeAvx2(const float* table, const uint8_t* idx, int64_t blocks,
 }  // namespace kv
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_COMPRESSION_SIMD_H_
+#endif  // KVTRAIN_COMPRESSION_COMPRESSION_SIMD_H_

@@ -1,6 +1,6 @@
-// Gradient compression specs (kvstore/compression.h): names, checks,
+// Gradient compression specs (compression/compression.h): names, checks,
 // parsing from the flag form, and what a spec implies for pulls.
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 
 #include <cmath>
 #include <cstdlib>

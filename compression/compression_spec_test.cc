@@ -1,13 +1,13 @@
-// Tests for the gradient compression specs of kvstore/compression.h
-// (kvstore/compression_spec.cc): parsing, checks and their messages, pulls,
+// Tests for the gradient compression specs of compression/compression.h
+// (compression/compression_spec.cc): parsing, checks and their messages, pulls,
 // names.
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "kvstore/compression_test_util.h"
+#include "compression/compression_test_util.h"
 
 namespace kvtrain {
 namespace kv {

@@ -1,10 +1,10 @@
-// Tests for kvstore/compression.h: the 2bit and 1bit wire formats, checked
+// Tests for compression/compression.h: the 2bit and 1bit wire formats, checked
 // byte for byte against reference encoders written here, error feedback
 // over several steps and non-finite values (none, sizes and Decode's
 // checks: compression_decode_test.cc; fp16: compression_half_test.cc; the
 // specs: compression_spec_test.cc).
-#include "kvstore/compression.h"
-#include "kvstore/compression_test_util.h"
+#include "compression/compression.h"
+#include "compression/compression_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -106,7 +106,7 @@ Step RefOneBit(const std::vector<float>& grad, const std::vector<float>& residua
 
 // ---------------------------------------------------------------- 2bit
 
-// //kvstore:compression_portable_test runs every case on the portable loops
+// //compression:compression_portable_test runs every case on the portable loops
 // (the CPU's AVX2/F16C otherwise, where it has them).
 class PortableKernels : public ::testing::Environment {
  public:

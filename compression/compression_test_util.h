@@ -1,8 +1,8 @@
 // Shared by kvstore's compression tests: the type constants, non-finite
 // floats, checks on error messages, float and byte comparisons, and one
 // Encode/Decode step of the code under test.
-#ifndef KVTRAIN_KVSTORE_COMPRESSION_TEST_UTIL_H_
-#define KVTRAIN_KVSTORE_COMPRESSION_TEST_UTIL_H_
+#ifndef KVTRAIN_COMPRESSION_COMPRESSION_TEST_UTIL_H_
+#define KVTRAIN_COMPRESSION_COMPRESSION_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 
 namespace kvtrain {
 namespace kv {
@@ -158,4 +158,4 @@ inline std::vector<float> RandomVector(std::mt19937* rng, size_t n,
 }  // namespace kv
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_COMPRESSION_TEST_UTIL_H_
+#endif  // KVTRAIN_COMPRESSION_COMPRESSION_TEST_UTIL_H_

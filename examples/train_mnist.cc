@@ -14,7 +14,7 @@
 #include "examples/example_flags.h"
 #include "engine/symbol.h"
 #include "trainer/module.h"
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 #include "kvstore/kvstore.h"
 
 DEFINE_string(network, "mlp", "mlp (784-128-64-10, ReLU) or lenet");

@@ -28,7 +28,7 @@
 #include "examples/example_flags.h"
 #include "engine/symbol.h"
 #include "trainer/module.h"
-#include "kvstore/collective/communicator.h"
+#include "transport/collective/communicator.h"
 #include "kvstore/kvstore.h"
 
 #ifndef KV_DUAL_PARALLEL

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
-#include "kvstore/collective/communicator.h"
+#include "transport/collective/communicator.h"
 #include "kvstore/common.h"
 #include "kvstore/compressor.h"
 #include "kvstore/kvstore.h"

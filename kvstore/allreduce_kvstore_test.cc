@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "kvstore/collective/communicator.h"
+#include "transport/collective/communicator.h"
 
 namespace kvtrain {
 namespace {

@@ -16,7 +16,7 @@
 #include "base/env.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 #include "kvstore/kvstore.h"
 #include "ops/optimizer.h"
 #include "tensor/tensor.h"

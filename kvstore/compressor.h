@@ -1,7 +1,7 @@
 // Compressor: a worker's gradient compression state (the spec, each key's
 // error-feedback residual and momentum-correction velocity, the residual
 // watch and its warning) and KVStore::CorrectMomentum's rule. The encodings
-// themselves are kvstore/compression.h's.
+// themselves are compression/compression.h's.
 #ifndef KVTRAIN_KVSTORE_COMPRESSOR_H_
 #define KVTRAIN_KVSTORE_COMPRESSOR_H_
 
@@ -15,7 +15,7 @@
 #include "base/status.h"
 #include "base/thread_annotations.h"
 #include "kvstore/common.h"
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 #include "proto/kvstore.pb.h"
 #include "proto/optimizer.pb.h"
 

@@ -12,7 +12,7 @@
 #include "base/file.h"
 #include "kvstore/common.h"
 #include "kvstore/compressor.h"
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 
 namespace kvtrain {
 namespace kv {

@@ -16,7 +16,7 @@
 
 #include "base/env.h"
 #include "kvstore/kvstore.h"
-#include "kvstore/ps/inproc_job.h"
+#include "transport/ps/inproc_job.h"
 
 namespace kvtrain {
 namespace kv_test {

@@ -7,7 +7,7 @@
 // KeyRecord each (kvstore/request.h); gradients may travel compressed
 // (dist_kvstore_compression.cc); the servers' optimizer and its states,
 // RunServer (in server and scheduler processes) and Finalize are in
-// dist_kvstore_servers.cc.
+// dist_kvstore_commands.cc.
 #ifndef KVTRAIN_KVSTORE_DIST_KVSTORE_H_
 #define KVTRAIN_KVSTORE_DIST_KVSTORE_H_
 
@@ -25,7 +25,7 @@
 #include "kvstore/kvstore.h"
 #include "kvstore/placement.h"
 #include "kvstore/request.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 #include "proto/kvstore.pb.h"
 
 namespace kvtrain {

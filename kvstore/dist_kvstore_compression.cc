@@ -1,8 +1,8 @@
 // The dist stores' gradient compression on the worker: the spec, each
-// part's encoding, and the residuals files (kvstore/compression.h).
+// part's encoding, and the residuals files (compression/compression.h).
 #include <algorithm>
 
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 #include "kvstore/dist_kvstore.h"
 
 namespace kvtrain {

@@ -256,7 +256,7 @@ class KVStore {
 
   // Dist types (dist_sync, dist_device_sync, dist_async, dist_allreduce):
   // every later push sends its gradients compressed as `spec` says
-  // (kvstore/compression.h: 2bit, 1bit, fp16). Call it on every worker
+  // (compression/compression.h: 2bit, 1bit, fp16). Call it on every worker
   // before Init. Other types, and a bad spec, are errors.
   virtual Status SetGradientCompression(const proto::GradientCompression& spec);
   // The spec set (type NONE when none was).

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 
 namespace kvtrain {
 namespace kv {

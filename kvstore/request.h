@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 #include "proto/kvstore.pb.h"
 
 namespace kvtrain {

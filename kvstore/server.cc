@@ -8,7 +8,7 @@
 
 #include "base/trace.h"
 #include "kvstore/common.h"
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 #include "tensor/blas.h"
 
 namespace kvtrain {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 #include "kvstore/request.h"
 #include "kvstore/sparse/server.h"
 #include "ops/optimizer.h"

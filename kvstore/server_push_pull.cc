@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "kvstore/common.h"
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 #include "kvstore/server.h"
 
 namespace kvtrain {

@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "kvstore/ps/inproc_job.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/inproc_job.h"
+#include "transport/ps/ps.h"
 
 namespace kvtrain {
 namespace kv {

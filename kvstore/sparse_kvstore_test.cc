@@ -15,7 +15,7 @@
 #include "base/file.h"
 
 #include "kvstore/dist_fixture_testlib.h"
-#include "kvstore/collective/communicator.h"
+#include "transport/collective/communicator.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/sparse/table.h"
 

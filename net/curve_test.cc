@@ -1,6 +1,6 @@
 // CURVE: Z85 (agreeing with tracker/launch.py's encoder), JobKey from the
 // environment and key files, and a ZAP handler that admits only the job's
-// key (kvstore/ps/zmq_van_security_test drives it through Vans).
+// key (transport/ps/zmq_van_security_test drives it through Vans).
 #include "net/curve.h"
 #include "net/handshake_monitor.h"
 

@@ -1,6 +1,6 @@
 // Same-host links: the host identity follows the network namespace, only
 // this host's addresses give an ipc endpoint, and the sockets' directory is
-// private (kvstore/ps's
+// private (transport/ps's
 // zmq_van_security_test drives the links through Vans).
 #include "net/same_host.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 #include "kvstore/kvstore.h"
 #include "ops/optimizer.h"
 #include "python/bind_common.h"

@@ -3,7 +3,7 @@
 
 The folders are layers (docs/development.md draws them); a layer may use only
 the layers listed for it below. Two kinds of edges are checked: labels in
-BUILD files ("//kvstore/ps:ps" inside ops/BUILD) and project #includes in
+BUILD files ("//transport/ps:ps" inside ops/BUILD) and project #includes in
 sources ('#include "kvstore/kvstore.h"' inside engine/executor.cc). Usage:
 
   tools/check_layers.py [ROOT]     # ROOT defaults to the repository
@@ -18,7 +18,7 @@ import re
 import sys
 
 # Each layer and the layers it may use, lowest first. A folder belongs to the
-# longest layer name that prefixes it ("kvstore/ps/x" is in "kvstore/ps").
+# longest layer name that prefixes it ("transport/ps/x" is in "transport/ps").
 LAYERS = {
     "third_party": [],
     "base": ["third_party"],
@@ -27,17 +27,19 @@ LAYERS = {
     "ops": ["tensor", "base", "proto", "third_party"],
     "engine": ["ops", "tensor", "base", "proto", "third_party"],
     "net": ["proto", "base", "third_party"],
-    "kvstore/ps": ["net", "proto", "base", "third_party"],
-    "kvstore/collective": ["net", "proto", "base", "third_party"],
-    "kvstore": ["kvstore/ps", "kvstore/collective", "net", "ops", "tensor",
-                "proto", "base", "third_party"],
-    "trainer": ["engine", "kvstore", "net", "ops", "tensor", "proto", "base",
-                "third_party"],
-    # The process-group API (kvstore/collective's Communicator) is public:
+    # Gradient compression's codecs: pure functions over bytes.
+    "compression": ["proto", "base", "third_party"],
+    "transport/ps": ["net", "proto", "base", "third_party"],
+    "transport/collective": ["net", "proto", "base", "third_party"],
+    "kvstore": ["transport/ps", "transport/collective", "compression", "net", "ops",
+                "tensor", "proto", "base", "third_party"],
+    "trainer": ["engine", "kvstore", "compression", "net", "ops", "tensor", "proto",
+                "base", "third_party"],
+    # The process-group API (transport/collective's Communicator) is public:
     # a model-parallel program splits its groups itself, as ChainerMN's do.
-    "examples": ["trainer", "engine", "kvstore", "kvstore/collective", "net",
-                 "ops", "tensor", "proto", "base", "third_party"],
-    "python": ["trainer", "engine", "kvstore", "net", "ops", "tensor",
+    "examples": ["trainer", "engine", "kvstore", "transport/collective", "compression",
+                 "net", "ops", "tensor", "proto", "base", "third_party"],
+    "python": ["trainer", "engine", "kvstore", "compression", "net", "ops", "tensor",
                "proto", "base", "third_party"],
     "tracker": [],
     # Programs that exercise everything: they may use any layer, and no

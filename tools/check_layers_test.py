@@ -56,12 +56,12 @@ class CheckLayersTest(unittest.TestCase):
         self.assertIn("base may use only: third_party", bad[0])
 
     def test_the_two_transports_do_not_include_each_other(self):
-        write(self.root, "kvstore/ps/van.h", "// van\n")
-        write(self.root, "kvstore/collective/mesh.cc",
-              '#include "kvstore/ps/van.h"\n')
+        write(self.root, "transport/ps/van.h", "// van\n")
+        write(self.root, "transport/collective/mesh.cc",
+              '#include "transport/ps/van.h"\n')
         bad = check_layers.check(self.root)
         self.assertEqual(len(bad), 1)
-        self.assertIn("(layer kvstore/collective) uses layer kvstore/ps", bad[0])
+        self.assertIn("(layer transport/collective) uses layer transport/ps", bad[0])
 
     def test_main_exit_status(self):
         self.assertEqual(check_layers.main(["check_layers.py", self.root]), 0)

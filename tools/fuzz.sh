@@ -22,8 +22,8 @@ seconds=${KVTRAIN_FUZZ_SECONDS:-10}
 artifacts=${KVTRAIN_FUZZ_ARTIFACTS:-/tmp/kvtrain-fuzz-artifacts}
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(//kvstore/ps:message_fuzzer //kvstore/ps:control_fuzzer
-           //kvstore/collective:mesh_fuzzer //kvstore/collective:rendezvous_fuzzer
+  targets=(//transport/ps:message_fuzzer //transport/ps:control_fuzzer
+           //transport/collective:mesh_fuzzer //transport/collective:rendezvous_fuzzer
            //trainer:checkpoint_fuzzer //engine:symbol_fuzzer
            //engine/io:idx_fuzzer)
 fi

@@ -11,8 +11,8 @@
 #include "engine/models.h"
 #include "engine/symbol.h"
 #include "trainer/checkpoint.h"
-#include "kvstore/ps/fuzz_frames.h"
-#include "kvstore/ps/message.h"
+#include "transport/ps/fuzz_frames.h"
+#include "transport/ps/message.h"
 #include "ops/optimizer.h"
 #include "proto/kvstore.pb.h"
 
@@ -61,7 +61,7 @@ ps::Message Control(wire::Command cmd) {
 }
 
 void MessageSeeds() {
-  const std::string d = "kvstore/ps/fuzz_corpus/message_fuzz/";
+  const std::string d = "transport/ps/fuzz_corpus/message_fuzz/";
   Write(d + "push", Encode(Data(true, false, {1, 5}, {1, 2, 3, 4}, {})));
   Write(d + "push_lens", Encode(Data(true, false, {1, 5, 9}, {1, 2, 3, 4, 5, 6},
                                      {4, 12, 8})));
@@ -83,7 +83,7 @@ void ControlSeed(const std::string& name, int to, int from, ps::Message m) {
   std::string s;
   s.push_back(static_cast<char>(to));
   s.push_back(static_cast<char>(from | 4));
-  Write("kvstore/ps/fuzz_corpus/control_fuzz/" + name, s + Encode(std::move(m)));
+  Write("transport/ps/fuzz_corpus/control_fuzz/" + name, s + Encode(std::move(m)));
 }
 
 void ControlSeeds() {

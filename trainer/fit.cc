@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "base/trace.h"
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 #include "tensor/cpu_threads.h"
 #include "trainer/module.h"
 

@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "base/file.h"
-#include "kvstore/compression.h"
+#include "compression/compression.h"
 
 namespace kvtrain {
 

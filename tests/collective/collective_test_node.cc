@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "base/env.h"
-#include "kvstore/collective/communicator.h"
+#include "transport/collective/communicator.h"
 
 DEFINE_string(mode, "sums", "sums or die");
 DEFINE_int32(victim, 1, "die: the rank that exits");

@@ -18,7 +18,7 @@
 #include <random>
 #include <thread>
 
-#include "kvstore/ps/wire.pb.h"
+#include "transport/ps/wire.pb.h"
 #include "tests/util/local_job.h"
 
 namespace kvtrain {

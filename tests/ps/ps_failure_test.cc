@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <string>
 
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 #include "tests/ps/ps_job.h"
 
 namespace kvtrain {

@@ -15,7 +15,7 @@
 
 #include "net/curve.h"
 #include "net/shm.h"
-#include "kvstore/ps/wire.pb.h"
+#include "transport/ps/wire.pb.h"
 #include "tests/ps/ps_job.h"
 
 namespace kvtrain {

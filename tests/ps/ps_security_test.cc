@@ -25,7 +25,7 @@
 #include <sstream>
 
 #include "net/curve.h"
-#include "kvstore/ps/wire.pb.h"
+#include "transport/ps/wire.pb.h"
 #include "tests/ps/ps_job.h"
 
 namespace kvtrain {

@@ -7,7 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 #include "tests/ps/ps_job.h"
 
 namespace kvtrain {

@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "net/node_config.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 
 DEFINE_string(scenario, "sums", "sums or traffic");
 DEFINE_int32(rounds, 2, "sums: push/pull rounds");

@@ -1,5 +1,5 @@
 // Communicator: point-to-point messages and the collectives over the Mesh.
-#include "kvstore/collective/communicator.h"
+#include "transport/collective/communicator.h"
 
 #include <glog/logging.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <map>
 
-#include "kvstore/collective/mesh.h"
+#include "transport/collective/mesh.h"
 
 namespace kvtrain {
 namespace collective {

@@ -9,8 +9,8 @@
 // process serves the rendezvous: ServeRendezvous) or under mpirun/mpiexec
 // (rank and size from OMPI_COMM_WORLD_* or PMI_*; rank 0 serves the
 // rendezvous at KVTRAIN_RENDEZVOUS); CreateLocalGroup for tests.
-#ifndef KVTRAIN_KVSTORE_COLLECTIVE_COMMUNICATOR_H_
-#define KVTRAIN_KVSTORE_COLLECTIVE_COMMUNICATOR_H_
+#ifndef KVTRAIN_TRANSPORT_COLLECTIVE_COMMUNICATOR_H_
+#define KVTRAIN_TRANSPORT_COLLECTIVE_COMMUNICATOR_H_
 
 #include <chrono>
 #include <cstddef>
@@ -184,4 +184,4 @@ class Communicator : public PeerLink {
 }  // namespace collective
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_COLLECTIVE_COMMUNICATOR_H_
+#endif  // KVTRAIN_TRANSPORT_COLLECTIVE_COMMUNICATOR_H_

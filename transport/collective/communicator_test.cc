@@ -1,7 +1,7 @@
 // Communicator on in-process groups (loopback): sums, tags, split, errors,
 // and the environment contract.
-#include "kvstore/collective/communicator.h"
-#include "kvstore/collective/mesh.h"
+#include "transport/collective/communicator.h"
+#include "transport/collective/mesh.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>

@@ -1,9 +1,9 @@
 // Fuzz inputs for the collective transport's decoders: one byte string
 // holding several messages (split at kMessageSeparator), each of several
 // ZeroMQ frames (split at kFrameSeparator). Shared by mesh_fuzz.cc and
-// rendezvous_fuzz.cc; the same separators as kvstore/ps/fuzz_frames.h.
-#ifndef KVTRAIN_KVSTORE_COLLECTIVE_FUZZ_FRAMES_H_
-#define KVTRAIN_KVSTORE_COLLECTIVE_FUZZ_FRAMES_H_
+// rendezvous_fuzz.cc; the same separators as transport/ps/fuzz_frames.h.
+#ifndef KVTRAIN_TRANSPORT_COLLECTIVE_FUZZ_FRAMES_H_
+#define KVTRAIN_TRANSPORT_COLLECTIVE_FUZZ_FRAMES_H_
 
 #include <string_view>
 #include <vector>
@@ -32,4 +32,4 @@ inline std::vector<std::string_view> SplitAt(std::string_view s,
 }  // namespace collective
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_COLLECTIVE_FUZZ_FRAMES_H_
+#endif  // KVTRAIN_TRANSPORT_COLLECTIVE_FUZZ_FRAMES_H_

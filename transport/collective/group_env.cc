@@ -8,9 +8,9 @@
 #include "base/file.h"
 #include "base/malloc_tuning.h"
 #include "net/node_config.h"
-#include "kvstore/collective/communicator.h"
-#include "kvstore/collective/mesh.h"
-#include "kvstore/collective/rendezvous.h"
+#include "transport/collective/communicator.h"
+#include "transport/collective/mesh.h"
+#include "transport/collective/rendezvous.h"
 #include "net/address.h"
 
 namespace kvtrain {

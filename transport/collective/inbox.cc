@@ -1,5 +1,5 @@
 // Inbox: bounded queues of received messages, by group, tag and peer.
-#include "kvstore/collective/inbox.h"
+#include "transport/collective/inbox.h"
 
 #include <algorithm>
 #include <climits>

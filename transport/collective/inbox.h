@@ -1,9 +1,9 @@
 // Inbox: what a mesh rank has received and not yet handed out, filed by
 // (kind, group, tag, peer). It knows the groups this rank is in (and who is
 // in each), the collectives it has finished, and bounds what each peer may
-// have waiting. Private to kvstore/collective.
-#ifndef KVTRAIN_KVSTORE_COLLECTIVE_INBOX_H_
-#define KVTRAIN_KVSTORE_COLLECTIVE_INBOX_H_
+// have waiting. Private to transport/collective.
+#ifndef KVTRAIN_TRANSPORT_COLLECTIVE_INBOX_H_
+#define KVTRAIN_TRANSPORT_COLLECTIVE_INBOX_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvstore/collective/mesh_wire.h"
+#include "transport/collective/mesh_wire.h"
 #include "net/zmq_frame.h"
 
 namespace kvtrain {
@@ -108,4 +108,4 @@ class Inbox {
 }  // namespace collective
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_COLLECTIVE_INBOX_H_
+#endif  // KVTRAIN_TRANSPORT_COLLECTIVE_INBOX_H_

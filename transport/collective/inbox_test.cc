@@ -1,6 +1,6 @@
 // Inbox: the per-peer limits, groups, retired collectives and hellos,
 // without sockets.
-#include "kvstore/collective/inbox.h"
+#include "transport/collective/inbox.h"
 
 #include <gtest/gtest.h>
 

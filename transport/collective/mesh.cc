@@ -1,6 +1,6 @@
 // Mesh: ZeroMQ sockets, connecting, sending and closing (the receive thread,
 // heartbeats and peer liveness: mesh_recv.cc).
-#include "kvstore/collective/mesh.h"
+#include "transport/collective/mesh.h"
 
 #include <glog/logging.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "kvstore/collective/mesh_peer.h"
+#include "transport/collective/mesh_peer.h"
 #include "net/same_host.h"
 #include "net/zmq_error.h"
 

@@ -6,9 +6,9 @@
 // with a rate-limited warning, sends heartbeats and watches the peers by
 // net/liveness.h's rule (a dropped connection without a goodbye, or silence
 // past the heartbeat timeout); every wait on a dead peer fails naming its
-// rank and address. Private to kvstore/collective.
-#ifndef KVTRAIN_KVSTORE_COLLECTIVE_MESH_H_
-#define KVTRAIN_KVSTORE_COLLECTIVE_MESH_H_
+// rank and address. Private to transport/collective.
+#ifndef KVTRAIN_TRANSPORT_COLLECTIVE_MESH_H_
+#define KVTRAIN_TRANSPORT_COLLECTIVE_MESH_H_
 
 #include <zmq.h>
 
@@ -27,8 +27,8 @@
 #include "base/logging.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
-#include "kvstore/collective/inbox.h"
-#include "kvstore/collective/mesh_wire.h"
+#include "transport/collective/inbox.h"
+#include "transport/collective/mesh_wire.h"
 #include "net/curve.h"
 #include "net/handshake_monitor.h"
 #include "net/liveness.h"
@@ -221,4 +221,4 @@ class Mesh {
 }  // namespace collective
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_COLLECTIVE_MESH_H_
+#endif  // KVTRAIN_TRANSPORT_COLLECTIVE_MESH_H_

@@ -16,9 +16,9 @@
 #include <set>
 #include <tuple>
 
-#include "kvstore/collective/fuzz_frames.h"
-#include "kvstore/collective/inbox.h"
-#include "kvstore/collective/mesh_wire.h"
+#include "transport/collective/fuzz_frames.h"
+#include "transport/collective/inbox.h"
+#include "transport/collective/mesh_wire.h"
 
 namespace kvtrain {
 namespace collective {

@@ -1,5 +1,5 @@
 // The mesh's sealed lane (net/seal.h; the parameter-server van has the same,
-// kvstore/ps/zmq_van_lane.cc): with security on, a rank sends to a peer it
+// transport/ps/zmq_van_lane.cc): with security on, a rank sends to a peer it
 // reaches over TCP over a second connection, every frame sealed with
 // AES-256-GCM under a random key it gave the peer over CURVE.
 //
@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "kvstore/collective/mesh.h"
-#include "kvstore/collective/mesh_peer.h"
+#include "transport/collective/mesh.h"
+#include "transport/collective/mesh_peer.h"
 #include "net/zmq_error.h"
 #include "net/zmq_frame.h"
 

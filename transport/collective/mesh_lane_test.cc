@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "kvstore/collective/mesh.h"
+#include "transport/collective/mesh.h"
 
 namespace kvtrain {
 namespace collective {

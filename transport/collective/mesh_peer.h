@@ -1,12 +1,12 @@
 // Internal to the mesh: what Mesh holds per peer, shared by mesh.cc and
 // mesh_recv.cc.
-#ifndef KVTRAIN_KVSTORE_COLLECTIVE_MESH_PEER_H_
-#define KVTRAIN_KVSTORE_COLLECTIVE_MESH_PEER_H_
+#ifndef KVTRAIN_TRANSPORT_COLLECTIVE_MESH_PEER_H_
+#define KVTRAIN_TRANSPORT_COLLECTIVE_MESH_PEER_H_
 
 #include <memory>
 #include <mutex>
 
-#include "kvstore/collective/mesh.h"
+#include "transport/collective/mesh.h"
 #include "net/seal.h"
 
 namespace kvtrain {
@@ -27,4 +27,4 @@ struct Mesh::Peer {
 }  // namespace collective
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_COLLECTIVE_MESH_PEER_H_
+#endif  // KVTRAIN_TRANSPORT_COLLECTIVE_MESH_PEER_H_

@@ -6,8 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "kvstore/collective/mesh.h"
-#include "kvstore/collective/mesh_peer.h"
+#include "transport/collective/mesh.h"
+#include "transport/collective/mesh_peer.h"
 #include "net/zmq_error.h"
 
 namespace kvtrain {

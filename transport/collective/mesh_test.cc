@@ -1,6 +1,6 @@
 // Mesh receive path against a rank played by raw ZeroMQ sockets on
 // 127.0.0.1: forged senders, malformed messages, floods, and the log.
-#include "kvstore/collective/mesh.h"
+#include "transport/collective/mesh.h"
 
 #include <arpa/inet.h>
 #include <glog/logging.h>

@@ -1,5 +1,5 @@
 // The mesh's wire form: Endpoint's text, the message decoder.
-#include "kvstore/collective/mesh_wire.h"
+#include "transport/collective/mesh_wire.h"
 
 #include <cstdlib>
 #include <cstring>

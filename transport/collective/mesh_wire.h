@@ -2,9 +2,9 @@
 // message header, and the decoder: a pure function from the frames a ROUTER
 // hands over (routing id, header, body) to a message attributed to the
 // connection it came on, or the reason to drop it. Private to
-// kvstore/collective; mesh_fuzz drives the decoder.
-#ifndef KVTRAIN_KVSTORE_COLLECTIVE_MESH_WIRE_H_
-#define KVTRAIN_KVSTORE_COLLECTIVE_MESH_WIRE_H_
+// transport/collective; mesh_fuzz drives the decoder.
+#ifndef KVTRAIN_TRANSPORT_COLLECTIVE_MESH_WIRE_H_
+#define KVTRAIN_TRANSPORT_COLLECTIVE_MESH_WIRE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -120,4 +120,4 @@ std::string DescribeRoutingId(std::string_view id);
 }  // namespace collective
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_COLLECTIVE_MESH_WIRE_H_
+#endif  // KVTRAIN_TRANSPORT_COLLECTIVE_MESH_WIRE_H_

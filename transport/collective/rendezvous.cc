@@ -2,7 +2,7 @@
 // messages are one text frame each:
 //   rank -> server: "register <rank> <size> <endpoint>"
 //   server -> rank: "ok <endpoint> <endpoint> ..." or "error <message>".
-#include "kvstore/collective/rendezvous.h"
+#include "transport/collective/rendezvous.h"
 
 #include <zmq.h>
 

@@ -5,9 +5,9 @@
 // came on: one rank per connection, the answer goes back there. Messages
 // are decoded by pure functions (rendezvous_fuzz drives them); malformed
 // ones are dropped, counted and logged at a limited rate. Private to
-// kvstore/collective.
-#ifndef KVTRAIN_KVSTORE_COLLECTIVE_RENDEZVOUS_H_
-#define KVTRAIN_KVSTORE_COLLECTIVE_RENDEZVOUS_H_
+// transport/collective.
+#ifndef KVTRAIN_TRANSPORT_COLLECTIVE_RENDEZVOUS_H_
+#define KVTRAIN_TRANSPORT_COLLECTIVE_RENDEZVOUS_H_
 
 #include <atomic>
 #include <cstddef>
@@ -19,7 +19,7 @@
 
 #include "base/logging.h"
 #include "base/status.h"
-#include "kvstore/collective/mesh.h"
+#include "transport/collective/mesh.h"
 #include "net/handshake_monitor.h"
 
 namespace kvtrain {
@@ -98,4 +98,4 @@ StatusOr<std::vector<Endpoint>> Register(const Endpoint& server, int rank,
 }  // namespace collective
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_COLLECTIVE_RENDEZVOUS_H_
+#endif  // KVTRAIN_TRANSPORT_COLLECTIVE_RENDEZVOUS_H_

@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "kvstore/collective/fuzz_frames.h"
-#include "kvstore/collective/rendezvous.h"
+#include "transport/collective/fuzz_frames.h"
+#include "transport/collective/rendezvous.h"
 
 namespace kvtrain {
 namespace collective {

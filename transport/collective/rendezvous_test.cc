@@ -1,6 +1,6 @@
 // The rendezvous server against raw ZeroMQ clients on 127.0.0.1: messages
 // with the wrong frame count, one connection claiming two ranks, floods.
-#include "kvstore/collective/rendezvous.h"
+#include "transport/collective/rendezvous.h"
 
 #include <glog/logging.h>
 #include <gtest/gtest.h>

@@ -14,8 +14,8 @@
 // then travel through shared memory, a copy by the receiving thread, and
 // the poll spares the waiter a wake-up after a round trip of a few hundred
 // microseconds; between hosts their transfer (and CURVE) needs the CPU.
-#ifndef KVTRAIN_KVSTORE_PS_ANSWER_POLL_H_
-#define KVTRAIN_KVSTORE_PS_ANSWER_POLL_H_
+#ifndef KVTRAIN_TRANSPORT_PS_ANSWER_POLL_H_
+#define KVTRAIN_TRANSPORT_PS_ANSWER_POLL_H_
 
 #include <sched.h>
 
@@ -101,4 +101,4 @@ bool PollForAnswer(std::unique_lock<std::mutex>* lock,
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_ANSWER_POLL_H_
+#endif  // KVTRAIN_TRANSPORT_PS_ANSWER_POLL_H_

@@ -1,5 +1,5 @@
 // AnswerPoll: polls while answers come in time, backs off after misses.
-#include "kvstore/ps/answer_poll.h"
+#include "transport/ps/answer_poll.h"
 
 #include <gtest/gtest.h>
 

@@ -15,10 +15,10 @@
 #include <memory>
 #include <vector>
 
-#include "kvstore/ps/fuzz_frames.h"
-#include "kvstore/ps/inproc_job.h"
-#include "kvstore/ps/message.h"
-#include "kvstore/ps/postoffice_impl.h"
+#include "transport/ps/fuzz_frames.h"
+#include "transport/ps/inproc_job.h"
+#include "transport/ps/message.h"
+#include "transport/ps/postoffice_impl.h"
 
 namespace kvtrain {
 namespace ps {

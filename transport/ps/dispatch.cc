@@ -5,9 +5,9 @@
 #include <set>
 #include <sstream>
 
-#include "kvstore/ps/postoffice_impl.h"
+#include "transport/ps/postoffice_impl.h"
 #include "net/same_host.h"
-#include "kvstore/ps/scheduler.h"
+#include "transport/ps/scheduler.h"
 
 namespace kvtrain {
 namespace ps {

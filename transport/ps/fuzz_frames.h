@@ -1,14 +1,14 @@
 // Fuzz inputs for the transport's decoders: one byte string holding several
 // ZeroMQ frames, separated by kFrameSeparator (4 bytes unlikely in real
 // headers). Shared by message_fuzz.cc and control_fuzz.cc.
-#ifndef KVTRAIN_KVSTORE_PS_FUZZ_FRAMES_H_
-#define KVTRAIN_KVSTORE_PS_FUZZ_FRAMES_H_
+#ifndef KVTRAIN_TRANSPORT_PS_FUZZ_FRAMES_H_
+#define KVTRAIN_TRANSPORT_PS_FUZZ_FRAMES_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 
 namespace kvtrain {
 namespace ps {
@@ -45,4 +45,4 @@ inline std::string JoinFuzzFrames(const std::vector<Blob>& frames) {
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_FUZZ_FRAMES_H_
+#endif  // KVTRAIN_TRANSPORT_PS_FUZZ_FRAMES_H_

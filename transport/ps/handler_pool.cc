@@ -1,5 +1,5 @@
 // HandlerPool: per-key ordered task lanes.
-#include "kvstore/ps/handler_pool.h"
+#include "transport/ps/handler_pool.h"
 
 namespace kvtrain {
 namespace ps {

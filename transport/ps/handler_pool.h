@@ -1,8 +1,8 @@
 // HandlerPool: runs server request handlers on a fixed set of threads, one
 // FIFO lane per thread, choosing the lane by key so that the requests of one
 // key run one at a time and in arrival order.
-#ifndef KVTRAIN_KVSTORE_PS_HANDLER_POOL_H_
-#define KVTRAIN_KVSTORE_PS_HANDLER_POOL_H_
+#ifndef KVTRAIN_TRANSPORT_PS_HANDLER_POOL_H_
+#define KVTRAIN_TRANSPORT_PS_HANDLER_POOL_H_
 
 #include <condition_variable>
 #include <cstdint>
@@ -46,4 +46,4 @@ class HandlerPool {
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_HANDLER_POOL_H_
+#endif  // KVTRAIN_TRANSPORT_PS_HANDLER_POOL_H_

@@ -1,5 +1,5 @@
 // HandlerPool: inline mode, per-key order across threads, drain on exit.
-#include "kvstore/ps/handler_pool.h"
+#include "transport/ps/handler_pool.h"
 
 #include <gtest/gtest.h>
 

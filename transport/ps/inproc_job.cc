@@ -1,9 +1,9 @@
 // InprocJob: in-process jobs for the transport's unit tests.
-#include "kvstore/ps/inproc_job.h"
+#include "transport/ps/inproc_job.h"
 
 #include <thread>
 
-#include "kvstore/ps/message.h"
+#include "transport/ps/message.h"
 
 namespace kvtrain {
 namespace ps {

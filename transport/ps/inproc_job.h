@@ -1,7 +1,7 @@
 // Test helper: a whole job (scheduler, servers, workers) inside one process
 // over InprocVan, with failure handlers that record instead of exiting.
-#ifndef KVTRAIN_KVSTORE_PS_INPROC_JOB_H_
-#define KVTRAIN_KVSTORE_PS_INPROC_JOB_H_
+#ifndef KVTRAIN_TRANSPORT_PS_INPROC_JOB_H_
+#define KVTRAIN_TRANSPORT_PS_INPROC_JOB_H_
 
 #include <condition_variable>
 #include <memory>
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "kvstore/ps/inproc_van.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/inproc_van.h"
+#include "transport/ps/ps.h"
 
 namespace kvtrain {
 namespace ps {
@@ -69,4 +69,4 @@ bool IsDataRequest(const RawMessage& raw, size_t* num_keys, size_t* value_bytes)
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_INPROC_JOB_H_
+#endif  // KVTRAIN_TRANSPORT_PS_INPROC_JOB_H_

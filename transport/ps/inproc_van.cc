@@ -1,5 +1,5 @@
 // InprocVan and InprocNetwork.
-#include "kvstore/ps/inproc_van.h"
+#include "transport/ps/inproc_van.h"
 
 namespace kvtrain {
 namespace ps {

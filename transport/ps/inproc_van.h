@@ -1,8 +1,8 @@
 // InprocVan: a Van that connects Postoffices inside one process (unit tests
 // host a scheduler, servers and workers in one binary). Frames are handed
 // over by reference; a node can be cut off to simulate its death.
-#ifndef KVTRAIN_KVSTORE_PS_INPROC_VAN_H_
-#define KVTRAIN_KVSTORE_PS_INPROC_VAN_H_
+#ifndef KVTRAIN_TRANSPORT_PS_INPROC_VAN_H_
+#define KVTRAIN_TRANSPORT_PS_INPROC_VAN_H_
 
 #include <condition_variable>
 #include <deque>
@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "base/thread_annotations.h"
-#include "kvstore/ps/van.h"
+#include "transport/ps/van.h"
 
 namespace kvtrain {
 namespace ps {
@@ -92,4 +92,4 @@ class InprocVan : public Van {
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_INPROC_VAN_H_
+#endif  // KVTRAIN_TRANSPORT_PS_INPROC_VAN_H_

@@ -7,9 +7,9 @@
 #include <memory>
 #include <thread>
 
-#include "kvstore/ps/inproc_job.h"
-#include "kvstore/ps/kv_app_testlib.h"
-#include "kvstore/ps/postoffice_impl.h"
+#include "transport/ps/inproc_job.h"
+#include "transport/ps/kv_app_testlib.h"
+#include "transport/ps/postoffice_impl.h"
 
 namespace kvtrain {
 namespace ps {

@@ -12,10 +12,10 @@
 #include <set>
 #include <thread>
 
-#include "kvstore/ps/inproc_job.h"
-#include "kvstore/ps/kv_app_testlib.h"
-#include "kvstore/ps/message.h"
-#include "kvstore/ps/postoffice_impl.h"
+#include "transport/ps/inproc_job.h"
+#include "transport/ps/kv_app_testlib.h"
+#include "transport/ps/message.h"
+#include "transport/ps/postoffice_impl.h"
 
 namespace kvtrain {
 namespace ps {

@@ -1,7 +1,7 @@
 // Shared by the KVWorker/KVServer tests over the in-process van: a summing
 // server handler and a job of in-process servers and workers using it.
-#ifndef KVTRAIN_KVSTORE_PS_KV_APP_TESTLIB_H_
-#define KVTRAIN_KVSTORE_PS_KV_APP_TESTLIB_H_
+#ifndef KVTRAIN_TRANSPORT_PS_KV_APP_TESTLIB_H_
+#define KVTRAIN_TRANSPORT_PS_KV_APP_TESTLIB_H_
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <mutex>
 #include <vector>
 
-#include "kvstore/ps/inproc_job.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/inproc_job.h"
+#include "transport/ps/ps.h"
 
 namespace kvtrain {
 namespace ps {
@@ -115,4 +115,4 @@ inline std::vector<uint64_t> SpreadKeys(Postoffice* po, int per_server) {
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_KV_APP_TESTLIB_H_
+#endif  // KVTRAIN_TRANSPORT_PS_KV_APP_TESTLIB_H_

@@ -1,7 +1,7 @@
 // KVPairs validation and helpers, PullResult, group names.
 #include <string>
 
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 
 namespace kvtrain {
 namespace ps {

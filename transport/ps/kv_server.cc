@@ -3,8 +3,8 @@
 
 #include "base/logging.h"
 #include "base/trace.h"
-#include "kvstore/ps/handler_pool.h"
-#include "kvstore/ps/postoffice_impl.h"
+#include "transport/ps/handler_pool.h"
+#include "transport/ps/postoffice_impl.h"
 
 namespace kvtrain {
 namespace ps {

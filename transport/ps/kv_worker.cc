@@ -12,8 +12,8 @@
 
 #include "base/logging.h"
 #include "base/trace.h"
-#include "kvstore/ps/answer_poll.h"
-#include "kvstore/ps/postoffice_impl.h"
+#include "transport/ps/answer_poll.h"
+#include "transport/ps/postoffice_impl.h"
 
 namespace kvtrain {
 namespace ps {

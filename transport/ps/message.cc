@@ -1,5 +1,5 @@
 // Message encoding and validating decoding; Blob and KVPairs basics.
-#include "kvstore/ps/message.h"
+#include "transport/ps/message.h"
 
 #include <algorithm>
 #include <cstdlib>

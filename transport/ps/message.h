@@ -1,14 +1,14 @@
 // A transport message (a wire::Header plus raw data frames) and its codec:
 // encoding to ZeroMQ-ready frames and validating decoding of untrusted input.
-#ifndef KVTRAIN_KVSTORE_PS_MESSAGE_H_
-#define KVTRAIN_KVSTORE_PS_MESSAGE_H_
+#ifndef KVTRAIN_TRANSPORT_PS_MESSAGE_H_
+#define KVTRAIN_TRANSPORT_PS_MESSAGE_H_
 
 #include <string>
 #include <vector>
 
 #include "base/status.h"
-#include "kvstore/ps/ps.h"
-#include "kvstore/ps/wire.pb.h"
+#include "transport/ps/ps.h"
+#include "transport/ps/wire.pb.h"
 
 namespace kvtrain {
 namespace ps {
@@ -65,4 +65,4 @@ std::string PrintableToken(const std::string& token);
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_MESSAGE_H_
+#endif  // KVTRAIN_TRANSPORT_PS_MESSAGE_H_

@@ -4,8 +4,8 @@
 // status conversion. Input: frames joined by kFrameSeparator (fuzz_frames.h).
 #include <cstdint>
 
-#include "kvstore/ps/fuzz_frames.h"
-#include "kvstore/ps/message.h"
+#include "transport/ps/fuzz_frames.h"
+#include "transport/ps/message.h"
 
 namespace kvtrain {
 namespace ps {

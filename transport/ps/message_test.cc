@@ -1,6 +1,6 @@
 // The codec: round trip without copies, and every way a received message
 // can be malformed is reported, not crashed on.
-#include "kvstore/ps/message.h"
+#include "transport/ps/message.h"
 
 #include <cstring>
 

@@ -2,7 +2,7 @@
 // names and groups, shared by the postoffice and the scheduler.
 #include <sstream>
 
-#include "kvstore/ps/postoffice_impl.h"
+#include "transport/ps/postoffice_impl.h"
 #include "net/liveness.h"
 #include "net/same_host.h"
 

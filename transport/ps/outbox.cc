@@ -1,5 +1,5 @@
 // Outbox: windowed, priority-ordered send queue of one connection.
-#include "kvstore/ps/outbox.h"
+#include "transport/ps/outbox.h"
 
 #include <glog/logging.h>
 

@@ -2,13 +2,13 @@
 // the bytes handed to the network and not yet written stay within a window;
 // beyond it they wait here and leave highest priority first (FIFO among
 // equal priorities), as earlier ones finish.
-#ifndef KVTRAIN_KVSTORE_PS_OUTBOX_H_
-#define KVTRAIN_KVSTORE_PS_OUTBOX_H_
+#ifndef KVTRAIN_TRANSPORT_PS_OUTBOX_H_
+#define KVTRAIN_TRANSPORT_PS_OUTBOX_H_
 
 #include <cstdint>
 #include <vector>
 
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 
 namespace kvtrain {
 namespace ps {
@@ -60,4 +60,4 @@ class Outbox {
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_OUTBOX_H_
+#endif  // KVTRAIN_TRANSPORT_PS_OUTBOX_H_

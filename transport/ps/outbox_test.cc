@@ -1,6 +1,6 @@
 // Outbox: the window lets messages straight through until full; then they
 // wait and leave highest priority first, FIFO within a priority.
-#include "kvstore/ps/outbox.h"
+#include "transport/ps/outbox.h"
 
 #include <gtest/gtest.h>
 

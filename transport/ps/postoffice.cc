@@ -9,10 +9,10 @@
 
 #include "base/file.h"
 #include "base/trace.h"
-#include "kvstore/ps/answer_poll.h"
-#include "kvstore/ps/postoffice_impl.h"
-#include "kvstore/ps/scheduler.h"
-#include "kvstore/ps/zmq_van.h"
+#include "transport/ps/answer_poll.h"
+#include "transport/ps/postoffice_impl.h"
+#include "transport/ps/scheduler.h"
+#include "transport/ps/zmq_van.h"
 #include "net/address.h"
 #include "net/shm.h"
 

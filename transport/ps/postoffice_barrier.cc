@@ -5,8 +5,8 @@
 #include <mutex>
 #include <string>
 
-#include "kvstore/ps/postoffice_impl.h"
-#include "kvstore/ps/scheduler.h"
+#include "transport/ps/postoffice_impl.h"
+#include "transport/ps/scheduler.h"
 
 namespace kvtrain {
 namespace ps {

@@ -2,8 +2,8 @@
 // and checks every message and dispatches it (control messages here, DATA to
 // Customers); a timer thread sends heartbeats and watches deadlines and
 // peers; the scheduler role adds a SchedulerCore.
-#ifndef KVTRAIN_KVSTORE_PS_POSTOFFICE_IMPL_H_
-#define KVTRAIN_KVSTORE_PS_POSTOFFICE_IMPL_H_
+#ifndef KVTRAIN_TRANSPORT_PS_POSTOFFICE_IMPL_H_
+#define KVTRAIN_TRANSPORT_PS_POSTOFFICE_IMPL_H_
 
 #include <atomic>
 #include <condition_variable>
@@ -22,9 +22,9 @@
 #include "net/liveness.h"
 #include "net/node_config.h"
 #include "base/thread_annotations.h"
-#include "kvstore/ps/message.h"
-#include "kvstore/ps/ps.h"
-#include "kvstore/ps/van.h"
+#include "transport/ps/message.h"
+#include "transport/ps/ps.h"
+#include "transport/ps/van.h"
 
 namespace kvtrain {
 namespace ps {
@@ -229,4 +229,4 @@ class PostofficeImpl {
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_POSTOFFICE_IMPL_H_
+#endif  // KVTRAIN_TRANSPORT_PS_POSTOFFICE_IMPL_H_

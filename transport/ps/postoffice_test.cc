@@ -11,11 +11,11 @@
 #include <set>
 #include <thread>
 
-#include "kvstore/ps/answer_poll.h"
-#include "kvstore/ps/inproc_job.h"
-#include "kvstore/ps/message.h"
-#include "kvstore/ps/postoffice_impl.h"
-#include "kvstore/ps/scheduler.h"
+#include "transport/ps/answer_poll.h"
+#include "transport/ps/inproc_job.h"
+#include "transport/ps/message.h"
+#include "transport/ps/postoffice_impl.h"
+#include "transport/ps/scheduler.h"
 
 namespace kvtrain {
 namespace ps {

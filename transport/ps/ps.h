@@ -1,8 +1,8 @@
 // The parameter-server transport: a Postoffice per process (scheduler, server
 // or worker), KVWorker to push/pull key-value bytes, KVServer to answer them.
 // It moves bytes between roles over ZeroMQ and knows nothing about tensors.
-#ifndef KVTRAIN_KVSTORE_PS_PS_H_
-#define KVTRAIN_KVSTORE_PS_PS_H_
+#ifndef KVTRAIN_TRANSPORT_PS_PS_H_
+#define KVTRAIN_TRANSPORT_PS_PS_H_
 
 #include <chrono>
 #include <cstddef>
@@ -180,7 +180,7 @@ struct PostofficeOptions {
   // A worker's Wait for a small request (at most 64 KB each way; any
   // request when the whole job is on one host) polls this many microseconds
   // for the answer before it sleeps (0: sleep at once;
-  // kvstore/ps/answer_poll.h). Unset: KVTRAIN_WAIT_SPIN_US of the process's
+  // transport/ps/answer_poll.h). Unset: KVTRAIN_WAIT_SPIN_US of the process's
   // environment, else 200 (1000 when the whole job is on one host).
   std::optional<int> wait_spin_us;
 };
@@ -379,4 +379,4 @@ class KVServer {
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_PS_H_
+#endif  // KVTRAIN_TRANSPORT_PS_PS_H_

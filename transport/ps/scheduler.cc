@@ -1,5 +1,5 @@
 // SchedulerCore: registrations, ranks, barriers, terminate, deadline report.
-#include "kvstore/ps/scheduler.h"
+#include "transport/ps/scheduler.h"
 
 #include <arpa/inet.h>
 #include <unistd.h>

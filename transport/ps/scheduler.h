@@ -1,8 +1,8 @@
 // SchedulerCore: the scheduler's side of the control plane: registrations,
 // deterministic rank assignment, the node table, barriers, the terminate
 // round and the start-up deadline report.
-#ifndef KVTRAIN_KVSTORE_PS_SCHEDULER_H_
-#define KVTRAIN_KVSTORE_PS_SCHEDULER_H_
+#ifndef KVTRAIN_TRANSPORT_PS_SCHEDULER_H_
+#define KVTRAIN_TRANSPORT_PS_SCHEDULER_H_
 
 #include <map>
 #include <mutex>
@@ -13,8 +13,8 @@
 
 #include "base/logging.h"
 #include "base/thread_annotations.h"
-#include "kvstore/ps/message.h"
-#include "kvstore/ps/postoffice_impl.h"
+#include "transport/ps/message.h"
+#include "transport/ps/postoffice_impl.h"
 
 namespace kvtrain {
 namespace ps {
@@ -73,4 +73,4 @@ bool AddressBefore(const std::string& host_a, int port_a,
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_SCHEDULER_H_
+#endif  // KVTRAIN_TRANSPORT_PS_SCHEDULER_H_

@@ -2,15 +2,15 @@
 // endpoint, keeps one outgoing connection per peer, and moves frames; it
 // knows nothing about message contents. ZmqVan is the real one, InprocVan
 // connects Postoffices inside one process for unit tests.
-#ifndef KVTRAIN_KVSTORE_PS_VAN_H_
-#define KVTRAIN_KVSTORE_PS_VAN_H_
+#ifndef KVTRAIN_TRANSPORT_PS_VAN_H_
+#define KVTRAIN_TRANSPORT_PS_VAN_H_
 
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
-#include "kvstore/ps/ps.h"
+#include "transport/ps/ps.h"
 
 namespace kvtrain {
 namespace ps {
@@ -93,4 +93,4 @@ class Van {
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_VAN_H_
+#endif  // KVTRAIN_TRANSPORT_PS_VAN_H_

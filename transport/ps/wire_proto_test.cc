@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "kvstore/ps/wire.pb.h"
+#include "transport/ps/wire.pb.h"
 
 namespace kvtrain {
 namespace {

@@ -1,6 +1,6 @@
 // ZmqVan: zero-copy ZeroMQ transport with per-connection priority backlog.
-#include "kvstore/ps/zmq_van.h"
-#include "kvstore/ps/zmq_van_conn.h"
+#include "transport/ps/zmq_van.h"
+#include "transport/ps/zmq_van_conn.h"
 
 #include "base/trace.h"
 #include "net/same_host.h"

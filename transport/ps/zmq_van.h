@@ -2,8 +2,8 @@
 // DEALER per peer sends, its routing id set to this node's token. Frames are
 // sent with zmq_msg_init_data (a release callback drops the Blob reference)
 // and received frames are handed up as Blobs that keep the zmq_msg_t alive.
-#ifndef KVTRAIN_KVSTORE_PS_ZMQ_VAN_H_
-#define KVTRAIN_KVSTORE_PS_ZMQ_VAN_H_
+#ifndef KVTRAIN_TRANSPORT_PS_ZMQ_VAN_H_
+#define KVTRAIN_TRANSPORT_PS_ZMQ_VAN_H_
 
 #include <zmq.h>
 
@@ -20,8 +20,8 @@
 
 #include "base/logging.h"
 #include "base/thread_annotations.h"
-#include "kvstore/ps/outbox.h"
-#include "kvstore/ps/van.h"
+#include "transport/ps/outbox.h"
+#include "transport/ps/van.h"
 #include "net/curve.h"
 #include "net/handshake_monitor.h"
 #include "net/seal.h"
@@ -222,4 +222,4 @@ class ZmqVan : public Van {
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_ZMQ_VAN_H_
+#endif  // KVTRAIN_TRANSPORT_PS_ZMQ_VAN_H_

@@ -1,7 +1,7 @@
 // What zmq_van.cc and zmq_van_same_host.cc share: one outgoing connection, and
 // the sending steps both use. Internal to the ZeroMQ van.
-#ifndef KVTRAIN_KVSTORE_PS_ZMQ_VAN_CONN_H_
-#define KVTRAIN_KVSTORE_PS_ZMQ_VAN_CONN_H_
+#ifndef KVTRAIN_TRANSPORT_PS_ZMQ_VAN_CONN_H_
+#define KVTRAIN_TRANSPORT_PS_ZMQ_VAN_CONN_H_
 
 #include <functional>
 #include <zmq.h>
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
-#include "kvstore/ps/outbox.h"
-#include "kvstore/ps/zmq_van.h"
+#include "transport/ps/outbox.h"
+#include "transport/ps/zmq_van.h"
 #include "net/seal.h"
 #include "net/shm.h"
 #include "net/shm_ring.h"
@@ -139,4 +139,4 @@ void CloseLane(ZmqVan::Conn* c, int linger_ms);
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_ZMQ_VAN_CONN_H_
+#endif  // KVTRAIN_TRANSPORT_PS_ZMQ_VAN_CONN_H_

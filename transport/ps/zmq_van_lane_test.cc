@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "kvstore/ps/zmq_van.h"
+#include "transport/ps/zmq_van.h"
 #include "net/curve.h"
 #include "net/seal.h"
 

@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "kvstore/ps/zmq_van_conn.h"
+#include "transport/ps/zmq_van_conn.h"
 
 namespace kvtrain {
 namespace ps {

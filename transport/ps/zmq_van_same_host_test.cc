@@ -9,8 +9,8 @@
 #include <cstring>
 #include <thread>
 
-#include "kvstore/ps/zmq_van.h"
-#include "kvstore/ps/zmq_van_testlib.h"
+#include "transport/ps/zmq_van.h"
+#include "transport/ps/zmq_van_testlib.h"
 #include "net/curve.h"
 #include "net/shm_ring.h"
 

@@ -26,7 +26,7 @@
 #include <set>
 #include <thread>
 
-#include "kvstore/ps/zmq_van.h"
+#include "transport/ps/zmq_van.h"
 #include "net/curve.h"
 #include "net/same_host.h"
 #include "net/shm.h"

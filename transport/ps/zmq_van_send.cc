@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "base/trace.h"
-#include "kvstore/ps/zmq_van.h"
-#include "kvstore/ps/zmq_van_conn.h"
+#include "transport/ps/zmq_van.h"
+#include "transport/ps/zmq_van_conn.h"
 #include "net/zmq_error.h"
 #include "net/zmq_frame.h"
 

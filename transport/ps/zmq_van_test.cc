@@ -1,7 +1,7 @@
 // ZmqVan over loopback: zero-copy send (the Blob is released once written),
 // received frames as views, routing tokens, port in use, and a backlog that
 // leaves in priority order.
-#include "kvstore/ps/zmq_van.h"
+#include "transport/ps/zmq_van.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 #include <mutex>
 #include <thread>
 
-#include "kvstore/ps/zmq_van_conn.h"
-#include "kvstore/ps/zmq_van_testlib.h"
+#include "transport/ps/zmq_van_conn.h"
+#include "transport/ps/zmq_van_testlib.h"
 #include "net/curve.h"
 
 namespace kvtrain {

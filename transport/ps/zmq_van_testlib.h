@@ -1,7 +1,7 @@
 // Shared by the ZmqVan tests over loopback: a van with test settings, a
 // receive with a generous deadline, and patterned frames.
-#ifndef KVTRAIN_KVSTORE_PS_ZMQ_VAN_TESTLIB_H_
-#define KVTRAIN_KVSTORE_PS_ZMQ_VAN_TESTLIB_H_
+#ifndef KVTRAIN_TRANSPORT_PS_ZMQ_VAN_TESTLIB_H_
+#define KVTRAIN_TRANSPORT_PS_ZMQ_VAN_TESTLIB_H_
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kvstore/ps/zmq_van.h"
+#include "transport/ps/zmq_van.h"
 
 namespace kvtrain {
 namespace ps {
@@ -57,4 +57,4 @@ inline bool Same(const Blob& a, const Blob& b) {
 }  // namespace ps
 }  // namespace kvtrain
 
-#endif  // KVTRAIN_KVSTORE_PS_ZMQ_VAN_TESTLIB_H_
+#endif  // KVTRAIN_TRANSPORT_PS_ZMQ_VAN_TESTLIB_H_
