@@ -3,14 +3,13 @@
 
 namespace kvtrain {
 
-LogRateLimiter::LogRateLimiter(int burst, std::chrono::milliseconds interval)
-    : burst_(burst),
-      interval_(interval),
-      window_start_(std::chrono::steady_clock::now()) {}
+LogRateLimiter::LogRateLimiter(int burst, std::chrono::milliseconds interval,
+                               const Clock* clock)
+    : burst_(burst), interval_(interval), clock_(clock), window_start_(clock->Now()) {}
 
 bool LogRateLimiter::Allow(int64_t* suppressed) {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_->Now();
   if (now - window_start_ >= interval_) {
     window_start_ = now;
     in_window_ = 0;

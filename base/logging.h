@@ -11,16 +11,18 @@
 
 #include <glog/logging.h>
 
+#include "base/clock.h"
 #include "base/thread_annotations.h"
 
 namespace kvtrain {
 
-// Lets at most `burst` events through per `interval`. Thread-safe.
+// Lets at most `burst` events through per `interval` of `clock`'s time.
+// Thread-safe.
 class LogRateLimiter {
  public:
   explicit LogRateLimiter(int burst = 5,
-                          std::chrono::milliseconds interval =
-                              std::chrono::seconds(10));
+                          std::chrono::milliseconds interval = std::chrono::seconds(10),
+                          const Clock* clock = Clock::Real());
 
   // True if this event may be logged. When true, *suppressed (if not null)
   // receives how many events were refused since the last one let through.
@@ -29,8 +31,9 @@ class LogRateLimiter {
  private:
   const int burst_;
   const std::chrono::milliseconds interval_;
+  const Clock* const clock_;
   std::mutex mu_;
-  std::chrono::steady_clock::time_point window_start_ GUARDED_BY(mu_);
+  Clock::TimePoint window_start_ GUARDED_BY(mu_);
   int in_window_ GUARDED_BY(mu_) = 0;
   int64_t suppressed_ GUARDED_BY(mu_) = 0;
 };

@@ -1,23 +1,25 @@
 #include "base/logging.h"
 
-#include <thread>
-
 #include <gtest/gtest.h>
 
 namespace kvtrain {
 namespace {
 
 TEST(LogRateLimiterTest, LetsBurstThroughThenCountsSuppressed) {
-  LogRateLimiter limiter(3, std::chrono::milliseconds(200));
+  FakeClock clock;
+  LogRateLimiter limiter(3, std::chrono::milliseconds(200), &clock);
   int64_t suppressed = -1;
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(limiter.Allow(&suppressed));
     EXPECT_EQ(suppressed, 0);
   }
   for (int i = 0; i < 7; ++i) EXPECT_FALSE(limiter.Allow(&suppressed));
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  // Just short of the interval: still refused.
+  clock.Advance(std::chrono::milliseconds(199));
+  EXPECT_FALSE(limiter.Allow(&suppressed));
+  clock.Advance(std::chrono::milliseconds(1));
   EXPECT_TRUE(limiter.Allow(&suppressed));
-  EXPECT_EQ(suppressed, 7);
+  EXPECT_EQ(suppressed, 8);
   EXPECT_TRUE(limiter.Allow(&suppressed));
   EXPECT_EQ(suppressed, 0);
 }

@@ -32,8 +32,9 @@ std::string Text(const MetricValues& values, const std::string& prefix) {
 }  // namespace
 
 StatusOr<Progress> Progress::Create(int disp_batches, const std::string& metrics_file,
-                                    int rank) {
+                                    int rank, const Clock* clock) {
   Progress p;
+  p.clock_ = clock;
   p.disp_ = disp_batches;
   p.rank_ = rank;
   p.tty_ = isatty(STDOUT_FILENO) != 0;
@@ -59,14 +60,14 @@ void Progress::StartEpoch(int epoch, int64_t batches) {
   batches_ = batches;
   window_samples_ = 0;
   train_end_.reset();
-  epoch_start_ = window_start_ = std::chrono::steady_clock::now();
+  epoch_start_ = window_start_ = clock_->Now();
 }
 
-void Progress::EndTraining() { train_end_ = std::chrono::steady_clock::now(); }
+void Progress::EndTraining() { train_end_ = clock_->Now(); }
 
 void Progress::Batch(int64_t batch, int64_t samples, const MetricValues& train) {
   window_samples_ += samples;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_->Now();
   if (disp_ > 0 && (batch + 1) % disp_ == 0) {
     const double secs = std::chrono::duration<double>(now - window_start_).count();
     last_speed_ = secs > 0 ? window_samples_ / secs : 0;
@@ -93,7 +94,7 @@ void Progress::Batch(int64_t batch, int64_t samples, const MetricValues& train) 
 
 void Progress::EndEpoch(const MetricValues& train, const MetricValues& validation,
                         const MetricValues& store) {
-  const auto end = train_end_.value_or(std::chrono::steady_clock::now());
+  const auto end = train_end_.value_or(clock_->Now());
   const double secs = std::chrono::duration<double>(end - epoch_start_).count();
   if (tty_) std::printf("\r\033[K");
   std::printf("Epoch[%d]%s%s%s Time cost=%.3f\n", epoch_, Text(train, "Train-").c_str(),

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/status.h"
 
 namespace kvtrain {
@@ -25,8 +26,9 @@ class Progress {
   // `disp_batches`: speedometer period (0: never); `metrics_file`: JSON
   // lines (empty: none); `rank`: added to log lines of distributed jobs
   // (-1: single process). A progress bar is drawn when stdout is a tty.
+  // Times are `clock`'s (tests pass a FakeClock).
   static StatusOr<Progress> Create(int disp_batches, const std::string& metrics_file,
-                                   int rank);
+                                   int rank, const Clock* clock = Clock::Real());
   Progress(Progress&&) = default;
 
   void StartEpoch(int epoch, int64_t batches);
@@ -45,6 +47,7 @@ class Progress {
   Progress() = default;
   void Log(const std::string& json);
 
+  const Clock* clock_ = Clock::Real();
   int disp_ = 0;
   int rank_ = -1;
   bool tty_ = false;
@@ -56,8 +59,8 @@ class Progress {
   int64_t batches_ = 0;
   int64_t window_samples_ = 0;
   double last_speed_ = 0;
-  std::chrono::steady_clock::time_point epoch_start_, window_start_;
-  std::optional<std::chrono::steady_clock::time_point> train_end_;
+  Clock::TimePoint epoch_start_, window_start_;
+  std::optional<Clock::TimePoint> train_end_;
 };
 
 }  // namespace kvtrain
