@@ -90,7 +90,12 @@ TEST(RendezvousTest, WrongFrameCountsDoNotPutTheServerOutOfStep) {
   rogue.Send({"garbage", "more"});
   rogue.Send({"register 0 2 10.0.0.9:1", "x"});
   rogue.Send({"register 1 2 10.0.0.9:2", "x", "y"});
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The three are read, and dropped, before the ranks register.
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (s.server->dropped() < 3 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(s.server->dropped(), 3);
   StatusOr<std::vector<Endpoint>> got[2] = {Status::Internal(""),
                                             Status::Internal("")};
   std::thread r1([&] { got[1] = s.Register(1, 2, 2001); });
