@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "net/node_config.h"
-#include "kvstore/common.h"
+#include "kvstore/settings.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/placement.h"
 #include "transport/ps/ps.h"

@@ -2,6 +2,10 @@
 // the scheduler process's rendezvous-only store. The background thread that
 // all-reduces sealed buckets is in allreduce_kvstore_reduce.cc.
 #include "kvstore/allreduce_kvstore.h"
+#include "kvstore/device_sum.h"
+#include "kvstore/in_process.h"
+#include "kvstore/keys.h"
+#include "kvstore/settings.h"
 
 #include <algorithm>
 #include <cstring>

@@ -18,7 +18,9 @@
 
 #include "base/thread_annotations.h"
 #include "transport/collective/communicator.h"
-#include "kvstore/common.h"
+#include "kvstore/handles.h"
+#include "kvstore/in_process.h"
+#include "kvstore/keys.h"
 #include "kvstore/compressor.h"
 #include "kvstore/kvstore.h"
 #include "ops/optimizer.h"

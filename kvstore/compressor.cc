@@ -1,6 +1,7 @@
 // Compressor (kvstore/compressor.h): residuals, momentum correction, the
 // residual watch, and their files.
 #include "kvstore/compressor.h"
+#include "kvstore/keys.h"
 
 #include <glog/logging.h>
 

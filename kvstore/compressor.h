@@ -14,7 +14,7 @@
 
 #include "base/status.h"
 #include "base/thread_annotations.h"
-#include "kvstore/common.h"
+#include "kvstore/keys.h"
 #include "compression/compression.h"
 #include "proto/kvstore.pb.h"
 #include "proto/optimizer.pb.h"

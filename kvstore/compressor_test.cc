@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/file.h"
-#include "kvstore/common.h"
+#include "kvstore/keys.h"
 #include "kvstore/compressor.h"
 #include "compression/compression.h"
 

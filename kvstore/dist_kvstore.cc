@@ -1,6 +1,9 @@
 // dist_sync / dist_device_sync / dist_async: the worker side (Init, push,
 // pull, waits and barriers).
 #include "kvstore/dist_kvstore.h"
+#include "kvstore/device_sum.h"
+#include "kvstore/keys.h"
+#include "kvstore/settings.h"
 
 #include <glog/logging.h>
 

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
-#include "kvstore/common.h"
+#include "kvstore/handles.h"
+#include "kvstore/keys.h"
+#include "kvstore/settings.h"
 #include "kvstore/compressor.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/placement.h"

@@ -2,6 +2,7 @@
 // keys and pieces that travel together, one request per server carrying
 // that server's keys (see DistKVStore::Bucket).
 #include "kvstore/dist_kvstore.h"
+#include "kvstore/keys.h"
 
 #include <algorithm>
 #include <cstring>

@@ -9,6 +9,7 @@
 
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/server.h"
+#include "kvstore/in_process.h"
 #include "ops/optimizer.h"
 
 namespace kvtrain {

@@ -4,6 +4,7 @@
 
 #include "compression/compression.h"
 #include "kvstore/dist_kvstore.h"
+#include "kvstore/keys.h"
 
 namespace kvtrain {
 namespace kv {

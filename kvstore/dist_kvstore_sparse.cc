@@ -7,6 +7,8 @@
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/sparse/rows.h"
 #include "kvstore/sparse/table.h"
+#include "kvstore/keys.h"
+#include "kvstore/row_sparse_call.h"
 
 namespace kvtrain {
 namespace kv {

@@ -4,6 +4,7 @@
 #include "kvstore/allreduce_kvstore.h"
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/local_kvstore.h"
+#include "kvstore/settings.h"
 
 namespace kvtrain {
 

@@ -262,7 +262,7 @@ class KVStore {
   // The spec set (type NONE when none was).
   virtual proto::GradientCompression gradient_compression() const { return {}; }
   // 2bit on every array (min_bytes 0) with an SGD optimizer that has
-  // momentum m: momentum correction (kvstore/common.h,
+  // momentum m: momentum correction (kvstore/compressor.h,
   // Compressor::SetMomentum) keeps each key's velocity on the worker,
   // before error feedback, and the spec returned is the one
   // the update must then apply: momentum 0 and weight decay / (1 - m), what

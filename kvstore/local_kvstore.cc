@@ -4,6 +4,10 @@
 #include <glog/logging.h>
 
 #include "kvstore/sparse/rows.h"
+#include "kvstore/device_sum.h"
+#include "kvstore/in_process.h"
+#include "kvstore/keys.h"
+#include "kvstore/row_sparse_call.h"
 
 namespace kvtrain {
 namespace kv {

@@ -9,7 +9,9 @@
 #include <string>
 
 #include "base/thread_annotations.h"
-#include "kvstore/common.h"
+#include "kvstore/handles.h"
+#include "kvstore/in_process.h"
+#include "kvstore/keys.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/sparse/table.h"
 #include "ops/optimizer.h"

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "base/trace.h"
-#include "kvstore/common.h"
+#include "kvstore/keys.h"
 #include "compression/compression.h"
 #include "tensor/blas.h"
 

@@ -4,7 +4,7 @@
 // answered once, with one message gathered as the keys' steps complete.
 #include <cstring>
 
-#include "kvstore/common.h"
+#include "kvstore/keys.h"
 #include "compression/compression.h"
 #include "kvstore/server.h"
 

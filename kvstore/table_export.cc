@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "base/file.h"
-#include "kvstore/common.h"
+#include "kvstore/row_sparse_call.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/sparse/table.h"
 

@@ -1,6 +1,6 @@
 // StoreSettings::FromEnv: values, limits, and which values the environment
 // gave (DistKVStore::Create picks the others from the job's hosts).
-#include "kvstore/common.h"
+#include "kvstore/settings.h"
 
 #include <map>
 #include <optional>
