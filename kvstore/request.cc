@@ -29,19 +29,22 @@ StatusOr<std::vector<KeyRecord>> DecodeKeyRecords(const ps::KVPairs& data, size_
   if (n > 0) std::memcpy(records.data(), data.attrs.data(), data.attrs.size());
   for (size_t i = 0; i < n; ++i) {
     const KeyRecord& r = records[i];
-    const std::string where = "KVStore request from " + sender + ", server key " +
-                              std::to_string(data.key(i)) + ": ";
+    // Built only for an error: this loop runs for every key of every request.
+    auto where = [&] {
+      return "KVStore request from " + sender + ", server key " + std::to_string(data.key(i)) +
+             ": ";
+    };
     if (!proto::GradientCompression::Type_IsValid(r.compression)) {
-      return Status::InvalidArgument(where + "unknown compression " +
+      return Status::InvalidArgument(where() + "unknown compression " +
                                      std::to_string(static_cast<int>(r.compression)));
     }
     if (r.level_bits != 0 && !ValidLevelBits(r.level_bits)) {
-      return Status::InvalidArgument(where + "asks for levels of " +
+      return Status::InvalidArgument(where() + "asks for levels of " +
                                      std::to_string(static_cast<int>(r.level_bits)) +
                                      " bits (valid: 1, 2, 4, 8)");
     }
     if (r.half > 1) {
-      return Status::InvalidArgument(where + "half-answer flag " +
+      return Status::InvalidArgument(where() + "half-answer flag " +
                                      std::to_string(static_cast<int>(r.half)) + " (0 or 1)");
     }
   }
