@@ -78,6 +78,10 @@ class DistKVStore : public KVStore {
   proto::GradientCompression gradient_compression() const override;
   proto::OptimizerSpec CorrectMomentum(const proto::OptimizerSpec& spec) override;
   bool SumsComeBackAsLevels() const override;
+  bool AnswersRounded(int64_t size) const override;
+  void RoundAsAnswered(float* v, int64_t n) const override;
+  bool KeepsResiduals() const override;
+  std::string CompressionName() const override;
   Status SaveResiduals(const std::string& path) override;
   Status LoadResiduals(const std::string& path) override;
   // dist_async and dist_ssp: the options travel in every push and pull;

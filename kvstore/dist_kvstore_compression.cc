@@ -62,6 +62,18 @@ bool DistKVStore::SumsComeBackAsLevels() const {
   return sync_ && compressor_.LevelAnswer(num_workers()) > 0;
 }
 
+bool DistKVStore::AnswersRounded(int64_t size) const {
+  return is_worker() && compressor_.HalfAnswer(size);
+}
+
+void DistKVStore::RoundAsAnswered(float* v, int64_t n) const { RoundToHalves(v, n); }
+
+bool DistKVStore::KeepsResiduals() const { return compressor_.KeepsResiduals(); }
+
+std::string DistKVStore::CompressionName() const {
+  return kv::CompressionName(compressor_.type());
+}
+
 int DistKVStore::LevelAnswer(int64_t size) const {
   const bool compressed =
       compressor_.TypeFor(size) != proto::GradientCompression::NONE;

@@ -279,6 +279,27 @@ class KVStore {
   // directions travel compressed; with SetOptimizer the weights come back
   // in float32.
   virtual bool SumsComeBackAsLevels() const { return false; }
+  // Whether this worker's push-pull answers for an array of `size` floats
+  // come back rounded (to float16 halves: fp16 compression, or a spec's
+  // pull fp16), so that the worker holds the servers' weights rounded and a
+  // plain Pull, which is exact, differs from them. Only dist parameter-server
+  // types round; with SetOptimizer unset the servers answer sums, which the
+  // worker's own optimizer applies to its exact weights.
+  virtual bool AnswersRounded(int64_t size) const {
+    (void)size;
+    return false;
+  }
+  // Rounds `n` floats as such an answer would be (see AnswersRounded).
+  virtual void RoundAsAnswered(float* v, int64_t n) const {
+    (void)v;
+    (void)n;
+  }
+  // Whether the store keeps part of each push's gradients on this worker
+  // (error feedback: 2bit and 1bit), which SaveResiduals must save with a
+  // checkpoint and LoadResiduals restore.
+  virtual bool KeepsResiduals() const { return false; }
+  // The compression's name as users write it ("2bit", "none").
+  virtual std::string CompressionName() const { return "none"; }
   // 2bit and 1bit keep what was not sent of each key's gradients on the
   // worker (error feedback). Save writes this worker's residuals to `path`
   // (atomically); Load restores them, checking the spec, rank and worker

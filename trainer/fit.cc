@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "base/trace.h"
-#include "compression/compression.h"
 #include "tensor/cpu_threads.h"
 #include "trainer/module.h"
 
@@ -211,13 +210,13 @@ Status Module::FinishStep(KVStore* kv, const std::vector<KVHandle>& handles) {
   return Status::OK();
 }
 
-Status Module::RoundAnsweredParams(const proto::GradientCompression& gc) {
+Status Module::RoundAsAnswered(const KVStore& kv) {
   for (size_t p = 0; p < param_names_.size(); ++p) {
     for (const auto& e : execs_) {
       Tensor w = e->arg_arrays()[param_args_[p]];
-      if (!kv::AnswersHalves(gc, w.size())) continue;
+      if (!kv.AnswersRounded(w.size())) continue;
       KV_ASSIGN_OR_RETURN(Tensor host, w.CopyTo(Device::CPU()));
-      kv::RoundToHalves(host.data<float>(), host.size());
+      kv.RoundAsAnswered(host.data<float>(), host.size());
       KV_RETURN_IF_ERROR(w.CopyFrom(host));
     }
   }
@@ -271,13 +270,11 @@ StatusOr<bool> Module::PrepareFit(KVStore* kv, const FitOptions& o) {
     std::printf("%s gradient compression: the workers run the optimizer, the servers answer "
                 "each step's summed codes as levels (set update_on_kvstore to update on the "
                 "servers)\n",
-                kv::CompressionName(kv->gradient_compression().type()).c_str());
+                kv->CompressionName().c_str());
     std::fflush(stdout);
   }
   KV_RETURN_IF_ERROR(SetUpOptimizer(kv, o, update_on_kvstore));
-  const proto::GradientCompression::Type compression = kv->gradient_compression().type();
-  const bool residuals = compression == proto::GradientCompression::TWO_BIT ||
-                         compression == proto::GradientCompression::ONE_BIT;
+  const bool residuals = kv->KeepsResiduals();
   if (residuals && o.begin_epoch > 0 && !o.resume_states.empty()) {
     if (o.resume_residuals.empty()) {
       return Status::InvalidArgument(
@@ -286,12 +283,11 @@ StatusOr<bool> Module::PrepareFit(KVStore* kv, const FitOptions& o) {
     }
     KV_RETURN_IF_ERROR(kv->LoadResiduals(o.resume_residuals));
   }
-  if (o.begin_epoch > 0 && update_on_kvstore && kv->is_distributed() &&
-      kv::HalfPulls(kv->gradient_compression())) {
-    // Resuming with half pulls: the checkpoint holds the servers' exact
-    // weights, and an uninterrupted job's workers would hold them as the
-    // last answer brought them, rounded to halves.
-    KV_RETURN_IF_ERROR(RoundAnsweredParams(kv->gradient_compression()));
+  if (o.begin_epoch > 0 && update_on_kvstore) {
+    // Resuming where answers come rounded: the checkpoint holds the servers'
+    // exact weights, and an uninterrupted job's workers would hold them as
+    // the last answer brought them.
+    KV_RETURN_IF_ERROR(RoundAsAnswered(*kv));
   }
   return residuals;
 }

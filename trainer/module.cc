@@ -5,7 +5,6 @@
 #include <fstream>
 
 #include "base/file.h"
-#include "compression/compression.h"
 
 namespace kvtrain {
 
@@ -328,16 +327,15 @@ Status Module::SaveCheckpoint(const std::string& prefix, int epoch, KVStore* kv)
     KV_RETURN_IF_ERROR(WriteFileAtomic(SymbolPath(prefix), text));
   }
   KV_ASSIGN_OR_RETURN(ModelArrays arrays, Arrays());
-  // With half pulls the workers hold the servers' weights rounded to
-  // halves: the checkpoint takes the exact values from the servers (a plain
-  // pull is exact), so that a resumed job's servers hold what they held.
-  // (With a local optimizer the servers hold summed gradients and the
-  // workers' weights are exact.)
-  const proto::GradientCompression gc = kv->gradient_compression();
-  if (local_optimizer == nullptr && kv->is_distributed() && kv::HalfPulls(gc)) {
+  // Where answers come rounded (KVStore::AnswersRounded) the workers hold
+  // the servers' weights rounded: the checkpoint takes the exact values from
+  // the servers (a plain pull is exact), so that a resumed job's servers
+  // hold what they held. (With a local optimizer the servers hold summed
+  // gradients and the workers' weights are exact.)
+  if (local_optimizer == nullptr) {
     for (const std::string& name : param_names_) {
       Tensor& value = arrays.args[name];
-      if (!kv::AnswersHalves(gc, value.size())) continue;
+      if (!kv->AnswersRounded(value.size())) continue;
       KV_RETURN_IF_ERROR(kv->Pull({name}, {value}).Annotate("checkpoint of " + name));
     }
   }

@@ -193,9 +193,9 @@ class Module {
   Status SyncParams(KVStore* kv);
   // The store's values of every parameter, on every device.
   Status PullParams(KVStore* kv);
-  // Rounds the parameters that push-pulls answer as halves (under `gc`)
-  // to halves, on every device.
-  Status RoundAnsweredParams(const proto::GradientCompression& gc);
+  // Rounds the parameters whose push-pull answers `kv` rounds
+  // (KVStore::AnswersRounded) as it rounds them, on every device.
+  Status RoundAsAnswered(const KVStore& kv);
   // The store's optimizer, or with update_on_kvstore off the workers' own
   // (local_optimizer_), from o.optimizer and the resumed states.
   Status SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_kvstore);
