@@ -4,7 +4,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "transport/ps/inproc_job.h"
@@ -109,24 +112,67 @@ TEST(KVAppTest, ErrorsAndDeadlinesNameTheServer) {
 // A Wait that times out cancels its request: the answer that arrives later
 // is dropped, never copied into the buffer the caller gave (and may have
 // freed by then).
+// The server's answers, each held until the test lets it go: an answer
+// made late by the test's order of events, not by a sleep.
+class AnswerGate {
+ public:
+  // Called by the server's handler: answers `key` on its own thread once
+  // Open(key) has been called.
+  void Answer(const RequestMeta& meta, uint64_t key, KVServer* s) {
+    std::lock_guard<std::mutex> l(mu_);
+    threads_.emplace_back([this, meta, key, s] {
+      {
+        std::unique_lock<std::mutex> w(mu_);
+        cv_.wait(w, [&] { return open_.count(key) > 0; });
+      }
+      EXPECT_TRUE(
+          s->Respond(meta, KVPairs::From({key}, Blob::FromVector(std::vector<float>(4, 7))))
+              .ok());
+      std::lock_guard<std::mutex> d(mu_);
+      answered_.insert(key);
+      cv_.notify_all();
+    });
+  }
+  void Open(uint64_t key) {
+    std::lock_guard<std::mutex> l(mu_);
+    open_.insert(key);
+    cv_.notify_all();
+  }
+  // Returns once the answer to `key` has been handed to the transport.
+  void WaitAnswered(uint64_t key) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return answered_.count(key) > 0; });
+  }
+  ~AnswerGate() {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<uint64_t> open_;
+  std::set<uint64_t> answered_;
+  std::vector<std::thread> threads_;
+};
+
+// A Wait that times out cancels its request: the answer that arrives later
+// is dropped, never copied into the buffer the caller gave (and may have
+// freed by then).
 TEST(KVAppTest, AnswersAfterATimedOutWaitAreDropped) {
   InprocJobOptions o;
   InprocJob job(o);
   ASSERT_TRUE(job.CreateAll().ok());
   ASSERT_TRUE(job.StartAll().ok());
-  std::vector<std::thread> late;
+  AnswerGate gate;
   auto server = KVServer::Create(
       job.server(0), 0,
       [&](const RequestMeta& meta, const KVPairs& kv, KVServer* s) {
-        const uint64_t key = kv.key(0);
-        late.emplace_back([meta, key, s] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
-          EXPECT_TRUE(
-              s->Respond(meta,
-                         KVPairs::From(
-                             {key}, Blob::FromVector(std::vector<float>(4, 7))))
-                  .ok());
-        });
+        gate.Answer(meta, kv.key(0), s);
       });
   ASSERT_TRUE(server.ok());
   auto worker = KVWorker::Create(job.worker(0), 0);
@@ -139,19 +185,18 @@ TEST(KVAppTest, AnswersAfterATimedOutWaitAreDropped) {
   Status s = (*worker)->Wait(*ts, std::chrono::milliseconds(50));
   EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded);
   EXPECT_THAT(s.message(), HasSubstr("(cancelled: a later answer is dropped)"));
-  for (std::thread& t : late) t.join();  // the answer has been sent
-  late.clear();
+  gate.Open(777);
+  gate.WaitAnswered(777);
   // Proof that the late answer has been taken in (and dropped): an answer
-  // sent after it, the same way, has arrived.
+  // sent after it over the same connection has arrived.
   auto probe = [&] {
     std::vector<float> p(4, -1.0f);
     PullDest pd{reinterpret_cast<char*>(p.data()), 16, Blob()};
+    gate.Open(780);
     auto tp = (*worker)->Pull(Blob::FromVector(std::vector<uint64_t>{780}), {}, pd);
     ASSERT_TRUE(tp.ok());
     EXPECT_TRUE((*worker)->Wait(*tp, kLong).ok());
     EXPECT_EQ(p, std::vector<float>(4, 7.0f));
-    for (std::thread& t : late) t.join();
-    late.clear();
   };
   probe();
   EXPECT_EQ(buf, std::vector<float>(4, -1.0f));
@@ -159,7 +204,6 @@ TEST(KVAppTest, AnswersAfterATimedOutWaitAreDropped) {
   // The caller frees its buffer as soon as Wait gives up: a late answer
   // written there would be a heap-use-after-free (AddressSanitizer reports
   // it under tools/fuzz.sh's --config=fuzz).
-  late.clear();
   {
     auto heap = std::make_unique<float[]>(4);
     PullDest freed{reinterpret_cast<char*>(heap.get()), 16, Blob()};
@@ -169,15 +213,15 @@ TEST(KVAppTest, AnswersAfterATimedOutWaitAreDropped) {
     EXPECT_EQ((*worker)->Wait(*t2, std::chrono::milliseconds(50)).code(),
               Status::Code::kDeadlineExceeded);
   }
-  for (std::thread& t : late) t.join();
-  late.clear();
+  gate.Open(779);
+  gate.WaitAnswered(779);
   probe();  // the late answer was taken in, and written nowhere
   // A request made after it is answered as usual.
+  gate.Open(778);
   auto again =
       (*worker)->Pull(Blob::FromVector(std::vector<uint64_t>{778}), {}, dest);
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE((*worker)->Wait(*again, kLong).ok());
-  for (std::thread& t : late) t.join();
   EXPECT_EQ(buf, std::vector<float>(4, 7.0f));
 }
 

@@ -106,6 +106,9 @@ class ZmqVan : public Van {
   // dropped (zmq_van_lane.cc).
   int64_t lane_messages_sent() EXCLUDES(conns_mu_);
   int64_t lane_messages_refused() const { return lane_refused_.load(); }
+  // Lane messages that came before their sender's switch mark and were held
+  // for it (a test's proof that such a message was read and kept back).
+  int64_t lane_messages_held() const { return lane_held_.load(); }
   // Handshakes its bound sockets (the CURVE socket, the lane) refused.
   int64_t handshakes_refused() const { return monitor_->refused(); }
   // The port of this node's sealed lane; 0 when it has none.
@@ -214,6 +217,7 @@ class ZmqVan : public Van {
   bool lane_first_ = false;
   LogRateLimiter lane_log_;
   std::atomic<int64_t> lane_refused_{0};
+  std::atomic<int64_t> lane_held_{0};
 
   friend void ReleaseFrame(void* data, void* hint);
   void OnReleased(Conn* c, int64_t bytes);

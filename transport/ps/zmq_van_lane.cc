@@ -400,6 +400,7 @@ bool ZmqVan::ReadLaneMessage() {
       ready_msgs_.push_back(std::move(msg));
     } else {
       lane.held.push_back(std::move(msg));
+      lane_held_.fetch_add(1);
     }
   }
   zmq_msg_close(&id);

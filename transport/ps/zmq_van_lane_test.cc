@@ -77,6 +77,13 @@ class Node {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
+  bool WaitHeld(int64_t n) {
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (van->lane_messages_held() < n && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return van->lane_messages_held() >= n;
+  }
   bool WaitRefused(int64_t n) {
     const auto deadline = Clock::now() + std::chrono::seconds(30);
     while (van->lane_messages_refused() < n && Clock::now() < deadline) {
@@ -443,7 +450,7 @@ TEST(ZmqVanLaneTest, AMessageIsTakenOnceWholeAndInOrder) {
       Sealed(sealer.get(), lane, 2, net::SealKind::kData, "meta"),
       Sealed(sealer.get(), lane, 3, net::SealKind::kLast, data, 1)};
   SendParts(wire, first);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(node.WaitHeld(1));
   EXPECT_EQ(node.WaitFor(0).size(), 0u);
   SendParts(curve, {"over CURVE"});
   SendParts(curve, {"", "kvLaneS1" + U64(lane)});
