@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "transport/collective/mesh_peer.h"
+#include "net/pieces.h"
 #include "net/same_host.h"
 #include "net/zmq_error.h"
 
@@ -199,14 +200,12 @@ Status Mesh::SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
   if (zmq_send(p.dealer, &h, sizeof(h), ZMQ_SNDMORE) < 0) {
     return Status::Unavailable("send to " + PeerName(peer) + ": " + ZmqError());
   }
-  // The body in pieces of at most net::kMaxFramePayloadBytes (receivers
-  // refuse larger frames); every piece but the last is exactly that long.
-  const size_t piece = static_cast<size_t>(net::kMaxFramePayloadBytes);
-  size_t off = 0;
-  do {
-    const size_t n = std::min(piece, size - off);
-    const bool last = off + n == size;
-    const char* at = static_cast<const char*>(data) + off;
+  // The body in pieces (net/pieces.h: receivers refuse larger frames).
+  for (size_t i = 0; i < net::PieceCount(size); ++i) {
+    const net::Piece piece = net::PieceOf(size, i);
+    const size_t n = piece.length;
+    const bool last = piece.last;
+    const char* at = static_cast<const char*>(data) + piece.offset;
     zmq_msg_t m;
     if (copy || size == 0) {
       zmq_msg_init_size(&m, n);
@@ -221,8 +220,7 @@ Status Mesh::SendRaw(int peer, MsgKind kind, uint64_t group, uint64_t tag,
       zmq_msg_close(&m);
       return Status::Unavailable("send to " + PeerName(peer) + ": " + err);
     }
-    off += n;
-  } while (off < size);
+  }
   return Status::OK();
 }
 

@@ -29,6 +29,7 @@
 
 #include "transport/collective/mesh.h"
 #include "transport/collective/mesh_peer.h"
+#include "net/pieces.h"
 #include "net/zmq_error.h"
 #include "net/zmq_frame.h"
 
@@ -210,16 +211,15 @@ void Mesh::HandleLane() {
 Status Mesh::SendSealed(int peer, const void* header, size_t header_size,
                         const void* data, size_t size) {
   Peer& p = *peers_[peer];
-  // The header, then the body in pieces of at most kMaxFramePayloadBytes
-  // (as over CURVE), each sealed into its own ZeroMQ message buffer.
-  const size_t piece = static_cast<size_t>(net::kMaxFramePayloadBytes);
-  const size_t pieces = size == 0 ? 1 : (size + piece - 1) / piece;
-  const size_t n = 1 + pieces;
+  // The header, then the body in pieces (net/pieces.h, as over CURVE),
+  // each sealed into its own ZeroMQ message buffer.
+  const size_t n = 1 + net::PieceCount(size);
   for (size_t i = 0; i < n; ++i) {
+    const net::Piece piece = i == 0 ? net::Piece{0, header_size, false}
+                                    : net::PieceOf(size, i - 1);
     const char* at = i == 0 ? static_cast<const char*>(header)
-                            : static_cast<const char*>(data) + (i - 1) * piece;
-    const size_t len =
-        i == 0 ? header_size : std::min(piece, size - (i - 1) * piece);
+                            : static_cast<const char*>(data) + piece.offset;
+    const size_t len = piece.length;
     zmq_msg_t m;
     zmq_msg_init_size(&m, net::SealedSize(len));
     const Status sealed = p.writer->Seal(i, n, len > 0 ? at : nullptr, len,

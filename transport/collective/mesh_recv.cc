@@ -8,6 +8,7 @@
 
 #include "transport/collective/mesh.h"
 #include "transport/collective/mesh_peer.h"
+#include "net/pieces.h"
 #include "net/zmq_error.h"
 
 namespace kvtrain {
@@ -46,12 +47,8 @@ void Mesh::Accept(std::string_view id, zmq_msg_t* id_msg,
   if (!frames.empty()) in.frame[1] = {frames[0]->data(), frames[0]->size()};
   const size_t pieces = frames.empty() ? 0 : frames.size() - 1;
   in.body_pieces = pieces;
-  in.pieces_well_formed = true;
-  for (size_t i = 1; i + 1 < frames.size(); ++i) {
-    in.pieces_well_formed =
-        in.pieces_well_formed &&
-        frames[i]->size() == static_cast<size_t>(net::kMaxFramePayloadBytes);
-  }
+  in.pieces_well_formed =
+      pieces == 0 || net::ArePieces(pieces, [&](size_t i) { return frames[1 + i]->size(); });
   if (pieces == 1) {
     body = std::move(frames[1]);
   } else {

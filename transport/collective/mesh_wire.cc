@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "net/pieces.h"
+
 namespace kvtrain {
 namespace collective {
 
@@ -132,8 +134,8 @@ Decoded DecodeMeshMessage(const WireFrames& in, int rank, int size) {
   }
   if (!in.pieces_well_formed) {
     return Dropped(d, Drop::kMalformed,
-                   "a body in " + std::to_string(in.body_pieces) +
-                       " frames that are not 4194304 bytes each but the last");
+                   "a body in " + std::to_string(in.body_pieces) + " frames that are not " +
+                       std::to_string(net::kPieceBytes) + " bytes each but the last");
   }
   if (in.frame[1].size() != sizeof(WireHeader)) {
     return Dropped(d, Drop::kMalformed,

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "net/curve.h"
+#include "net/pieces.h"
 
 namespace kvtrain {
 namespace ps {
@@ -67,16 +68,17 @@ std::vector<Blob> EncodeMessage(Message* msg) {
   std::vector<Blob> frames;
   frames.reserve(msg->data.size() + 1);
   frames.push_back(Blob::FromString(msg->meta.SerializeAsString()));
-  constexpr size_t kPiece = static_cast<size_t>(net::kMaxFramePayloadBytes);
   for (const Blob& b : msg->data) {
-    if (b.size() <= kPiece) {
+    // Receivers refuse frames above net::kMaxFrameBytes: larger data goes in
+    // pieces (net/pieces.h; views of the same blob, not copies).
+    const size_t n = net::PieceCount(b.size());
+    if (n == 1) {
       frames.push_back(b);
       continue;
     }
-    // Receivers refuse frames above net::kMaxFrameBytes: larger data goes in
-    // pieces (views of the same blob, not copies).
-    for (size_t off = 0; off < b.size(); off += kPiece) {
-      frames.push_back(b.Slice(off, std::min(kPiece, b.size() - off)));
+    for (size_t i = 0; i < n; ++i) {
+      const net::Piece p = net::PieceOf(b.size(), i);
+      frames.push_back(b.Slice(p.offset, p.length));
     }
   }
   return frames;
@@ -128,6 +130,11 @@ Status DecodeMessage(std::vector<Blob> frames, Message* out,
       return Status::DataLoss("data frame " + std::to_string(i) + " has " +
                               std::to_string(got) + " bytes but the header says " +
                               std::to_string(want));
+    }
+    if (!net::ArePieces(next - first, [&](size_t k) { return frames[first + k].size(); })) {
+      return Status::DataLoss("data frame " + std::to_string(i) + " came in " +
+                              std::to_string(next - first) + " pieces that are not " +
+                              std::to_string(net::kPieceBytes) + " bytes each but the last");
     }
     pieces[i] = {first, next};
   }

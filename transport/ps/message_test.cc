@@ -112,6 +112,13 @@ TEST(MessageTest, MalformedInputIsDescribed) {
   EXPECT_THAT(DecodeMessage(overshoot, &out).message(),
               HasSubstr("data frame 0 has " + std::to_string(values.size() * 4 + 8) +
                         " bytes but the header says " + std::to_string(values.size() * 4)));
+  // The right total cut otherwise (net/pieces.h: every piece but the last
+  // is exactly kMaxFramePayloadBytes): refused.
+  std::vector<Blob> recut = pieces;
+  recut[1] = pieces[1].Slice(0, pieces[1].size() - 4);
+  recut[2] = Blob::FromString(std::string(pieces[2].size() + 4, 'y'));
+  EXPECT_THAT(DecodeMessage(recut, &out).message(),
+              HasSubstr("data frame 0 came in 3 pieces that are not 4194304 bytes each"));
   std::vector<Blob> extra = pieces;
   extra.push_back(Blob::FromString("x"));
   EXPECT_THAT(DecodeMessage(extra, &out).message(), HasSubstr("wrong frame count"));
