@@ -11,7 +11,7 @@
 #include "engine/models.h"
 #include "engine/symbol.h"
 #include "trainer/checkpoint.h"
-#include "transport/ps/fuzz_frames.h"
+#include "net/fuzz_frames.h"
 #include "transport/ps/message.h"
 #include "ops/optimizer.h"
 #include "proto/kvstore.pb.h"
@@ -33,7 +33,10 @@ void Write(const std::string& rel, const std::string& bytes) {
 }
 
 std::string Encode(ps::Message m) {
-  return ps::JoinFuzzFrames(ps::EncodeMessage(&m));
+  const std::vector<ps::Blob> frames = ps::EncodeMessage(&m);
+  std::vector<std::string_view> parts;
+  for (const ps::Blob& f : frames) parts.emplace_back(f.data(), f.size());
+  return net::JoinAt(parts, net::kFrameSeparator);
 }
 
 ps::Message Data(bool push, bool pull, std::vector<uint64_t> keys,

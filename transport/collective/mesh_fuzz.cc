@@ -8,7 +8,7 @@
 //
 // Input: byte 0 picks the mesh (size 2 + bits 0-2, rank bits 3-7 mod size);
 // the rest is messages joined by kMessageSeparator, each frames (routing
-// id, header, body) joined by kFrameSeparator (fuzz_frames.h).
+// id, header, body) joined by kFrameSeparator (net/fuzz_frames.h).
 #include <glog/logging.h>
 
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include <set>
 #include <tuple>
 
-#include "transport/collective/fuzz_frames.h"
+#include "net/fuzz_frames.h"
 #include "transport/collective/inbox.h"
 #include "transport/collective/mesh_wire.h"
 
@@ -63,9 +63,9 @@ void Run(std::string_view input) {
   using Key = std::tuple<int, MsgKind, uint64_t, uint64_t>;
   std::set<Key> keys;
   int i = 0;
-  for (std::string_view message : SplitAt(input.substr(1), kMessageSeparator)) {
+  for (std::string_view message : net::SplitAt(input.substr(1), net::kMessageSeparator)) {
     const std::vector<std::string_view> frames =
-        SplitAt(message, kFrameSeparator);
+        net::SplitAt(message, net::kFrameSeparator);
     WireFrames in;
     in.count = frames.size();
     for (size_t f = 0; f < frames.size() && f < 3; ++f) in.frame[f] = frames[f];

@@ -5,12 +5,12 @@
 // answer has exactly `size` endpoints.
 //
 // Input: byte 0 is the group size for the answer (1 + byte 0 mod 16); the
-// rest is frames joined by kFrameSeparator (fuzz_frames.h).
+// rest is frames joined by kFrameSeparator (net/fuzz_frames.h).
 #include <glog/logging.h>
 
 #include <cstdint>
 
-#include "transport/collective/fuzz_frames.h"
+#include "net/fuzz_frames.h"
 #include "transport/collective/rendezvous.h"
 
 namespace kvtrain {
@@ -20,7 +20,7 @@ namespace {
 void Run(std::string_view input) {
   const int size = 1 + static_cast<uint8_t>(input[0]) % 16;
   const std::vector<std::string_view> frames =
-      SplitAt(input.substr(1), kFrameSeparator);
+      net::SplitAt(input.substr(1), net::kFrameSeparator);
   StatusOr<RegisterRequest> req = ParseRegisterRequest(frames);
   if (req.ok()) {
     CHECK(req->rank >= 0 && req->rank < 65535) << req->rank;

@@ -4,7 +4,7 @@
 // status conversion. Input: frames joined by kFrameSeparator (fuzz_frames.h).
 #include <cstdint>
 
-#include "transport/ps/fuzz_frames.h"
+#include "net/fuzz_frames.h"
 #include "transport/ps/message.h"
 
 namespace kvtrain {
@@ -37,7 +37,12 @@ void UsePairs(const Message& msg) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvtrain::ps;  // NOLINT
   Message msg;
-  if (!DecodeMessage(SplitFuzzFrames(data, size), &msg).ok()) return 0;
+  std::vector<Blob> frames;  // 8-byte aligned copies, as ZeroMQ hands over large frames
+  for (std::string_view f : kvtrain::net::SplitAt({reinterpret_cast<const char*>(data), size},
+                                                  kvtrain::net::kFrameSeparator)) {
+    frames.push_back(Blob::Copy(f.data(), f.size()));
+  }
+  if (!DecodeMessage(std::move(frames), &msg).ok()) return 0;
   (void)DescribeData(msg);
   (void)StatusFromWire(msg.meta.status_code(), msg.meta.status_message());
   if (msg.meta.command() == kvtrain::wire::DATA) UsePairs(msg);
