@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "net/fuzz_frames.h"
+#include "net/lane_setup.h"
 #include "transport/collective/inbox.h"
 #include "transport/collective/mesh_wire.h"
 
@@ -39,7 +40,8 @@ void CheckAccepted(const Decoded& d, const WireFrames& in, int rank, int size) {
            static_cast<uint32_t>(MsgKind::kLane));
   if (d.kind == MsgKind::kLane) {
     CHECK(d.group == 0 && (d.tag == kLaneOffer || d.tag == kLaneAck));
-    CHECK_EQ(in.frame[2].size(), d.tag == kLaneOffer ? 48u : 8u);
+    CHECK_EQ(in.frame[2].size(),
+             d.tag == kLaneOffer ? net::kLaneOfferBytes : net::kLaneAnswerBytes);
     return;
   }
   const bool control =

@@ -3,18 +3,18 @@
 // reaches over TCP over a second connection, every frame sealed with
 // AES-256-GCM under a random key it gave the peer over CURVE.
 //
-// Set up in Connect, after the hellos, for every TCP peer at once:
+// Set up in Connect, after the hellos, for every TCP peer at once, in the
+// steps of net/lane_setup.h (the parameter-server van's):
 //  1. Each rank sends each TCP peer, over CURVE, an offer (kLane, tag
-//     kLaneOffer): its lane's port, and the id and key of the lane it will
-//     seal with (zeros when it has no lane).
+//     kLaneOffer; lane id 0 when it has no lane to seal into).
 //  2. The receive thread keeps an offered key under its lane id and answers
-//     (kLaneAck) once it is kept.
-//  3. Once a peer's offer shows a lane and its ack came, the rank connects
-//     a DEALER to the peer's lane, sends a sealed probe and waits for the
-//     sealed "ready" (at most kLaneProbeMs); then every later message to
-//     that peer goes over the lane. No message of the job went to the peer
-//     before (Connect has not returned), so nothing can be overtaken. A
-//     peer whose lane does not answer keeps CURVE.
+//     (kLaneAck) with its lane's port, 0 when it has none.
+//  3. Once the answer shows a port, the rank connects a DEALER to the
+//     peer's lane, sends a sealed probe and waits for the sealed "ready"
+//     (at most kLaneProbeMs); then every later message to that peer goes
+//     over the lane. No message of the job went to the peer before
+//     (Connect has not returned), so nothing can be overtaken and no switch
+//     mark is needed. A peer whose lane does not answer keeps CURVE.
 // The receive thread opens what comes on the lane (net::LaneReader: a lane
 // it was offered, in sequence, whole, under its key) and hands it to the
 // same decoding as the ROUTER's messages, as from the rank that offered
@@ -29,6 +29,7 @@
 
 #include "transport/collective/mesh.h"
 #include "transport/collective/mesh_peer.h"
+#include "net/lane_setup.h"
 #include "net/pieces.h"
 #include "net/zmq_error.h"
 #include "net/zmq_frame.h"
@@ -43,7 +44,6 @@ using net::ZmqError;
 // How long a rank waits for a peer's lane to answer its probe before it
 // keeps CURVE for that peer.
 constexpr int kLaneProbeMs = 5000;
-constexpr size_t kOfferBytes = 16 + net::kSealKeyBytes;
 
 }  // namespace
 
@@ -60,67 +60,53 @@ Status Mesh::ConnectLanes(Clock::time_point deadline) {
   std::vector<std::unique_ptr<net::LaneWriter>> writers(size_);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || peers_[p]->ipc) continue;
-    std::string offer(kOfferBytes, '\0');
+    // A rank with its lane turned off (no lane socket) uses none either way.
+    net::LaneOffer offer;
     if (lane_ != nullptr) {
       StatusOr<std::unique_ptr<net::LaneWriter>> w = net::LaneWriter::Create();
       if (w.ok()) {
         writers[p] = std::move(*w);
-        net::StoreLe64(&offer[0], static_cast<uint64_t>(lane_port_));
-        net::StoreLe64(&offer[8], writers[p]->id());
-        std::memcpy(&offer[16], writers[p]->key().data(), net::kSealKeyBytes);
+        offer = {writers[p]->id(), writers[p]->key()};
       }
     }
-    KV_RETURN_IF_ERROR(
-        Send(p, MsgKind::kLane, 0, kLaneOffer, offer.data(), offer.size()));
+    const std::string bytes = net::EncodeLaneOffer(offer);
+    KV_RETURN_IF_ERROR(Send(p, MsgKind::kLane, 0, kLaneOffer, bytes.data(), bytes.size()));
   }
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || peers_[p]->ipc) continue;
-    auto offer = Recv(p, MsgKind::kLane, 0, kLaneOffer, deadline);
-    if (!offer.ok())
-      return offer.status().Annotate("connecting to " + PeerName(p));
-    const uint64_t port = net::LoadLe64((*offer)->data());
-    if (writers[p] == nullptr || port == 0 || port > 65535) continue;
-    auto ack = Recv(p, MsgKind::kLane, 0, kLaneAck, deadline);
-    if (!ack.ok()) return ack.status().Annotate("connecting to " + PeerName(p));
-    if (net::LoadLe64((*ack)->data()) != writers[p]->id()) continue;
-    void* s = zmq_socket(ctx_, ZMQ_DEALER);
-    if (s == nullptr) continue;
-    const int zero = 0;
-    const int wait_ms = static_cast<int>(std::max<int64_t>(
-        1,
-        std::min<int64_t>(kLaneProbeMs,
-                          std::chrono::duration_cast<std::chrono::milliseconds>(
-                              deadline - Clock::now())
-                              .count())));
-    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero));
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(s, ZMQ_RCVTIMEO, &wait_ms, sizeof(wait_ms));
-    const std::string ep =
-        "tcp://" + peers_[p]->endpoint.host + ":" + std::to_string(port);
-    const std::string probe = writers[p]->Probe();
+    auto got = Recv(p, MsgKind::kLane, 0, kLaneAck, deadline);
+    if (!got.ok()) return got.status().Annotate("connecting to " + PeerName(p));
+    net::LaneAnswer answer;
+    if (writers[p] == nullptr ||
+        !net::DecodeLaneAnswer((*got)->data(), (*got)->size(), &answer) ||
+        answer.id != writers[p]->id() || answer.port == 0) {
+      continue;
+    }
+    StatusOr<void*> s = net::ConnectLane(ctx_, peers_[p]->endpoint.host, answer.port,
+                                         writers[p].get(), nullptr);
     bool ready = false;
-    // The lane admits the connection only with the token of the key
-    // offered over CURVE.
-    if (net::LimitInbound(s).ok() &&
-        net::SecureLaneClient(s, writers[p]->key()).ok() &&
-        zmq_connect(s, ep.c_str()) == 0 &&
-        zmq_send(s, probe.data(), probe.size(), 0) >= 0) {
+    if (s.ok()) {
+      const int wait_ms = static_cast<int>(std::max<int64_t>(
+          1, std::min<int64_t>(kLaneProbeMs,
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - Clock::now())
+                                   .count())));
+      zmq_setsockopt(*s, ZMQ_RCVTIMEO, &wait_ms, sizeof(wait_ms));
       net::ZmqFrame reply;
-      ready = zmq_msg_recv(&reply.msg, s, 0) >= 0 &&
-              !zmq_msg_more(&reply.msg) &&
+      ready = zmq_msg_recv(&reply.msg, *s, 0) >= 0 && !zmq_msg_more(&reply.msg) &&
               writers[p]->IsReady(static_cast<char*>(zmq_msg_data(&reply.msg)),
                                   zmq_msg_size(&reply.msg));
     }
     if (!ready) {
-      LOG(WARNING) << "all-reduce rank " << rank_ << ": the sealed lane of "
-                   << PeerName(p) << " (" << ep
+      LOG(WARNING) << "all-reduce rank " << rank_ << ": the sealed lane of " << PeerName(p)
+                   << " (" << peers_[p]->endpoint.host << ":" << answer.port
                    << ") did not answer; messages to it go over CURVE";
-      zmq_close(s);
+      if (s.ok()) zmq_close(*s);
       continue;
     }
     Peer& peer = *peers_[p];
     std::lock_guard<std::mutex> l(peer.mu);
-    peer.lane = s;
+    peer.lane = *s;
     peer.writer = std::move(writers[p]);
   }
   return Status::OK();
@@ -133,32 +119,32 @@ bool Mesh::Sealed(int peer) {
 }
 
 void Mesh::OnLaneOffer(int peer, const Payload& body) {
-  const uint64_t id = net::LoadLe64(body.data() + 8);
-  if (lane_ == nullptr || id == 0) return;
-  StatusOr<std::unique_ptr<net::Sealer>> sealer =
-      net::Sealer::Create(std::string(body.data() + 16, net::kSealKeyBytes));
-  if (!sealer.ok()) return;
-  // The peer offered again (it cannot, short of a bug): its earlier lane is
-  // done.
-  for (auto it = lanes_in_.begin(); it != lanes_in_.end();) {
-    if (it->second.peer == peer) {
-      zap_->ForgetLane(it->second.zap_token);
-      it = lanes_in_.erase(it);
-    } else {
-      ++it;
+  net::LaneOffer offer;
+  net::LaneAnswer answer;
+  if (net::DecodeLaneOffer(body.data(), body.size(), &offer)) answer.id = offer.id;
+  if (lane_ != nullptr && offer.id != 0 && lanes_in_.count(offer.id) == 0) {
+    StatusOr<net::KeptLane> kept = net::KeepLane(offer, zap_.get());
+    if (kept.ok()) {
+      // The peer offered again (it cannot, short of a bug): its earlier
+      // lane is done.
+      for (auto it = lanes_in_.begin(); it != lanes_in_.end();) {
+        if (it->second.peer == peer) {
+          zap_->ForgetLane(it->second.zap_token);
+          it = lanes_in_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      LaneIn& in = lanes_in_[offer.id];
+      in.peer = peer;
+      in.reader = std::move(kept->reader);
+      in.zap_token = std::move(kept->zap_token);
+      answer.port = static_cast<uint64_t>(lane_port_);
     }
   }
-  if (lanes_in_.count(id) != 0) return;
-  LaneIn& in = lanes_in_[id];
-  in.peer = peer;
-  in.reader = std::make_unique<net::LaneReader>(id, std::move(*sealer));
-  // Only now can a connection to the lane be admitted, and only the
-  // offerer's (it alone has the key the token comes from).
-  in.zap_token = net::LaneToken(std::string(body.data() + 16, net::kSealKeyBytes));
-  zap_->AllowLane(in.zap_token);
-  char ack[8];
-  net::StoreLe64(ack, id);
-  SendRaw(peer, MsgKind::kLane, 0, kLaneAck, ack, sizeof(ack), /*copy=*/true);
+  // Always answered: the offerer waits for it.
+  const std::string bytes = net::EncodeLaneAnswer(answer);
+  SendRaw(peer, MsgKind::kLane, 0, kLaneAck, bytes.data(), bytes.size(), /*copy=*/true);
 }
 
 void Mesh::HandleLane() {

@@ -69,7 +69,9 @@ void Mesh::Accept(std::string_view id, zmq_msg_t* id_msg,
   Decoded d = DecodeMeshMessage(in, rank_, size_);
   if (d.drop == Drop::kNone && d.kind == MsgKind::kLane &&
       d.tag == kLaneOffer) {
-    OnLaneOffer(d.peer, *body);
+    // Answered here; nothing waits for it in the inbox.
+    liveness_.Heard(d.peer, net::SteadyNowNs());
+    return OnLaneOffer(d.peer, *body);
   }
   if (d.drop == Drop::kNone) d.drop = Deliver(d, std::move(body));
   if (d.drop != Drop::kNone)

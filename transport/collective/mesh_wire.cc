@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "net/lane_setup.h"
 #include "net/pieces.h"
 
 namespace kvtrain {
@@ -164,7 +165,7 @@ Decoded DecodeMeshMessage(const WireFrames& in, int rank, int size) {
   d.group = h.group;
   d.tag = h.tag;
   if (d.kind == MsgKind::kLane) {
-    const size_t want = h.tag == kLaneOffer ? 48 : 8;
+    const size_t want = h.tag == kLaneOffer ? net::kLaneOfferBytes : net::kLaneAnswerBytes;
     if (h.group != 0 || (h.tag != kLaneOffer && h.tag != kLaneAck) ||
         in.frame[2].size() != want) {
       return Dropped(d, Drop::kMalformed,

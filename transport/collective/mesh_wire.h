@@ -37,9 +37,8 @@ enum class MsgKind : uint32_t {
   kLane = 5,  // sealed-lane setup (mesh_lane.cc): tag kLaneOffer or kLaneAck
 };
 
-// kLane's tags: an offer (body: the sender's lane port, the lane id and key
-// it will seal with, 48 bytes), and the answer that the key is kept (body:
-// the lane id).
+// kLane's tags: an offer and its answer (net/lane_setup.h: the lane id and
+// key the sender will seal with; the lane id and the receiver's lane port).
 inline constexpr uint64_t kLaneOffer = 1;
 inline constexpr uint64_t kLaneAck = 2;
 

@@ -4,15 +4,14 @@
 // sealed with AES-256-GCM under that key, which costs about 2.8 times less
 // CPU per byte than CURVE's own encryption.
 //
-// Setting a lane up:
-//  1. Connect sends an offer over CURVE as the connection's first message:
-//     a random lane id and a random 32-byte key.
+// Setting a lane up (net/lane_setup.h, the same steps as the mesh's):
+//  1. Connect sends an offer over CURVE as the connection's first message.
 //  2. The receiver keeps the key under the lane id and answers over CURVE
-//     (its ROUTER to the sender's DEALER) with its lane's port, or 0 when it
-//     has no lane.
+//     (its ROUTER to the sender's DEALER) with its lane's port, or 0.
 //  3. The sender connects a DEALER to that port and sends a sealed probe.
 //  4. The receiver opens the probe and answers on the lane with a sealed
-//     "ready". The sender then sends a switch mark over CURVE, and every
+//     "ready". The sender then sends a switch mark over CURVE (this van's
+//     own step: messages may be on their way over CURVE already), and every
 //     later message over the lane. The receiver holds lane messages until
 //     the mark, so that messages still on their way over CURVE come first.
 //     Until the switch (or when the lane's port cannot be reached) every
@@ -38,6 +37,7 @@
 #include "transport/ps/zmq_van.h"
 #include "transport/ps/zmq_van_conn.h"
 #include "net/curve.h"
+#include "net/lane_setup.h"
 #include "net/zmq_error.h"
 #include "net/zmq_frame.h"
 
@@ -48,11 +48,7 @@ namespace {
 
 using net::ZmqError;
 
-constexpr char kOfferMagic[8] = {'k', 'v', 'L', 'a', 'n', 'e', 'O', '1'};
-constexpr char kPortMagic[8] = {'k', 'v', 'L', 'a', 'n', 'e', 'P', '1'};
 constexpr char kSwitchMagic[8] = {'k', 'v', 'L', 'a', 'n', 'e', 'S', '1'};
-constexpr size_t kOfferBytes = 16 + net::kSealKeyBytes;
-constexpr size_t kPortBytes = 24;
 constexpr size_t kSwitchBytes = 16;
 // How long a lane may take to answer its probe before the sender says so.
 constexpr std::chrono::seconds kProbeLate(5);
@@ -64,7 +60,8 @@ bool HasMagic(const Blob& b, const char (&magic)[8], size_t size) {
 }  // namespace
 
 bool IsLaneControl(const Blob& frame) {
-  return HasMagic(frame, kOfferMagic, kOfferBytes) ||
+  net::LaneOffer offer;
+  return net::DecodeLaneOffer(frame.data(), frame.size(), &offer) ||
          HasMagic(frame, kSwitchMagic, kSwitchBytes);
 }
 
@@ -85,10 +82,7 @@ void OfferLane(ZmqVan::Conn* c, void* ctx, const std::string& host,
   lane->verbose = verbose;
   lane->watch = std::move(watch);
   // The key travels inside CURVE; the lane only ever carries what it seals.
-  std::string offer(kOfferBytes, '\0');
-  std::memcpy(&offer[0], kOfferMagic, 8);
-  net::StoreLe64(&offer[8], lane->writer->id());
-  std::memcpy(&offer[16], lane->writer->key().data(), net::kSealKeyBytes);
+  const std::string offer = net::EncodeLaneOffer({lane->writer->id(), lane->writer->key()});
   if (zmq_send(c->socket, "", 0, ZMQ_SNDMORE) < 0 ||
       zmq_send(c->socket, offer.data(), offer.size(), 0) < 0) {
     LOG(WARNING) << "no sealed lane to " << c->endpoint << ": " << ZmqError();
@@ -114,49 +108,33 @@ void AdvanceLane(ZmqVan::Conn* c) {
     }
     zmq_msg_close(&part);
     if (parts.empty()) return;
+    net::LaneAnswer answer;
     if (parts.size() != 2 || !parts[0].empty() ||
-        parts[1].size() != kPortBytes ||
-        std::memcmp(parts[1].data(), kPortMagic, 8) != 0 ||
-        net::LoadLe64(parts[1].data() + 8) != lane->writer->id()) {
+        !net::DecodeLaneAnswer(parts[1].data(), parts[1].size(), &answer) ||
+        answer.id != lane->writer->id()) {
       LOG(WARNING) << "sealed lane to " << c->endpoint
                    << ": the peer's answer to the offer is malformed; messages "
                       "stay on CURVE";
       lane->state = LaneOut::State::kOff;
       return;
     }
-    const uint64_t port = net::LoadLe64(parts[1].data() + 16);
-    if (port == 0 || port > 65535) {
+    if (answer.port == 0) {
       LOG_IF(INFO, lane->verbose >= 1)
           << "messages to " << c->endpoint
           << " stay on CURVE: it has no sealed lane";
       lane->state = LaneOut::State::kOff;
       return;
     }
-    void* s = zmq_socket(lane->ctx, ZMQ_DEALER);
-    if (s == nullptr) {
+    // The monitor reports the lane connection's failures and drops.
+    StatusOr<void*> s =
+        net::ConnectLane(lane->ctx, lane->host, answer.port, lane->writer.get(), lane->watch);
+    if (!s.ok()) {
+      LOG(WARNING) << "sealed lane to " << lane->host << ":" << answer.port << ": "
+                   << s.status().message() << "; messages stay on CURVE";
       lane->state = LaneOut::State::kOff;
       return;
     }
-    const int zero = 0;
-    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero));
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
-    const std::string endpoint =
-        "tcp://" + lane->host + ":" + std::to_string(port);
-    const std::string probe = lane->writer->Probe();
-    // The lane admits the connection only with the token of the key it
-    // was offered over CURVE; the monitor reports its failures and drops.
-    if (!net::LimitInbound(s).ok() ||
-        !net::SecureLaneClient(s, lane->writer->key()).ok() ||
-        (lane->watch && !lane->watch(s).ok()) ||
-        zmq_connect(s, endpoint.c_str()) != 0 ||
-        zmq_send(s, probe.data(), probe.size(), 0) < 0) {
-      LOG(WARNING) << "sealed lane to " << endpoint << ": " << ZmqError()
-                   << "; messages stay on CURVE";
-      zmq_close(s);
-      lane->state = LaneOut::State::kOff;
-      return;
-    }
-    lane->socket = s;
+    lane->socket = *s;
     lane->state = LaneOut::State::kProbing;
     lane->probed = std::chrono::steady_clock::now();
   }
@@ -286,9 +264,8 @@ bool ZmqVan::OnLaneControl(const RawMessage& msg) {
       !IsLaneControl(msg.frames[1])) {
     return false;
   }
-  const char* control = msg.frames[1].data();
-  const uint64_t id = net::LoadLe64(control + 8);
   if (HasMagic(msg.frames[1], kSwitchMagic, kSwitchBytes)) {
+    const uint64_t id = net::LoadLe64(msg.frames[1].data() + 8);
     // Everything the sender sent over CURVE before it is in: its lane
     // messages go next, in order.
     auto it = lanes_in_.find(id);
@@ -302,7 +279,10 @@ bool ZmqVan::OnLaneControl(const RawMessage& msg) {
     it->second.held.clear();
     return true;
   }
-  uint64_t port = 0;
+  net::LaneOffer offer;
+  net::DecodeLaneOffer(msg.frames[1].data(), msg.frames[1].size(), &offer);
+  net::LaneAnswer answer;
+  answer.id = offer.id;
   if (lane_ != nullptr) {
     // The same sender connected again: its earlier lane is done.
     for (auto it = lanes_in_.begin(); it != lanes_in_.end();) {
@@ -310,29 +290,24 @@ bool ZmqVan::OnLaneControl(const RawMessage& msg) {
       if (it->second.token == msg.token) EraseLaneIn(it);
       it = next;
     }
-    const std::string key(control + 16, net::kSealKeyBytes);
-    StatusOr<std::unique_ptr<net::Sealer>> sealer = net::Sealer::Create(key);
-    if (sealer.ok() && lanes_in_.count(id) == 0) {
-      LaneIn& in = lanes_in_[id];
-      in.token = msg.token;
-      in.reader = std::make_unique<net::LaneReader>(id, std::move(*sealer));
-      // Only now can a connection to the lane be admitted, and only the
-      // offerer's (it alone has the key the token comes from).
-      in.zap_token = net::LaneToken(key);
-      zap_->AllowLane(in.zap_token);
-      port = static_cast<uint64_t>(lane_port_);
+    if (lanes_in_.count(offer.id) == 0) {
+      StatusOr<net::KeptLane> kept = net::KeepLane(offer, zap_.get());
+      if (kept.ok()) {
+        LaneIn& in = lanes_in_[offer.id];
+        in.token = msg.token;
+        in.reader = std::move(kept->reader);
+        in.zap_token = std::move(kept->zap_token);
+        answer.port = static_cast<uint64_t>(lane_port_);
+      }
     }
   }
-  char answer[kPortBytes];
-  std::memcpy(answer, kPortMagic, 8);
-  net::StoreLe64(answer + 8, id);
-  net::StoreLe64(answer + 16, port);
+  const std::string bytes = net::EncodeLaneAnswer(answer);
   // To the sender's DEALER, over CURVE (best effort: the sender keeps to
   // CURVE until an answer comes).
   zmq_send(router_, msg.token.data(), msg.token.size(),
            ZMQ_SNDMORE | ZMQ_DONTWAIT);
   zmq_send(router_, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-  zmq_send(router_, answer, sizeof(answer), ZMQ_DONTWAIT);
+  zmq_send(router_, bytes.data(), bytes.size(), ZMQ_DONTWAIT);
   return true;
 }
 
