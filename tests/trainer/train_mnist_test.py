@@ -63,14 +63,15 @@ class TrainMnistTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertGreater(os.path.getsize(self.tmp + "/m.png"), 10000)
 
-    def test_lenet_local_reaches_90_percent(self):
-        # 5 epochs, the rate cut after epochs 3 and 4 (10 epochs reach 0.91).
-        code, out, err = train("--network=lenet", "--kv-store=local", "--num-epochs=5",
-                               "--lr-step-epochs=3,4", timeout=1500)
+    def test_lenet_local_reaches_85_percent_in_an_epoch(self):
+        # One epoch (0.866; 5 epochs reach 0.909, 10 reach 0.915: a run of
+        # minutes, recorded in docs/training.md, not repeated here).
+        code, out, err = train("--network=lenet", "--kv-store=local", "--num-epochs=1",
+                               "--lr-step-epochs=", timeout=900)
         self.assertEqual(code, 0, err)
         acc = parsed_accuracy(out)
-        print("LeNet local, 5 epochs: test accuracy %.4f" % acc)
-        self.assertGreaterEqual(acc, 0.90, out)
+        print("LeNet local, 1 epoch: test accuracy %.4f" % acc)
+        self.assertGreaterEqual(acc, 0.85, out)
 
     def test_dist_sync_equals_local_with_the_combined_batch(self):
         # 20 steps across an epoch boundary: the two sum a step's gradient in
