@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+
 #include <atomic>
 #include <map>
 #include <memory>
@@ -191,6 +193,7 @@ TEST(KVAppTest, DeferredResponsesOncePerStepFromEveryWorker) {
   ASSERT_TRUE(job.StartAll().ok());
   // dist_sync style: answer nobody until every worker pushed.
   std::mutex mu;
+  std::condition_variable arrived;
   std::vector<RequestMeta> waiting;
   std::set<int> ranks;
   std::vector<std::thread> responders;
@@ -201,6 +204,7 @@ TEST(KVAppTest, DeferredResponsesOncePerStepFromEveryWorker) {
         EXPECT_EQ(meta.sender_role, Role::kWorker);
         ranks.insert(meta.sender_rank);
         waiting.push_back(meta);
+        arrived.notify_all();
         if (waiting.size() < 3) return;
         responders.emplace_back([s, w = waiting] {
           for (const RequestMeta& m : w) EXPECT_TRUE(s->Respond(m).ok());
@@ -215,9 +219,9 @@ TEST(KVAppTest, DeferredResponsesOncePerStepFromEveryWorker) {
     auto t = workers[r]->Push(KVPairs::From({7}, Blob::FromString("xxxx")));
     ASSERT_TRUE(t.ok());
     ts.push_back(*t);
-    if (r < 2) {  // not answered before every worker pushed
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      std::lock_guard<std::mutex> l(mu);
+    if (r < 2) {  // the push is in, and not answered before every worker pushed
+      std::unique_lock<std::mutex> l(mu);
+      ASSERT_TRUE(arrived.wait_for(l, kLong, [&] { return waiting.size() == size_t(r) + 1; }));
       EXPECT_TRUE(responders.empty());
     }
   }
