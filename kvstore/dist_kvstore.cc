@@ -17,18 +17,19 @@ namespace kvtrain {
 namespace kv {
 namespace {
 
-// A piece's server key: its server's first key, plus the key's id, plus
-// kPieceStride per piece before it on that server. Ids are below 2^33 (int
-// keys, and names from 2^32), pieces at most Placement::kMaxPieces: a
-// server's range holds them unless a job has more than 2^14 servers.
-constexpr uint64_t kPieceStride = uint64_t{1} << 40;
+// A piece's server key: its server's first key, plus the piece's StateKey
+// (keys.h: the key's id, plus 2^40 per piece before it on that server).
+// Ids are below 2^33 (int keys, and names from 2^32), pieces at most
+// Placement::kMaxPieces: a server's range holds them unless a job has more
+// than 2^14 servers.
+constexpr uint64_t kPieceStride = uint64_t{1} << kStatePartShift;
 
 }  // namespace
 
 StatusOr<uint64_t> ServerKey(const ps::KeyRange& range, uint64_t id, int piece,
                              const std::string& name) {
   const uint64_t width = range.end - range.begin;
-  const uint64_t offset = id + static_cast<uint64_t>(piece) * kPieceStride;
+  const uint64_t offset = static_cast<uint64_t>(StateKey(id, piece));
   if (id >= kPieceStride || offset >= width) {
     return KeyError(Status::Code::kInvalidArgument, name,
                     "piece " + std::to_string(piece) + " has no server key: too many servers (" +

@@ -114,7 +114,8 @@ Status DistKVStore::RunServer() {
   std::unique_ptr<ServerHandler> handler;
   std::unique_ptr<ps::KVServer> server;
   if (po_->role() == Role::kServer) {
-    handler = std::make_unique<ServerHandler>(po_->num_workers());
+    handler = std::make_unique<ServerHandler>(po_->num_workers(),
+                                              po_->ServerKeyRanges()[po_->rank()].begin);
     ServerHandler* h = handler.get();
     ps::KVServerOptions opts;
     opts.handler_threads = settings_.server_threads;

@@ -7,7 +7,10 @@
 #include <thread>
 
 #include "kvstore/dist_fixture_testlib.h"
+#include "kvstore/in_process.h"
+#include "kvstore/keys.h"
 #include "kvstore/kvstore.h"
+#include "proto/optimizer.pb.h"
 
 namespace kvtrain {
 namespace {
@@ -183,6 +186,17 @@ TEST(DistKVStoreTest, OptimizerStatesSaveAndLoadThroughTheServers) {
   }).ok());
   EXPECT_EQ(saved_then_two, -6.125f);
   EXPECT_EQ(resumed, saved_then_two);
+  // Each server keeps its piece's state under the key's StateKey (keys.h),
+  // not its own server key: "w", the first name, is id 2^32 on both.
+  auto states = kv::ReadStatesFile(path);
+  ASSERT_TRUE(states.ok()) << states.status();
+  ASSERT_EQ(states->size(), 2u);
+  for (const std::string& bytes : *states) {
+    proto::OptimizerStates s;
+    ASSERT_TRUE(s.ParseFromString(bytes));
+    ASSERT_EQ(s.keys_size(), 1);
+    EXPECT_EQ(s.keys(0).key(), kv::StateKey(uint64_t{1} << 32, 0));
+  }
 }
 
 // dist_sync: the servers queue at most kSyncWindow steps ahead; pushes and

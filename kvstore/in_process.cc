@@ -40,7 +40,7 @@ Status ProcessUpdate::SetOptimizer(const proto::OptimizerSpec& spec) {
   optimizer_ = opt;
   updater_ = [opt, keys](const Key& key, const Tensor& grad, Tensor* weight) {
     KV_ASSIGN_OR_RETURN(uint64_t id, keys->Id(key));
-    return opt->Update(static_cast<int64_t>(id), *weight, grad);
+    return opt->Update(StateKey(id, 0), *weight, grad);
   };
   return Status::OK();
 }

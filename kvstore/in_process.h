@@ -25,10 +25,10 @@ Status WriteStatesFile(const std::string& path, const std::string& store_type,
 StatusOr<std::vector<std::string>> ReadStatesFile(const std::string& path);
 
 // The update of a store that updates in this process (local, device,
-// dist_allreduce): SetOptimizer's optimizer, applied with the store's key
-// ids (the ids dist_sync's servers use, so states files agree between store
-// types), or SetUpdater's function; and the optimizer's states files. Not
-// thread-safe: the store guards it with its own mutex.
+// dist_allreduce): SetOptimizer's optimizer, its state under each key's
+// StateKey (keys.h: the id, as on the server holding a whole key and in a
+// trainer's own optimizer), or SetUpdater's function; and the optimizer's
+// states files. Not thread-safe: the store guards it with its own mutex.
 class ProcessUpdate {
  public:
   explicit ProcessUpdate(KeyTable* keys) : keys_(keys) {}

@@ -47,6 +47,18 @@ StatusOr<std::vector<KeyGroup>> GroupByKey(const std::vector<Key>& keys,
                                            const std::string& what,
                                            KeyTable* table);
 
+// The one key space of optimizer state (the keys of ops/optimizer.h): a
+// store key's id, plus which part of it the state is for, counted in the
+// bits from kStatePartShift up: a server's piece of the key (the key's
+// pieces on that server, from 0), or a device's copy in a trainer's own
+// optimizer. So a whole key's state is keyed by its id alone in a local
+// store, on the server that holds it and on a trainer's first device. A
+// server key is its server's first key plus the StateKey of its piece.
+inline constexpr int kStatePartShift = 40;
+inline int64_t StateKey(uint64_t id, int64_t part) {
+  return static_cast<int64_t>(id + (static_cast<uint64_t>(part) << kStatePartShift));
+}
+
 // "key fc1_weight: <message>", with `code`.
 Status KeyError(Status::Code code, const std::string& name,
                 const std::string& message);

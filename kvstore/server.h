@@ -47,8 +47,11 @@ class ServerHandler {
   // dist_sync than the push's own staleness alone).
   static constexpr double kStalenessWeight = 0.05;
 
-  explicit ServerHandler(int num_workers)
+  // `key_base`: the first key of this server's range; a key less it is the
+  // StateKey (keys.h) its optimizer state goes under.
+  ServerHandler(int num_workers, uint64_t key_base)
       : num_workers_(num_workers),
+        key_base_(key_base),
         sparse_(num_workers, [this] { return optimizer(); }),
         stats_(static_cast<size_t>(num_workers)) {}
 
@@ -175,6 +178,7 @@ class ServerHandler {
   std::shared_ptr<Optimizer> optimizer() EXCLUDES(mu_);
 
   const int num_workers_;
+  const uint64_t key_base_;
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);
   std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);

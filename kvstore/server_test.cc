@@ -67,7 +67,7 @@ struct OneServer {
   }
 
   ps::InprocJob job;
-  ServerHandler handler{1};
+  ServerHandler handler{1, 0};
   std::unique_ptr<ps::KVServer> server;
   std::unique_ptr<ps::KVWorker> worker;
   uint64_t key = 0;

@@ -244,6 +244,7 @@ StatusOr<std::string> Optimizer::SaveStates() const {
   std::lock_guard<std::mutex> lock(mu_);
   out.set_type(spec_.type());
   out.set_num_update(num_update_);
+  out.set_key_numbering(kKeyNumbering);
   for (const auto& [key, state] : states_) {
     proto::KeyState* ks = out.add_keys();
     ks->set_key(key);
@@ -269,6 +270,14 @@ Status Optimizer::LoadStates(const std::string& bytes) {
         "optimizer states were saved by " +
         OptimizerSpec::Type_Name(in.type()) + " but this optimizer is " +
         OptimizerSpec::Type_Name(spec_.type()));
+  }
+  if (in.keys_size() > 0 && in.key_numbering() != kKeyNumbering) {
+    // Restoring them would leave every key's state fresh, silently.
+    return Status::InvalidArgument(
+        "optimizer states numbered " + std::to_string(in.key_numbering()) +
+        " (written by an earlier kvtrain) cannot be restored: this kvtrain keys them by " +
+        "store key id (numbering " + std::to_string(kKeyNumbering) +
+        "); resume from the params alone, without the states");
   }
   std::map<int64_t, std::unique_ptr<KeyState>> loaded;
   for (const proto::KeyState& ks : in.keys()) {

@@ -26,6 +26,10 @@ namespace kvtrain {
 // concurrently with updates of other keys.
 class Optimizer {
  public:
+  // proto::OptimizerStates.key_numbering of the states SaveStates writes
+  // (callers key them by kvstore/keys.h StateKey); LoadStates refuses others.
+  static constexpr int kKeyNumbering = 1;
+
   // Checks the spec; a bad one is an error naming the field and value, e.g.
   // "optimizer: momentum 1.5 must be in [0, 1)".
   static StatusOr<std::unique_ptr<Optimizer>> Create(

@@ -220,6 +220,14 @@ TEST_F(OptimizerTest, SaveAndRestoreStatesContinueIdentically) {
   EXPECT_EQ(sgd->LoadStates(*saved).message(),
             "optimizer states were saved by ADAM but this optimizer is SGD");
   EXPECT_EQ(b->LoadStates("garbage").code(), Status::Code::kDataLoss);
+  // States numbered otherwise (by an earlier kvtrain) would restore nothing
+  // and leave every key fresh: refused.
+  proto::OptimizerStates old;
+  ASSERT_TRUE(old.ParseFromString(*saved));
+  EXPECT_EQ(old.key_numbering(), Optimizer::kKeyNumbering);
+  old.clear_key_numbering();
+  EXPECT_NE(b->LoadStates(old.SerializeAsString()).message().find("earlier kvtrain"),
+            std::string::npos);
   // A state of another shape is an error naming the key.
   Tensor other = Tensor::Zeros({3}, DType::kFloat32, TestDevice());
   EXPECT_EQ(b->Update(4, other, other).message(),

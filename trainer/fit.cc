@@ -65,6 +65,14 @@ Status Module::SetUpOptimizer(KVStore* kv, const FitOptions& o, bool update_on_k
     return Status::OK();
   }
   KV_RETURN_IF_ERROR(Optimizer::Create(spec).status());
+  // Each parameter's state on device d under StateKey(id, d), its id by the
+  // rule every store names keys by (kvstore/keys.h).
+  kv::KeyTable ids;
+  state_ids_.clear();
+  for (const std::string& name : param_names_) {
+    KV_ASSIGN_OR_RETURN(uint64_t id, ids.Id(name));
+    state_ids_.push_back(id);
+  }
   // 2bit keeps the momentum on the store's side (KVStore::CorrectMomentum).
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> local,
                       Optimizer::Create(kv->CorrectMomentum(spec)));
@@ -203,7 +211,7 @@ Status Module::FinishStep(KVStore* kv, const std::vector<KVHandle>& handles) {
       // Queued on the device's stream, which orders the next forward after
       // it; whatever reads the weight elsewhere synchronises first.
       KV_RETURN_IF_ERROR(local_optimizer->Update(
-          static_cast<int64_t>(p) * ndev + d, execs_[d]->arg_arrays()[arg],
+          kv::StateKey(state_ids_[p], d), execs_[d]->arg_arrays()[arg],
           execs_[d]->grad_arrays()[arg], Optimizer::Wait::kQueued));
     }
   }

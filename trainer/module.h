@@ -25,6 +25,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/metrics.h"
 #include "trainer/progress.h"
+#include "kvstore/keys.h"
 #include "kvstore/kvstore.h"
 #include "ops/initializer.h"
 #include "ops/optimizer.h"
@@ -225,6 +226,9 @@ class Module {
   int64_t batch_size_ = 0;
   // The last Fit's optimizer when the workers update (null: the store's).
   std::unique_ptr<Optimizer> local_optimizer_;
+  // Each parameter's id, under which local_optimizer_ keeps its state
+  // (kvstore/keys.h StateKey, the device as its part).
+  std::vector<uint64_t> state_ids_;
   std::deque<InFlight> in_flight_;
 };
 
