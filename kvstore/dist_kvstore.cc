@@ -374,13 +374,10 @@ StatusOr<KVHandle> DistKVStore::PushPullAsync(const std::vector<Key>& keys,
                                               const std::vector<Tensor>& outs,
                                               int priority) {
   KV_RETURN_IF_ERROR(CheckWorker("PushPull"));
-  KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> pushes,
-                      GroupByKey(keys, values, "push", &keys_));
-  KV_ASSIGN_OR_RETURN(std::vector<KeyGroup> pulls,
-                      GroupByKey(keys, outs, "pull", &keys_));
+  KV_ASSIGN_OR_RETURN(PushPullGroups g, GroupPushPull(keys, values, outs, &keys_));
   Pending pending;
-  for (size_t i = 0; i < pushes.size(); ++i) {
-    KV_RETURN_IF_ERROR(AddToBucket(&pushes[i], &pulls[i], priority, &pending));
+  for (size_t i = 0; i < g.pushes.size(); ++i) {
+    KV_RETURN_IF_ERROR(AddToBucket(&g.pushes[i], &g.pulls[i], priority, &pending));
   }
   return Track(std::move(pending));
 }

@@ -43,20 +43,40 @@ Status KeyError(Status::Code code, const std::string& name,
   }
 }
 
-StatusOr<std::vector<KeyGroup>> GroupByKey(const std::vector<Key>& keys,
-                                           const std::vector<Tensor>& tensors,
-                                           const std::string& what,
-                                           KeyTable* table) {
-  if (keys.size() != tensors.size()) {
-    return Status::InvalidArgument(what + ": " + std::to_string(keys.size()) +
-                                   " keys but " + std::to_string(tensors.size()) +
-                                   " tensors");
+namespace {
+
+// The call's keys translated once: ids and the user's spelling.
+struct Resolved {
+  std::vector<uint64_t> ids;
+  std::vector<std::string> names;
+};
+
+StatusOr<Resolved> Resolve(const std::vector<Key>& keys, KeyTable* table) {
+  Resolved r;
+  r.ids.reserve(keys.size());
+  r.names.reserve(keys.size());
+  for (const Key& k : keys) {
+    KV_ASSIGN_OR_RETURN(uint64_t id, table->Id(k));
+    r.ids.push_back(id);
+    r.names.push_back(k.ToString());
   }
+  return r;
+}
+
+Status CheckCount(const std::vector<Key>& keys, const std::vector<Tensor>& tensors,
+                  const std::string& what) {
+  if (keys.size() == tensors.size()) return Status::OK();
+  return Status::InvalidArgument(what + ": " + std::to_string(keys.size()) + " keys but " +
+                                 std::to_string(tensors.size()) + " tensors");
+}
+
+StatusOr<std::vector<KeyGroup>> Group(const Resolved& r, const std::vector<Tensor>& tensors,
+                                      const std::string& what) {
   std::vector<KeyGroup> groups;
   std::map<uint64_t, size_t> index;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    KV_ASSIGN_OR_RETURN(uint64_t id, table->Id(keys[i]));
-    const std::string name = keys[i].ToString();
+  for (size_t i = 0; i < r.ids.size(); ++i) {
+    const uint64_t id = r.ids[i];
+    const std::string& name = r.names[i];
     const Tensor& t = tensors[i];
     if (!t.defined()) {
       return KeyError(Status::Code::kInvalidArgument, name,
@@ -83,6 +103,29 @@ StatusOr<std::vector<KeyGroup>> GroupByKey(const std::vector<Key>& keys,
     g.tensors.push_back(t);
   }
   return groups;
+}
+
+}  // namespace
+
+StatusOr<std::vector<KeyGroup>> GroupByKey(const std::vector<Key>& keys,
+                                           const std::vector<Tensor>& tensors,
+                                           const std::string& what,
+                                           KeyTable* table) {
+  KV_RETURN_IF_ERROR(CheckCount(keys, tensors, what));
+  KV_ASSIGN_OR_RETURN(Resolved r, Resolve(keys, table));
+  return Group(r, tensors, what);
+}
+
+StatusOr<PushPullGroups> GroupPushPull(const std::vector<Key>& keys,
+                                       const std::vector<Tensor>& values,
+                                       const std::vector<Tensor>& outs, KeyTable* table) {
+  KV_RETURN_IF_ERROR(CheckCount(keys, values, "push"));
+  KV_RETURN_IF_ERROR(CheckCount(keys, outs, "pull"));
+  KV_ASSIGN_OR_RETURN(Resolved r, Resolve(keys, table));
+  PushPullGroups g;
+  KV_ASSIGN_OR_RETURN(g.pushes, Group(r, values, "push"));
+  KV_ASSIGN_OR_RETURN(g.pulls, Group(r, outs, "pull"));
+  return g;
 }
 
 }  // namespace kv

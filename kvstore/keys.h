@@ -59,6 +59,16 @@ inline int64_t StateKey(uint64_t id, int64_t part) {
   return static_cast<int64_t>(id + (static_cast<uint64_t>(part) << kStatePartShift));
 }
 
+// A push-pull's keys grouped for its pushes and its pulls alike (the same
+// groups, in the same order), each key translated once.
+struct PushPullGroups {
+  std::vector<KeyGroup> pushes;
+  std::vector<KeyGroup> pulls;
+};
+StatusOr<PushPullGroups> GroupPushPull(const std::vector<Key>& keys,
+                                       const std::vector<Tensor>& values,
+                                       const std::vector<Tensor>& outs, KeyTable* table);
+
 // "key fc1_weight: <message>", with `code`.
 Status KeyError(Status::Code code, const std::string& name,
                 const std::string& message);
