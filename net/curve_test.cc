@@ -4,6 +4,8 @@
 #include "net/curve.h"
 #include "net/handshake_monitor.h"
 
+#include "base/clock.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -251,6 +253,85 @@ TEST(HandshakeMonitorTest, SleepsWhileNoConnectionIsInItsHandshake) {
   EXPECT_EQ(monitor->shed(), 0);
 
   for (void* d : clients) zmq_close(d);
+  zmq_close(router);
+  monitor.reset();
+  zap->reset();
+  zmq_ctx_term(ctx);
+}
+
+// The shedding rule's deadlines run on the monitor's clock: 40 strangers,
+// each having sent a byte of a greeting, hold the handshake slots; none is
+// shed while they are young, and once the clock passes 2 s the 8 beyond
+// the 32 slots are, the oldest first, and a key holder still gets in.
+TEST(HandshakeMonitorTest, StrangersAreShedWhenOldOnTheMonitorsClock) {
+  const JobKey job = JobKey::Generate();
+  void* ctx = zmq_ctx_new();
+  auto zap = ZapHandler::Start(ctx, job, "test server");
+  ASSERT_TRUE(zap.ok()) << zap.status();
+  FakeClock clock;
+  std::unique_ptr<HandshakeMonitor> monitor =
+      HandshakeMonitor::Start(ctx, /*secure=*/true, "test server", nullptr, nullptr, &clock);
+  void* router = zmq_socket(ctx, ZMQ_ROUTER);
+  const int zero = 0;
+  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
+  ASSERT_TRUE(SecureSocket(router, job, true).ok());
+  ASSERT_TRUE(monitor->Watch(router, /*is_server=*/true, 0).ok());
+  ASSERT_EQ(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
+  char endpoint[128];
+  size_t len = sizeof(endpoint);
+  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(std::strrchr(endpoint, ':') + 1)));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int kStrangers = kMaxPendingHandshakes + 8;
+  std::vector<int> strangers;
+  for (int i = 0; i < kStrangers; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(send(fd, "\xFF", 1, MSG_NOSIGNAL), 1);
+    strangers.push_back(fd);
+  }
+  // A key holder connects after them and gets a message through: every
+  // stranger's connection was accepted and looked at before it. None is
+  // old on the clock, so none is shed.
+  auto through = [&](const std::string& what) {
+    void* d = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof(zero));
+    EXPECT_TRUE(SecureSocket(d, job, false).ok());
+    EXPECT_EQ(zmq_connect(d, endpoint), 0);
+    EXPECT_EQ(zmq_send(d, what.data(), what.size(), 0), static_cast<int>(what.size()));
+    char buf[64];
+    const int timeout = 20000;
+    zmq_setsockopt(router, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    EXPECT_GE(zmq_recv(router, buf, sizeof(buf), 0), 0);  // its routing id
+    const int n = zmq_recv(router, buf, sizeof(buf), 0);
+    zmq_close(d);
+    return n >= 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  };
+  EXPECT_EQ(through("first"), "first");
+  EXPECT_EQ(monitor->shed(), 0);
+  clock.Advance(std::chrono::milliseconds(2100));
+  EXPECT_TRUE(Eventually([&] { return monitor->shed() >= 8; })) << monitor->shed();
+  // The shed connections are closed; a key holder still gets in (making
+  // room for it may shed one more stranger, never it).
+  std::vector<bool> ended(strangers.size(), false);
+  auto closed = [&] {
+    int n = 0;
+    for (size_t i = 0; i < strangers.size(); ++i) {
+      char buf[64];
+      ssize_t got = -1;
+      while (!ended[i] && (got = recv(strangers[i], buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+      }
+      if (!ended[i] && got == 0) ended[i] = true;  // the node closed it
+      n += ended[i] ? 1 : 0;
+    }
+    return n;
+  };
+  EXPECT_TRUE(Eventually([&] { return closed() >= 8; })) << closed();
+  EXPECT_EQ(through("second"), "second");
+  EXPECT_LE(monitor->shed(), 9);
+  for (int fd : strangers) close(fd);
   zmq_close(router);
   monitor.reset();
   zap->reset();

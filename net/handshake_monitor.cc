@@ -191,17 +191,18 @@ std::string ClientReason(uint16_t event, uint32_t value, bool secure,
 
 std::unique_ptr<HandshakeMonitor> HandshakeMonitor::Start(
     void* ctx, bool secure, std::string log_name, RefusedFn on_refused,
-    DroppedFn on_dropped) {
+    DroppedFn on_dropped, const Clock* clock) {
   return std::unique_ptr<HandshakeMonitor>(
       new HandshakeMonitor(ctx, secure, std::move(log_name),
-                           std::move(on_refused), std::move(on_dropped)));
+                           std::move(on_refused), std::move(on_dropped), clock));
 }
 
 HandshakeMonitor::HandshakeMonitor(void* ctx, bool secure,
                                    std::string log_name, RefusedFn on_refused,
-                                   DroppedFn on_dropped)
+                                   DroppedFn on_dropped, const Clock* clock)
     : ctx_(ctx),
       secure_(secure),
+      clock_(clock),
       on_refused_(std::move(on_refused)),
       on_dropped_(std::move(on_dropped)),
       log_name_(std::move(log_name)),
@@ -382,7 +383,7 @@ void HandshakeMonitor::ShedPending(Watched* w, bool look_at_all) {
   // never shed. Without CURVE, where anyone may connect, silent connections
   // go first, else the newest. Shutting a descriptor down makes ZeroMQ
   // close the connection as if the peer had.
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_->Now();
   struct Candidate {
     bool silent;
     std::chrono::steady_clock::time_point at;
@@ -499,7 +500,7 @@ void HandshakeMonitor::OnEvent(Watched* w, uint16_t event, uint32_t value,
     return;
   }
   if (event == ZMQ_EVENT_ACCEPTED) {
-    w->peers[value] = {PeerAddress(value), std::chrono::steady_clock::now()};
+    w->peers[value] = {PeerAddress(value), clock_->Now()};
     ShedPending(w, /*look_at_all=*/false);
   } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
     ++w->established;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/logging.h"
 #include "base/status.h"
 #include "base/env.h"
@@ -51,11 +52,14 @@ class HandshakeMonitor {
   using DroppedFn = std::function<void(int tag)>;
 
   // `secure`: whether this process uses CURVE (words the reasons).
+  // `clock`: how old a connection is, for the shedding rule (a test's
+  // FakeClock; the monitor's own 50 ms looks keep real time).
   static std::unique_ptr<HandshakeMonitor> Start(void* zmq_context,
                                                  bool secure,
                                                  std::string log_name,
                                                  RefusedFn on_refused,
-                                                 DroppedFn on_dropped = nullptr);
+                                                 DroppedFn on_dropped = nullptr,
+                                                 const Clock* clock = Clock::Real());
   ~HandshakeMonitor();
 
   // Call before the socket binds or connects. `is_server`: a bound socket.
@@ -75,7 +79,7 @@ class HandshakeMonitor {
 
  private:
   HandshakeMonitor(void* ctx, bool secure, std::string log_name,
-                   RefusedFn on_refused, DroppedFn on_dropped);
+                   RefusedFn on_refused, DroppedFn on_dropped, const Clock* clock);
   void Loop();
   void OnEvent(Watched* w, uint16_t event, uint32_t value,
                const std::string& endpoint);
@@ -91,6 +95,7 @@ class HandshakeMonitor {
 
   void* ctx_;
   const bool secure_;
+  const Clock* const clock_;
   const RefusedFn on_refused_;
   const DroppedFn on_dropped_;
   std::mutex mu_;
