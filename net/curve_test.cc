@@ -201,25 +201,51 @@ bool Eventually(Cond cond) {
   return true;
 }
 
+// A secure ROUTER bound on 127.0.0.1, watched by a HandshakeMonitor on
+// `clock`, in a context of its own with its ZAP handler.
+struct WatchedRouter {
+  explicit WatchedRouter(const JobKey& job, const Clock* clock = Clock::Real()) {
+    ctx = zmq_ctx_new();
+    zap = std::move(ZapHandler::Start(ctx, job, "test server")).value();
+    monitor = HandshakeMonitor::Start(ctx, /*secure=*/true, "test server", nullptr, nullptr,
+                                      clock);
+    router = zmq_socket(ctx, ZMQ_ROUTER);
+    const int zero = 0;
+    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
+    EXPECT_TRUE(SecureSocket(router, job, true).ok());
+    EXPECT_TRUE(monitor->Watch(router, /*is_server=*/true, 0).ok());
+    EXPECT_EQ(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
+    char last[128];
+    size_t len = sizeof(last);
+    zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, last, &len);
+    endpoint = last;
+    port = std::atoi(std::strrchr(last, ':') + 1);
+  }
+  ~WatchedRouter() {
+    zmq_close(router);
+    monitor.reset();
+    zap.reset();
+    zmq_ctx_term(ctx);
+  }
+  void* ctx;
+  std::unique_ptr<ZapHandler> zap;
+  std::unique_ptr<HandshakeMonitor> monitor;
+  void* router;
+  std::string endpoint;
+  int port = 0;
+};
+
 // Once every connection has done its handshake (over TCP and over a local
 // socket, whose bytes the monitor cannot read), the monitor waits without a
 // timeout; a new connection wakes it, and its end lets it sleep again.
 TEST(HandshakeMonitorTest, SleepsWhileNoConnectionIsInItsHandshake) {
   const JobKey job = JobKey::Generate();
-  void* ctx = zmq_ctx_new();
-  auto zap = ZapHandler::Start(ctx, job, "test server");
-  ASSERT_TRUE(zap.ok()) << zap.status();
-  std::unique_ptr<HandshakeMonitor> monitor =
-      HandshakeMonitor::Start(ctx, /*secure=*/true, "test server", nullptr);
-  void* router = zmq_socket(ctx, ZMQ_ROUTER);
+  WatchedRouter w(job);
+  void* ctx = w.ctx;
+  void* router = w.router;
+  HandshakeMonitor* monitor = w.monitor.get();
+  const std::string endpoint = w.endpoint;
   const int zero = 0;
-  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
-  ASSERT_TRUE(SecureSocket(router, job, true).ok());
-  ASSERT_TRUE(monitor->Watch(router, /*is_server=*/true, 0).ok());
-  ASSERT_EQ(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
-  char endpoint[128];
-  size_t len = sizeof(endpoint);
-  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, endpoint, &len);
   const std::string ipc = "ipc://@kvtrain-monitor-test-" + std::to_string(getpid());
   ASSERT_EQ(zmq_bind(router, ipc.c_str()), 0);
 
@@ -242,7 +268,7 @@ TEST(HandshakeMonitorTest, SleepsWhileNoConnectionIsInItsHandshake) {
   const int raw = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(std::strrchr(endpoint, ':') + 1)));
+  addr.sin_port = htons(static_cast<uint16_t>(w.port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(connect(raw, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   EXPECT_TRUE(Eventually([&] { return !monitor->asleep(); }))
@@ -253,10 +279,6 @@ TEST(HandshakeMonitorTest, SleepsWhileNoConnectionIsInItsHandshake) {
   EXPECT_EQ(monitor->shed(), 0);
 
   for (void* d : clients) zmq_close(d);
-  zmq_close(router);
-  monitor.reset();
-  zap->reset();
-  zmq_ctx_term(ctx);
 }
 
 // The shedding rule's deadlines run on the monitor's clock: 40 strangers,
@@ -265,24 +287,16 @@ TEST(HandshakeMonitorTest, SleepsWhileNoConnectionIsInItsHandshake) {
 // the 32 slots are, the oldest first, and a key holder still gets in.
 TEST(HandshakeMonitorTest, StrangersAreShedWhenOldOnTheMonitorsClock) {
   const JobKey job = JobKey::Generate();
-  void* ctx = zmq_ctx_new();
-  auto zap = ZapHandler::Start(ctx, job, "test server");
-  ASSERT_TRUE(zap.ok()) << zap.status();
   FakeClock clock;
-  std::unique_ptr<HandshakeMonitor> monitor =
-      HandshakeMonitor::Start(ctx, /*secure=*/true, "test server", nullptr, nullptr, &clock);
-  void* router = zmq_socket(ctx, ZMQ_ROUTER);
+  WatchedRouter w(job, &clock);
+  void* ctx = w.ctx;
+  void* router = w.router;
+  HandshakeMonitor* monitor = w.monitor.get();
+  const char* endpoint = w.endpoint.c_str();
   const int zero = 0;
-  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
-  ASSERT_TRUE(SecureSocket(router, job, true).ok());
-  ASSERT_TRUE(monitor->Watch(router, /*is_server=*/true, 0).ok());
-  ASSERT_EQ(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
-  char endpoint[128];
-  size_t len = sizeof(endpoint);
-  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, endpoint, &len);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(std::strrchr(endpoint, ':') + 1)));
+  addr.sin_port = htons(static_cast<uint16_t>(w.port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   const int kStrangers = kMaxPendingHandshakes + 8;
   std::vector<int> strangers;
@@ -332,10 +346,6 @@ TEST(HandshakeMonitorTest, StrangersAreShedWhenOldOnTheMonitorsClock) {
   EXPECT_EQ(through("second"), "second");
   EXPECT_LE(monitor->shed(), 9);
   for (int fd : strangers) close(fd);
-  zmq_close(router);
-  monitor.reset();
-  zap->reset();
-  zmq_ctx_term(ctx);
 }
 
 // A context holds as many sockets as the process may open files, not
