@@ -310,7 +310,7 @@ TEST(InboundLimitsTest, TwoThousandIdleConnectionsLeaveDescriptors) {
     const char done = 1;
     if (write(from_child[1], &done, 1) != 1) _exit(4);
     char stop;
-    (void)read(to_child[0], &stop, 1);  // until the parent is done
+    if (read(to_child[0], &stop, 1) < 0) _exit(5);  // until the parent is done
     _exit(0);
   }
   close(to_child[0]);
@@ -365,7 +365,7 @@ TEST(InboundLimitsTest, TwoThousandIdleConnectionsLeaveDescriptors) {
     EXPECT_EQ(msg.frames[0].ToString(), "still here");
   }
   const char stop = 1;
-  (void)write(to_child[1], &stop, 1);
+  EXPECT_EQ(write(to_child[1], &stop, 1), 1);
   close(to_child[1]);
   int status = 0;
   waitpid(child, &status, 0);

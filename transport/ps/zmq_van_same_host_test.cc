@@ -203,9 +203,9 @@ TEST(ZmqVanTest, SameHostMessagesGoThroughARingInOrder) {
     if (i % 500 == 9) frames = {Blob::FromString(std::to_string(i)), mid};
     ASSERT_TRUE(a->Send(1, 0, std::move(frames)).ok());
     ++sent;
-    if (i % 100 == 0)
-      ASSERT_TRUE(
-          c->Send(1, 0, {Blob::FromString("c" + std::to_string(i))}).ok());
+    if (i % 100 == 0) {
+      ASSERT_TRUE(c->Send(1, 0, {Blob::FromString("c" + std::to_string(i))}).ok());
+    }
   }
   int next_a = 0, next_c = 0;
   while (next_a < sent || next_c < 30) {
