@@ -135,12 +135,6 @@ proto::GradientCompression AllreduceKVStore::gradient_compression() const {
   return compressor_.spec();
 }
 
-bool AllreduceKVStore::KeepsResiduals() const { return compressor_.KeepsResiduals(); }
-
-std::string AllreduceKVStore::CompressionName() const {
-  return kv::CompressionName(compressor_.type());
-}
-
 Status AllreduceKVStore::SaveResiduals(const std::string& path) {
   return compressor_.Save(path, rank(), num_workers(), keys_);
 }

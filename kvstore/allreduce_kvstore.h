@@ -86,8 +86,6 @@ class AllreduceKVStore : public InProcessKVStore {
   // 2bit: momentum correction (KVStore::CorrectMomentum) on every rank.
   Status SetOptimizer(const proto::OptimizerSpec& spec) override;
   proto::OptimizerSpec CorrectMomentum(const proto::OptimizerSpec& spec) override;
-  bool KeepsResiduals() const override;
-  std::string CompressionName() const override;
   Status SaveResiduals(const std::string& path) override;
   Status LoadResiduals(const std::string& path) override;
 

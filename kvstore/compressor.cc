@@ -61,12 +61,6 @@ bool Compressor::HalfAnswer(int64_t size) const {
   return AnswersHalves(spec_, size);
 }
 
-bool Compressor::KeepsResiduals() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return spec_.type() == proto::GradientCompression::TWO_BIT ||
-         spec_.type() == proto::GradientCompression::ONE_BIT;
-}
-
 int Compressor::LevelAnswer(int num_workers) const {
   std::lock_guard<std::mutex> l(mu_);
   if (spec_.pull() != proto::GradientCompression::PULL_DEFAULT) return 0;

@@ -43,9 +43,6 @@ class Compressor {
   // not NONE) may be answered with where the servers hold the step's sum of
   // `num_workers` pushes: 0 unless the spec's pull is PULL_DEFAULT.
   int LevelAnswer(int num_workers) const EXCLUDES(mu_);
-  // 2bit and 1bit: what was not sent of a gradient stays as a residual
-  // (error feedback), which a checkpoint saves (Save, Load).
-  bool KeepsResiduals() const EXCLUDES(mu_);
   // Encodes elements [offset, offset + count) of key `id`'s gradient `grad`
   // (host float32; `size` elements in all) into a new blob as TypeFor(size),
   // updating the key's residual.

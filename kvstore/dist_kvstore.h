@@ -80,8 +80,6 @@ class DistKVStore : public KVStore {
   bool SumsComeBackAsLevels() const override;
   bool AnswersRounded(int64_t size) const override;
   void RoundAsAnswered(float* v, int64_t n) const override;
-  bool KeepsResiduals() const override;
-  std::string CompressionName() const override;
   Status SaveResiduals(const std::string& path) override;
   Status LoadResiduals(const std::string& path) override;
   // dist_async and dist_ssp: the options travel in every push and pull;

@@ -68,12 +68,6 @@ bool DistKVStore::AnswersRounded(int64_t size) const {
 
 void DistKVStore::RoundAsAnswered(float* v, int64_t n) const { RoundToHalves(v, n); }
 
-bool DistKVStore::KeepsResiduals() const { return compressor_.KeepsResiduals(); }
-
-std::string DistKVStore::CompressionName() const {
-  return kv::CompressionName(compressor_.type());
-}
-
 int DistKVStore::LevelAnswer(int64_t size) const {
   const bool compressed =
       compressor_.TypeFor(size) != proto::GradientCompression::NONE;

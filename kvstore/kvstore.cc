@@ -1,6 +1,8 @@
 // KVStore::Create and the synchronous forms of the calls.
 #include "kvstore/kvstore.h"
 
+#include "compression/compression.h"
+
 #include "kvstore/allreduce_kvstore.h"
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/local_kvstore.h"
@@ -130,6 +132,12 @@ StatusOr<std::vector<proto::SparseTableStats>> KVStore::RowSparseStats(const Key
 Status KVStore::LoadRowSparse(const Key& key, const std::string& path) {
   (void)path;
   return InitRowSparse(key, {});
+}
+
+bool KVStore::KeepsResiduals() const { return kv::HasResidual(gradient_compression().type()); }
+
+std::string KVStore::CompressionName() const {
+  return kv::CompressionName(gradient_compression().type());
 }
 
 Status KVStore::SaveResiduals(const std::string& path) {

@@ -297,9 +297,9 @@ class KVStore {
   // Whether the store keeps part of each push's gradients on this worker
   // (error feedback: 2bit and 1bit), which SaveResiduals must save with a
   // checkpoint and LoadResiduals restore.
-  virtual bool KeepsResiduals() const { return false; }
+  bool KeepsResiduals() const;
   // The compression's name as users write it ("2bit", "none").
-  virtual std::string CompressionName() const { return "none"; }
+  std::string CompressionName() const;
   // 2bit and 1bit keep what was not sent of each key's gradients on the
   // worker (error feedback). Save writes this worker's residuals to `path`
   // (atomically); Load restores them, checking the spec, rank and worker

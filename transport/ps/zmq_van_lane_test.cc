@@ -78,24 +78,26 @@ class Node {
     }
   }
   bool WaitHeld(int64_t n) {
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (van->lane_messages_held() < n && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return van->lane_messages_held() >= n;
+    return WaitCount([this] { return van->lane_messages_held(); }, n);
   }
   bool WaitRefused(int64_t n) {
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (van->lane_messages_refused() < n && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return van->lane_messages_refused() >= n;
+    return WaitCount([this] { return van->lane_messages_refused(); }, n);
   }
 
   std::unique_ptr<ZmqVan> van;
   int port = 0;
 
  private:
+  // Whether the van's counter reaches `n` within 30 s.
+  template <typename Count>
+  static bool WaitCount(Count count, int64_t n) {
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (count() < n && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return count() >= n;
+  }
+
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::vector<Got> got_;
