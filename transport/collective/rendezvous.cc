@@ -7,9 +7,9 @@
 #include <zmq.h>
 
 #include <algorithm>
-#include <map>
 #include <string>
 
+#include "net/roster.h"
 #include "net/zmq_error.h"
 
 namespace kvtrain {
@@ -79,52 +79,6 @@ std::string Hex(const std::string& id) {
 void Reply(void* socket, const std::string& identity, const std::string& text) {
   zmq_send(socket, identity.data(), identity.size(), ZMQ_SNDMORE);
   zmq_send(socket, text.data(), text.size(), 0);
-}
-
-// Book::Add's answer to a connection repeating its own registration.
-constexpr char kRepeat[] = "(repeat)";
-
-// The registrations so far, by rank and by connection (one rank each).
-struct Book {
-  std::map<int, Registration> got;
-  std::map<std::string, int> rank_of;
-
-  // Records `r` from connection `identity`; "" if it was recorded, else
-  // why not (or kRepeat).
-  std::string Add(const std::string& identity, const RegisterRequest& r, int size) {
-    const Endpoint& ep = r.endpoint;
-    auto mine = rank_of.find(identity);
-    if (mine != rank_of.end()) {
-      const Endpoint& had = got[mine->second].endpoint;
-      if (mine->second == r.rank && had.Encode() == ep.Encode()) return kRepeat;
-      return "this connection already registered rank " + std::to_string(mine->second) +
-             " (" + had.ToString() + "); it cannot register rank " + std::to_string(r.rank) +
-             " (" + ep.ToString() + ")";
-    }
-    if (r.size != size) {
-      return "rank " + std::to_string(r.rank) + " (" + ep.ToString() +
-             ") says the group has " + std::to_string(r.size) +
-             " ranks, the rendezvous expects " + std::to_string(size);
-    }
-    if (r.rank >= size) {
-      return "rank " + std::to_string(r.rank) + " is not in [0, " + std::to_string(size) + ")";
-    }
-    if (got.count(r.rank)) {
-      return "rank " + std::to_string(r.rank) + " registered twice: by " +
-             got[r.rank].endpoint.ToString() + " and by " + ep.ToString();
-    }
-    got[r.rank] = Registration{identity, ep};
-    rank_of[identity] = r.rank;
-    return "";
-  }
-};
-
-std::string Missing(const std::map<int, Registration>& got, int size) {
-  std::string out;
-  for (int r = 0; r < size; ++r) {
-    if (!got.count(r)) out += (out.empty() ? "" : ", ") + std::to_string(r);
-  }
-  return out;
 }
 
 }  // namespace
@@ -259,23 +213,24 @@ bool RendezvousServer::ReadMessage(std::string* identity, std::vector<std::strin
 }
 
 Status RendezvousServer::Serve(int size, Clock::time_point deadline) {
-  Book book;
+  // The rules are the roster's (net/roster.h); registered[i] is the
+  // connection and whole endpoint of roster.entries()[i].
+  net::Roster roster({{"rank", size, /*ranks_given=*/true}});
+  std::vector<Registration> registered;
   std::string identity, address;
   std::vector<std::string> frames;
   size_t count = 0;
-  while (static_cast<int>(book.got.size()) < size) {
+  while (!roster.complete()) {
     zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
     const int n = zmq_poll(&item, 1, std::min(MillisUntil(deadline), 100));
     if (n <= 0) {
       if (Clock::now() < deadline) continue;
-      const std::string msg = "rendezvous: ranks " + Missing(book.got, size) +
-                              " of " + std::to_string(size) +
-                              " did not register in time";
-      for (const auto& g : book.got) Reply(socket_, g.second.identity, "error " + msg);
+      const std::string msg = "rendezvous: ranks " + roster.MissingRanks(0) + " of " +
+                              std::to_string(size) + " did not register in time";
+      for (const Registration& g : registered) Reply(socket_, g.identity, "error " + msg);
       return Status::DeadlineExceeded(msg);
     }
-    while (static_cast<int>(book.got.size()) < size &&
-           ReadMessage(&identity, &frames, &count, &address)) {
+    while (!roster.complete() && ReadMessage(&identity, &frames, &count, &address)) {
       auto from = [&] {
         return "connection " + Hex(identity) + (address.empty() ? "" : " at " + address);
       };
@@ -289,8 +244,16 @@ Status RendezvousServer::Serve(int size, Clock::time_point deadline) {
                                       : req.status().message());
         continue;
       }
-      const std::string error = book.Add(identity, *req, size);
-      if (error == kRepeat) continue;
+      std::string error;
+      if (req->size != size) {
+        error = "rank " + std::to_string(req->rank) + " (" + req->endpoint.ToString() +
+                ") says the group has " + std::to_string(req->size) +
+                " ranks, the rendezvous expects " + std::to_string(size);
+      } else {
+        error = roster.Add({0, req->rank, req->endpoint.host, req->endpoint.port, identity});
+        if (error.empty()) registered.push_back({identity, req->endpoint});
+      }
+      if (error == net::Roster::kRepeat) continue;
       if (!error.empty()) {
         KV_LOG_LIMITED(WARNING, log_) << "rendezvous: refused " << from() << ": " << error;
         Reply(socket_, identity, "error rendezvous: " + error);
@@ -298,8 +261,9 @@ Status RendezvousServer::Serve(int size, Clock::time_point deadline) {
     }
   }
   std::string table = "ok";
-  for (const auto& g : book.got) table += " " + g.second.endpoint.Encode();
-  for (const auto& g : book.got) Reply(socket_, g.second.identity, table);
+  const std::vector<size_t> by_rank = roster.Ranked(nullptr)[0];
+  for (size_t i : by_rank) table += " " + registered[i].endpoint.Encode();
+  for (const Registration& g : registered) Reply(socket_, g.identity, table);
   return Status::OK();
 }
 

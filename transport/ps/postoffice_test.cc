@@ -25,14 +25,6 @@ using ::testing::HasSubstr;
 
 constexpr auto kLong = std::chrono::seconds(20);
 
-TEST(SchedulerTest, RankOrderIsNumericByAddressThenPort) {
-  EXPECT_TRUE(AddressBefore("127.0.0.2", 9, "127.0.0.10", 1));
-  EXPECT_TRUE(AddressBefore("10.0.0.1", 5, "10.0.0.1", 6));
-  EXPECT_TRUE(AddressBefore("10.0.0.1", 5, "a-host", 1));
-  EXPECT_TRUE(AddressBefore("a-host", 5, "b-host", 1));
-  EXPECT_FALSE(AddressBefore("10.0.0.1", 6, "10.0.0.1", 6));
-}
-
 TEST(PostofficeTest, StartAssignsRanksByAddressAndFinalizes) {
   InprocJobOptions o;
   o.num_servers = 3;

@@ -1,7 +1,6 @@
 // SchedulerCore: registrations, ranks, barriers, terminate, deadline report.
 #include "transport/ps/scheduler.h"
 
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,39 +35,29 @@ std::string NewJobId() {
   return buf;
 }
 
-}  // namespace
-
-bool AddressBefore(const std::string& host_a, int port_a,
-                   const std::string& host_b, int port_b) {
-  in_addr a, b;
-  const bool ip_a = inet_pton(AF_INET, host_a.c_str(), &a) == 1;
-  const bool ip_b = inet_pton(AF_INET, host_b.c_str(), &b) == 1;
-  if (ip_a != ip_b) return ip_a;  // addresses before names
-  if (ip_a && a.s_addr != b.s_addr) return ntohl(a.s_addr) < ntohl(b.s_addr);
-  if (!ip_a && host_a != host_b) return host_a < host_b;
-  return port_a < port_b;
+// The roster's view of a registration: servers are group kServers, workers
+// kWorkers (OnRegister admits no other role).
+net::RosterEntry Entry(const wire::NodeInfo& info, const std::string& token) {
+  net::RosterEntry e;
+  e.group = info.role() == wire::SERVER ? SchedulerCore::kServers : SchedulerCore::kWorkers;
+  e.rank = info.rank();
+  e.host = info.host();
+  e.port = info.port();
+  e.conn = token;
+  return e;
 }
 
-SchedulerCore::SchedulerCore(PostofficeImpl* po) : po_(po) {}
+}  // namespace
+
+SchedulerCore::SchedulerCore(PostofficeImpl* po)
+    : po_(po),
+      roster_({{"server", po->config().num_servers, false},
+               {"worker", po->config().num_workers, false}}) {}
 
 Status SchedulerCore::SendViaConn(int conn, Message* msg) {
   msg->meta.set_sender(kSchedulerId);
   msg->meta.set_recipient(0);
   return po_->van()->Send(conn, kControlPriority, EncodeMessage(msg));
-}
-
-int SchedulerCore::CountPending(wire::Role role) const {
-  return static_cast<int>(std::count_if(
-      pending_.begin(), pending_.end(),
-      [role](const Pending& p) { return p.info.role() == role; }));
-}
-
-std::string SchedulerCore::Progress() const {
-  const NodeConfig& c = po_->config();
-  std::ostringstream os;
-  os << CountPending(wire::SERVER) << " of " << c.num_servers << " servers, "
-     << CountPending(wire::WORKER) << " of " << c.num_workers << " workers";
-  return os.str();
 }
 
 void SchedulerCore::Reject(const wire::NodeInfo& info, const std::string& why) {
@@ -102,45 +91,32 @@ void SchedulerCore::OnRegister(const std::string& token, const Message& msg) {
   const wire::NodeInfo& info = c.nodes(0);
   const NodeConfig& cfg = po_->config();
   std::unique_lock<std::mutex> l(mu_);
-  if (complete_) {
-    return Reject(info, "the job already has all its nodes (" +
-                            std::to_string(cfg.num_servers) + " servers, " +
-                            std::to_string(cfg.num_workers) + " workers)");
-  }
-  for (const Pending& p : pending_) {
-    if (p.info.token() == token) return;  // a repeated registration
-    if (p.info.host() == info.host() && p.info.port() == info.port()) {
-      return Reject(info, "another node already registered as " + Addr(info));
-    }
-  }
-  if (info.launch_job_id() != cfg.job_id) {
+  // The job's own checks first (a late node is told the job is full, not
+  // that it belongs elsewhere), then the roster's.
+  std::string why;
+  if (roster_.complete()) {
+  } else if (info.launch_job_id() != cfg.job_id) {
     auto shown = [](const std::string& id) {
       return id.empty() ? std::string("(unset)") : "\"" + id + "\"";
     };
-    return Reject(info, "it belongs to job " + shown(info.launch_job_id()) +
-                            " (" + env::kJobId + ") but this scheduler runs "
-                            "job " + shown(cfg.job_id) +
-                            "; is it pointed at another job's scheduler?");
+    why = "it belongs to job " + shown(info.launch_job_id()) + " (" + env::kJobId +
+          ") but this scheduler runs job " + shown(cfg.job_id) +
+          "; is it pointed at another job's scheduler?";
+  } else if (info.num_workers() != cfg.num_workers ||
+             info.num_servers() != cfg.num_servers) {
+    why = "it was started with " + std::string(env::kNumWorker) + "=" +
+          std::to_string(info.num_workers()) + " and " + env::kNumServer + "=" +
+          std::to_string(info.num_servers()) + " but the scheduler with " +
+          std::to_string(cfg.num_workers) + " and " + std::to_string(cfg.num_servers);
   }
-  if (info.num_workers() != cfg.num_workers ||
-      info.num_servers() != cfg.num_servers) {
-    return Reject(
-        info, "it was started with " + std::string(env::kNumWorker) + "=" +
-                  std::to_string(info.num_workers()) + " and " +
-                  env::kNumServer + "=" + std::to_string(info.num_servers()) +
-                  " but the scheduler with " + std::to_string(cfg.num_workers) +
-                  " and " + std::to_string(cfg.num_servers));
-  }
-  const int limit =
-      info.role() == wire::SERVER ? cfg.num_servers : cfg.num_workers;
-  if (CountPending(info.role()) >= limit) {
-    return Reject(info, "the job already has " + std::to_string(limit) + " " +
-                            RoleWord(info.role()) + "s");
-  }
+  if (why.empty()) why = roster_.Add(Entry(info, token));
+  if (why == net::Roster::kRepeat) return;
+  if (!why.empty()) return Reject(info, why);
   Pending p;
   p.info = info;
   p.conn = next_conn_++;
   Status s = po_->van()->Connect(p.conn, info.host(), info.port(), info.same_host());
+  pending_.push_back(std::move(p));  // pending_[i] is roster_.entries()[i]
   if (!s.ok()) {
     // The node could never be answered: the job cannot start (waiting for
     // the deadline would only hide why).
@@ -151,54 +127,18 @@ void SchedulerCore::OnRegister(const std::string& token, const Message& msg) {
               /*broadcast=*/true);
     return;
   }
-  pending_.push_back(std::move(p));
   LOG_IF(INFO, po_->verbose() >= 1)
       << po_->name() << ": registered a " << RoleWord(info.role()) << " at "
-      << Addr(info) << " (pid " << info.pid() << "); " << Progress();
-  if (CountPending(wire::SERVER) == cfg.num_servers &&
-      CountPending(wire::WORKER) == cfg.num_workers) {
-    Complete();
-  }
-}
-
-bool SchedulerCore::RanksRequested(wire::Role role) const {
-  std::vector<bool> seen;
-  for (const Pending& p : pending_) {
-    if (p.info.role() == role) seen.push_back(false);
-  }
-  for (const Pending& p : pending_) {
-    if (p.info.role() != role) continue;
-    const int r = p.info.rank();
-    if (r < 0 || r >= static_cast<int>(seen.size()) || seen[r]) {
-      if (r >= 0) {
-        LOG(WARNING) << po_->name() << ": requested " << RoleWord(role)
-                     << " ranks are not exactly 0.." << seen.size() - 1
-                     << " (rank " << r << " from " << Addr(p.info)
-                     << "); ranks follow the address order";
-      }
-      return false;
-    }
-    seen[r] = true;
-  }
-  return true;
+      << Addr(info) << " (pid " << info.pid() << "); " << roster_.Progress();
+  if (roster_.complete()) Complete();
 }
 
 std::vector<NodeEntry> SchedulerCore::RankNodes() {
   // Within a role: the ranks the nodes asked for (DMLC_RANK) when they are
   // exactly 0..n-1, else ascending address (host, then port).
-  const bool by_request[2] = {RanksRequested(wire::SERVER),
-                              RanksRequested(wire::WORKER)};
-  std::stable_sort(pending_.begin(), pending_.end(),
-                   [&by_request](const Pending& a, const Pending& b) {
-                     if (a.info.role() != b.info.role()) {
-                       return a.info.role() < b.info.role();  // servers first
-                     }
-                     if (by_request[a.info.role() == wire::SERVER ? 0 : 1]) {
-                       return a.info.rank() < b.info.rank();
-                     }
-                     return AddressBefore(a.info.host(), a.info.port(),
-                                          b.info.host(), b.info.port());
-                   });
+  std::string note;
+  const std::vector<std::vector<size_t>> ranked = roster_.Ranked(&note);
+  LOG_IF(WARNING, !note.empty()) << po_->name() << ": " << note;
   std::vector<NodeEntry> entries;
   NodeEntry me;
   me.role = Role::kScheduler;
@@ -210,12 +150,13 @@ std::vector<NodeEntry> SchedulerCore::RankNodes() {
   me.pid = getpid();
   me.name = NodeName(me.role, 0, me.host, me.port);
   entries.push_back(me);
-  int next_rank[2] = {0, 0};
-  for (const Pending& p : pending_) {
+  for (size_t group = 0; group < ranked.size(); ++group) {
+  for (size_t rank = 0; rank < ranked[group].size(); ++rank) {
+    const Pending& p = pending_[ranked[group][rank]];
     NodeEntry e;
-    const bool server = p.info.role() == wire::SERVER;
+    const bool server = group == kServers;
     e.role = server ? Role::kServer : Role::kWorker;
-    e.rank = next_rank[server ? 0 : 1]++;
+    e.rank = static_cast<int>(rank);
     e.id = server ? ServerId(e.rank) : WorkerId(e.rank);
     e.host = p.info.host();
     e.port = p.info.port();
@@ -228,6 +169,7 @@ std::vector<NodeEntry> SchedulerCore::RankNodes() {
         << po_->name() << ": rank assigned: " << e.name << " (node id " << e.id
         << ", pid " << e.pid << ")";
     entries.push_back(std::move(e));
+  }
   }
   return entries;
 }
@@ -252,7 +194,6 @@ Message SchedulerCore::TableMessage(const std::vector<NodeEntry>& entries) {
 }
 
 void SchedulerCore::Complete() {
-  complete_ = true;
   std::vector<NodeEntry> entries = RankNodes();
   const Message table = TableMessage(entries);
   auto t = std::make_unique<NodeTable>(std::move(entries), NewJobId(),
@@ -329,18 +270,12 @@ std::string SchedulerCore::StartupFailure(double timeout_s) {
   std::lock_guard<std::mutex> l(mu_);
   std::ostringstream os;
   os << "start-up deadline of " << timeout_s << " s (" << env::kStartupTimeout
-     << ") passed with " << c.num_workers - CountPending(wire::WORKER) << " of "
+     << ") passed with " << c.num_workers - roster_.count(kWorkers) << " of "
      << c.num_workers << " workers and "
-     << c.num_servers - CountPending(wire::SERVER) << " of " << c.num_servers
-     << " servers missing; registered: ";
-  if (pending_.empty()) os << "none";
-  // A few by address (which hosts did come), not a thousand.
-  constexpr size_t kNamed = 8;
-  for (size_t i = 0; i < pending_.size() && i < kNamed; ++i) {
-    os << (i ? ", " : "") << RoleWord(pending_[i].info.role()) << " at "
-       << Addr(pending_[i].info);
-  }
-  if (pending_.size() > kNamed) os << " and " << pending_.size() - kNamed << " more";
+     << c.num_servers - roster_.count(kServers) << " of " << c.num_servers
+     << " servers missing; registered: "
+     // A few by address (which hosts did come), not a thousand.
+     << roster_.Registered(8);
   return os.str();
 }
 

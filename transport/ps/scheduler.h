@@ -13,18 +13,23 @@
 
 #include "base/logging.h"
 #include "base/thread_annotations.h"
+#include "net/roster.h"
 #include "transport/ps/message.h"
 #include "transport/ps/postoffice_impl.h"
 
 namespace kvtrain {
 namespace ps {
 
-// Ranks: once every node registered, servers and workers are each sorted by
-// advertised address (IPv4 numerically, then host names as text), then port,
-// and numbered from 0 in that order; the same set of host:port registrations
+// Registrations go through a net::Roster (groups "server" and "worker"):
+// its admission rules, then its rank order (asked ranks when exactly
+// 0..n-1, else address order), so the same set of host:port registrations
 // always gives the same ranks. Thread-safe.
 class SchedulerCore {
  public:
+  // The roster's groups.
+  static constexpr int kServers = 0;
+  static constexpr int kWorkers = 1;
+
   explicit SchedulerCore(PostofficeImpl* po);
 
   // A REGISTER from connection `token` (receive thread).
@@ -48,27 +53,19 @@ class SchedulerCore {
   void Complete() REQUIRES(mu_);
   // Sorts the registrations into ranks; the scheduler's entry first.
   std::vector<NodeEntry> RankNodes() REQUIRES(mu_);
-  // True when the role's registrations asked for ranks 0..n-1 exactly.
-  bool RanksRequested(wire::Role role) const REQUIRES(mu_);
   Message TableMessage(const std::vector<NodeEntry>& entries);
-  int CountPending(wire::Role role) const REQUIRES(mu_);
-  std::string Progress() const REQUIRES(mu_);
   Status SendViaConn(int conn, Message* msg);
 
   PostofficeImpl* const po_;
   std::mutex mu_;
-  std::vector<Pending> pending_ GUARDED_BY(mu_);
-  bool complete_ GUARDED_BY(mu_) = false;
+  net::Roster roster_ GUARDED_BY(mu_);
+  std::vector<Pending> pending_ GUARDED_BY(mu_);  // [i] is roster_.entries()[i]
   int next_conn_ GUARDED_BY(mu_) = 1000;
   int rejected_ GUARDED_BY(mu_) = 0;
   std::map<std::pair<int, int64_t>, std::set<int>> arrived_ GUARDED_BY(mu_);
   std::set<int> finished_ GUARDED_BY(mu_);
   LogRateLimiter log_limiter_;
 };
-
-// Sort key of an advertised address for rank assignment.
-bool AddressBefore(const std::string& host_a, int port_a,
-                   const std::string& host_b, int port_b);
 
 }  // namespace ps
 }  // namespace kvtrain
