@@ -53,6 +53,22 @@ NOT_HERE = {
             "--launcher mpi or --launcher slurm",
 }
 
+# Options of MXNet's launch.py that belong to launchers kvtrain does not
+# have: named as errors, never passed on to the command.
+MXNET_ONLY_OPTIONS = {
+    "-SH": "--server-hostfile is for MXNet's BytePS launcher; kvtrain places "
+           "servers on the first hosts of -H (see docs/launching.md)",
+    "--server-hostfile": "for MXNet's BytePS launcher; kvtrain places servers on "
+                         "the first hosts of -H (see docs/launching.md)",
+    "--byteps-launch": "kvtrain has no BytePS launcher; its own servers are the "
+                       "parameter servers (-s)",
+    "--scheduler-ip": "for MXNet's BytePS launcher; use --host-ip",
+    "--scheduler-port": "for MXNet's BytePS launcher; kvtrain's scheduler takes a "
+                        "free port (DMLC_PS_ROOT_PORT to fix it)",
+    "--p3": "kvtrain has no P3 van; dist_sync already overlaps each layer's "
+            "push with the backward pass",
+}
+
 # The scheduler binds any free port and writes its number here, so no other
 # process can take the port between choosing and binding it.
 PORT_FILE_VAR = "KVTRAIN_SCHEDULER_PORT_FILE"
@@ -97,9 +113,19 @@ def parse_args(argv):
                     "the job's ports can join it; also KVTRAIN_INSECURE=1")
     ap.add_argument("command", nargs=argparse.REMAINDER,
                     help="the program and its arguments")
-    args = ap.parse_args(argv)
+    args, unknown = ap.parse_known_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
+    for option in unknown:
+        name = option.split("=", 1)[0]
+        if name in MXNET_ONLY_OPTIONS:
+            ap.error("%s: %s" % (name, MXNET_ONLY_OPTIONS[name]))
+    if unknown:
+        # MXNet's launch.py hands options it does not know to the command,
+        # after the command's own arguments.
+        print("launch.py: passing %s on to the command (not a launch.py option)"
+              % " ".join(unknown), file=sys.stderr)
+        args.command += unknown
     if args.num_servers is None:
         args.num_servers = args.num_workers
     if args.launcher in NOT_HERE:

@@ -293,6 +293,28 @@ class ArgsTest(unittest.TestCase):
         a = launch.parse_args(["-n", "2", "-H", "hosts", "--sync-dst-dir", "/tmp/x", "prog"])
         self.assertEqual((a.launcher, a.num_servers), ("ssh", 2))
 
+    def test_unknown_options_go_to_the_command_as_in_mxnet(self):
+        # MXNet's launch.py: parse_known_args, then command += unknown.
+        a = launch.parse_args(["-n", "2", "--kv-store=dist_sync", "--launcher", "local",
+                               "prog", "--network", "lenet"])
+        self.assertEqual(a.command, ["prog", "--network", "lenet", "--kv-store=dist_sync"])
+        self.assertEqual(a.launcher, "local")
+        r = subprocess.run([sys.executable, launch.__file__, "-n", "1", "--batch-size=8",
+                            "--launcher", "local", "--insecure", "-s", "0", "sh", "-c",
+                            'echo "got $0"'],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("got --batch-size=8", r.stdout)
+        self.assertIn("passing --batch-size=8 on to the command", r.stderr)
+
+    def test_mxnet_only_options_are_named_not_passed_on(self):
+        for argv, name in ((["-SH", "hosts"], "-SH"), (["--p3"], "--p3"),
+                           (["--byteps-launch"], "--byteps-launch"),
+                           (["--scheduler-port=2333"], "--scheduler-port"),
+                           (["--server-hostfile", "h"], "--server-hostfile")):
+            err = self.error_of(["-n", "1"] + argv + ["true"])
+            self.assertIn("launch.py: error: %s: " % name, err)
+
     def test_mxnet_launchers_that_kvtrain_lacks_say_what_to_use(self):
         for name in ("sge", "yarn"):
             err = self.error_of(["-n", "1", "--launcher", name, "true"])
