@@ -168,9 +168,11 @@ proto::SparseTableSpec TableSpec(int64_t width, int64_t num_rows, const std::str
     spec.set_init(proto::SparseTableSpec::UNIFORM);
   } else if (init == "normal") {
     spec.set_init(proto::SparseTableSpec::NORMAL);
+  } else if (init == "constant") {
+    spec.set_init(proto::SparseTableSpec::CONSTANT);
   } else {
     throw StatusError{Status::InvalidArgument("row-sparse init \"" + init +
-                                              "\": expected zeros, uniform or normal")};
+                                              "\": expected zeros, uniform, normal or constant")};
   }
   spec.set_scale(scale);
   spec.set_seed(seed);

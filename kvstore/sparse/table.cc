@@ -106,10 +106,13 @@ Status CheckSpec(const std::string& key, const proto::SparseTableSpec& spec) {
   }
   if (!proto::SparseTableSpec::Init_IsValid(spec.init())) {
     return Bad(key, "unknown initialiser " + std::to_string(spec.init()) +
-                        " (zeros, uniform or normal)");
+                        " (zeros, uniform, normal or constant)");
   }
-  if (!(spec.scale() >= 0) || !std::isfinite(spec.scale())) {
-    return Bad(key, "initialiser scale must be finite and >= 0");
+  if (!std::isfinite(spec.scale())) {
+    return Bad(key, "initialiser scale must be finite");
+  }
+  if (spec.init() != proto::SparseTableSpec::CONSTANT && !(spec.scale() >= 0)) {
+    return Bad(key, "initialiser scale must be >= 0 (a negative value is for constant)");
   }
   if (spec.admit_after() < 0 || spec.expire_after() < 0 || spec.max_rows() < 0 ||
       spec.max_pending() < 0) {
@@ -173,6 +176,9 @@ void Table::InitialRow(int64_t id, float* out) const {
         out[j] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
                                     std::cos(6.283185307179586 * u2) * scale);
       }
+      break;
+    case proto::SparseTableSpec::CONSTANT:
+      std::fill(out, out + width_, scale);
       break;
     default:
       std::memset(out, 0, static_cast<size_t>(width_) * sizeof(float));

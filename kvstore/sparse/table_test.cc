@@ -111,6 +111,16 @@ TEST(TableTest, NormalAndZeroInitialisers) {
   s.set_init(proto::SparseTableSpec::ZEROS);
   auto z = Make(s);
   for (float v : ReadRows(z.get(), {9})) EXPECT_EQ(v, 0.0f);
+  // Constant: every value is `scale`, negative allowed (only there).
+  s.set_init(proto::SparseTableSpec::CONSTANT);
+  s.set_scale(-1.5f);
+  auto k = Make(s);
+  for (float v : ReadRows(k.get(), {0, 77})) EXPECT_EQ(v, -1.5f);
+  s.set_init(proto::SparseTableSpec::UNIFORM);
+  StatusOr<std::unique_ptr<Table>> bad = Table::Create("u", s);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("scale must be >= 0"), std::string::npos)
+      << bad.status().message();
 }
 
 TEST(TableTest, WithoutAnOptimizerARowBecomesItsGradient) {

@@ -23,7 +23,8 @@ class Table(object):
 
     width: values per row. num_rows: valid ids are [0, num_rows); 0 (the
     default) allows any id >= 0. init: 'zeros', 'uniform' (in [-scale,
-    scale)) or 'normal' (standard deviation `scale`); a row's initial value
+    scale)), 'normal' (standard deviation `scale`) or 'constant' (every
+    value `scale`, e.g. 1 for MXNet's tables of ones); a row's initial value
     depends only on (seed, key, row id). admit_after: a row is created at its
     n-th push (before that, pulls give its initial value and its gradients
     are dropped). expire_after: rows unused for that many updates are

@@ -1,0 +1,59 @@
+"""mx.test_utils: the assertions MXNet's tests and examples use."""
+
+import numpy as np
+
+from .context import current_context
+from .ndarray import NDArray
+
+
+def _np(a):
+    return a.asnumpy() if isinstance(a, NDArray) else np.asarray(a)
+
+
+def default_context():
+    return current_context()
+
+
+def _tolerances(a, b, rtol, atol):
+    low = min(np.dtype(a.dtype).itemsize if a.dtype.kind == "f" else 8,
+              np.dtype(b.dtype).itemsize if b.dtype.kind == "f" else 8)
+    default = {2: (1e-2, 1e-4), 4: (1e-4, 1e-5)}.get(low, (1e-5, 1e-20))
+    return (default[0] if rtol is None else rtol, default[1] if atol is None else atol)
+
+
+def almost_equal(a, b, rtol=None, atol=None, equal_nan=False):
+    a, b = _np(a), _np(b)
+    rtol, atol = _tolerances(a, b, rtol, atol)
+    return np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+def assert_almost_equal(a, b, rtol=None, atol=None, names=("a", "b"), equal_nan=False,
+                        **kwargs):
+    """Raises AssertionError naming the worst element when a and b differ
+    beyond atol + rtol * |b| (defaults by the lower-precision dtype)."""
+    a, b = _np(a), _np(b)
+    rtol, atol = _tolerances(a, b, rtol, atol)
+    if a.shape != b.shape and a.size != 1 and b.size != 1:
+        raise AssertionError("%s has shape %s, %s has shape %s"
+                             % (names[0], a.shape, names[1], b.shape))
+    if np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan):
+        return
+    x, y = np.broadcast_arrays(a.astype(np.float64), b.astype(np.float64))
+    err = np.abs(x - y) - (atol + rtol * np.abs(y))
+    worst = np.unravel_index(np.nanargmax(err), err.shape) if err.size else ()
+    raise AssertionError("%s and %s differ beyond rtol=%g atol=%g: at %s %r vs %r"
+                         % (names[0], names[1], rtol, atol, worst, x[worst], y[worst]))
+
+
+def same(a, b):
+    return np.array_equal(_np(a), _np(b))
+
+
+def assert_exception(f, exception_type, *args, **kwargs):
+    """f(*args, **kwargs) must raise exception_type."""
+    try:
+        f(*args, **kwargs)
+    except exception_type:
+        return
+    raise AssertionError("%s did not raise %s" % (getattr(f, "__name__", f),
+                                                   exception_type.__name__))

@@ -1,0 +1,186 @@
+"""kvtrain's MXNet face (python/compat/mxnet): mx.nd, mx.kv, mx.optimizer,
+mx.random and mx.test_utils as MXNet scripts call them, on local stores and
+in a real 2 worker + 2 server job (mxnet_dist_kvstore.py, written as
+MXNet's nightly store tests are)."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import JOB_ENV, PY, ROOT, launch, lines_with
+
+COMPAT = os.path.join(ROOT, "python", "compat")
+sys.path.insert(0, COMPAT)
+
+import mxnet as mx  # noqa: E402
+from mxnet.base import NotInKvtrain  # noqa: E402
+
+
+def test_mx_is_kvtrains_face_and_says_so():
+    assert mx.__kvtrain__ and mx.__file__.startswith(COMPAT)
+    assert mx.nd is mx.ndarray and mx.kv is mx.kvstore
+    assert mx.cpu() == mx.Context("cpu", 0) and repr(mx.gpu(1)) == "gpu(1)"
+
+
+def test_ndarray_keeps_mxnets_dtypes_and_indexing():
+    # Creation defaults to float32, also from numpy's float64.
+    assert mx.nd.array(np.random.rand(2, 2)).dtype == np.float32
+    assert mx.nd.array([1, 2]).dtype == np.float32
+    assert mx.nd.ones((2,), dtype="float16").dtype == np.float16
+    assert mx.nd.array(mx.nd.ones((2,), dtype="int32")).dtype == np.int32
+    # Arithmetic with scalars keeps the array's dtype.
+    h = mx.nd.ones((2, 3), dtype="float16") * 3 + 1
+    assert h.dtype == np.float16 and h.asnumpy().tolist() == [[4] * 3] * 2
+    assert (2 - mx.nd.ones((2,))).asnumpy().tolist() == [1, 1]
+    assert (mx.nd.ones((2,)) / 4).asnumpy().tolist() == [0.25, 0.25]
+    # Integer indexing of a 1-D array keeps shape (1,), as MXNet 1.x.
+    z = mx.nd.zeros((2, 3))
+    assert z[0].shape == (3,) and z[0][0].shape == (1,)
+    assert z[0][0].asnumpy()[0] == 0 and z[1][2].asscalar() == 0
+    # Rows and slices assign in place; a slice is a view.
+    z[1] = 5
+    z[0, 1:] = mx.nd.array([7, 8])
+    assert z.asnumpy().tolist() == [[0, 7, 8], [5, 5, 5]]
+    view = z[1:]
+    view += 1
+    assert z.asnumpy()[1].tolist() == [6, 6, 6]
+    # Comparisons are arrays of 0 and 1 in the operands' dtype.
+    c = mx.nd.array([1, 2, 3]) > 1
+    assert c.dtype == np.float32 and c.asnumpy().tolist() == [0, 1, 1]
+    assert mx.nd.zeros((2, 3, 4)).reshape((0, -1)).shape == (2, 12)
+    with pytest.raises(ValueError, match="reshape: 0 at position 1 copies no dimension of \\(4,\\)"):
+        mx.nd.arange(0, 4).reshape((2, 0))
+    assert mx.nd.arange(0, 6).reshape(-1, 3).shape == (2, 3)
+    assert mx.nd.ones((2, 2)).sum().asscalar() == 4
+    assert mx.nd.ones((3,)).astype("uint8").dtype == np.uint8
+    out = mx.nd.zeros((2,), dtype="float16")
+    mx.nd.ones((2,)).copyto(out)
+    assert out.dtype == np.float16 and out.asnumpy().tolist() == [1, 1]
+    mx.nd.waitall()
+    z.wait_to_read()
+    with pytest.raises(TypeError, match="dtype complex64 is not one MXNet has"):
+        mx.nd.zeros((2,), dtype="complex64")
+
+
+def test_row_sparse_arrays():
+    d = mx.nd.zeros((4, 2))
+    d[2] = 3
+    r = d.tostype("row_sparse")
+    assert r.stype == "row_sparse" and r.shape == (4, 2)
+    assert r.indices.asnumpy().tolist() == [2] and r.data.asnumpy().tolist() == [[3, 3]]
+    assert (r - 3).asnumpy()[2].tolist() == [0, 0]
+    assert r.tostype("default").asnumpy().tolist() == d.asnumpy().tolist()
+    s = mx.nd.sparse.row_sparse_array(([[1, 1], [2, 2]], [3, 0]), shape=(4, 2))
+    assert s.indices.asnumpy().tolist() == [0, 3]
+    assert s.asnumpy()[0].tolist() == [2, 2]
+    assert mx.nd.zeros((3, 2), stype="row_sparse").asnumpy().sum() == 0
+    with pytest.raises(NotInKvtrain, match="csr_matrix"):
+        mx.nd.sparse.csr_matrix(([1], [0], [0, 1]), shape=(1, 1))
+    with pytest.raises(NotInKvtrain, match="stype 'csr'"):
+        d.tostype("csr")
+
+
+def test_local_store_with_float16_keys_and_the_test_optimizer():
+    kv = mx.kv.create("local")
+    kv.init("3", mx.nd.ones((2, 3)))
+    kv.init("4", mx.nd.ones((2, 3), dtype="float16"))
+    kv.set_optimizer(mx.optimizer.create("test", rescale_grad=2, multi_precision=True))
+    # Two values for one key (devices) are summed before the update.
+    kv.push("3", [mx.nd.ones((2, 3)), mx.nd.ones((2, 3)) * 2])
+    out = mx.nd.zeros((2, 3))
+    kv.pull("3", out=out)
+    assert out.asnumpy().tolist() == [[7] * 3] * 2  # 1 + 2 * (1 + 2)
+    kv.push("4", mx.nd.ones((2, 3), dtype="float16") * 0.5)
+    half = mx.nd.zeros((2, 3), dtype="float16")
+    kv.pull("4", out=half)
+    assert half.dtype == np.float16 and half.asnumpy().tolist() == [[2] * 3] * 2
+    assert kv.is_capable(mx.kvstore.OPTIMIZER)
+    with pytest.raises(ValueError, match="unknown capability"):
+        kv.is_capable("gpu_direct")
+
+
+def test_local_store_row_sparse_keys_start_as_mxnets_ones():
+    kv = mx.kv.create("local")
+    kv.init("9", mx.nd.ones((4, 3)).tostype("row_sparse"))
+    g = mx.nd.zeros((4, 3))
+    g[1] = 2
+    kv.push("9", g.tostype("row_sparse"))
+    got = mx.nd.zeros((4, 3), stype="row_sparse")
+    kv.row_sparse_pull("9", out=got, row_ids=mx.nd.array([3, 1, 1]))
+    assert got.indices.asnumpy().tolist() == [1, 3]
+    # Without an optimizer the pushed row becomes the value (MXNet's rule).
+    assert got.asnumpy().tolist() == [[0] * 3, [2] * 3, [0] * 3, [1] * 3]
+    kv.row_sparse_pull("9", out=got, row_ids=mx.nd.array([]))
+    assert got.indices.asnumpy().size == 0 and got.asnumpy().sum() == 0
+    uneven = mx.nd.ones((4, 3))
+    uneven[0] = 2
+    with pytest.raises(NotInKvtrain, match="key '5': a row-sparse key holding arbitrary rows"):
+        kv.init("5", uneven.tostype("row_sparse"))
+    with pytest.raises(TypeError, match="out must be a RowSparseNDArray"):
+        kv.row_sparse_pull("9", out=mx.nd.zeros((4, 3)), row_ids=mx.nd.array([1]))
+
+
+def test_a_python_updater_on_a_local_store():
+    kv = mx.kv.create("local")
+    seen = []
+
+    def updater(key, grad, weight):
+        seen.append((key, grad.asnumpy().tolist()))
+        weight -= grad * 0.5
+
+    kv._set_updater(updater)
+    kv.init(1, mx.nd.ones((2,)))
+    kv.push(1, [mx.nd.ones((2,)) * 3, mx.nd.ones((2,))])
+    out = mx.nd.zeros((2,))
+    kv.pull(1, out=out)
+    assert seen == [(1, [4.0, 4.0])]  # the store summed the two values
+    assert out.asnumpy().tolist() == [-1, -1]
+
+
+def test_optimizers_take_mxnets_names_arguments_and_defaults():
+    adam = mx.optimizer.create("adam")
+    assert adam.learning_rate == 0.001  # MXNet's, where kvtrain's own is 0.01
+    assert adam._kvtrain.params["learning_rate"] == 0.001
+    sgd = mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, wd=1e-4, multi_precision=True,
+                           param_idx2name={0: "w"})
+    assert sgd._kvtrain.params == {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}
+    with pytest.raises(NotInKvtrain, match="optimizer 'rmsprop'"):
+        mx.optimizer.create("rmsprop")
+    with pytest.raises(TypeError, match="'sgd' got argument\\(s\\) it does not take: beta1"):
+        mx.optimizer.create("sgd", beta1=0.9)
+    with pytest.raises(NotInKvtrain, match="mx.optimizer.register"):
+        mx.optimizer.register(object)
+
+    class Mine(object):
+        pass
+
+    with pytest.raises(NotInKvtrain, match="an optimizer of type Mine"):
+        mx.kv.create("local").set_optimizer(Mine())
+    with pytest.raises(NotInKvtrain, match="kvstore type 'horovod'"):
+        mx.kv.create("horovod")
+
+
+def test_random_and_test_utils():
+    mx.random.seed(7)
+    a = mx.random.uniform(shape=(3,)).asnumpy()
+    mx.random.seed(7)
+    assert np.array_equal(a, mx.random.uniform(shape=(3,)).asnumpy())
+    mx.test_utils.assert_almost_equal(mx.nd.ones((2,)), np.ones(2) + 1e-7)
+    with pytest.raises(AssertionError, match="differ beyond"):
+        mx.test_utils.assert_almost_equal(mx.nd.ones((2,)), np.array([1, 1.1]))
+    mx.test_utils.assert_exception(int, ValueError, "x")
+    with pytest.raises(AssertionError, match="did not raise"):
+        mx.test_utils.assert_exception(int, ValueError, "1")
+    with pytest.raises(NotInKvtrain, match="mx.nd.save"):
+        mx.nd.save("f", [mx.nd.ones((1,))])
+
+
+@pytest.mark.parametrize("part", ["dense", "sparse", "2bit"])
+def test_mxnet_style_closed_form_job(part):
+    path = os.path.join(ROOT, "python", "tests", "mxnet_dist_kvstore.py")
+    env = ["--env", "PYTHONPATH=%s:%s" % (COMPAT, os.path.join(ROOT, "python"))]
+    code, out = launch(["-n", "2", "-s", "2"] + JOB_ENV + env + [PY, path, "--part", part])
+    assert code == 0, out[-3000:]
+    assert len(lines_with(out, ": %s done" % part)) == 2, out[-3000:]
