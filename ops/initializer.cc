@@ -49,8 +49,8 @@ StatusOr<InitializerOptions> ParseInitializer(const std::string& text) {
   auto bad = [&](const std::string& why) {
     return Status::InvalidArgument("initializer \"" + text + "\": " + why +
                                    " (expected uniform[:scale], "
-                                   "normal[:sigma] or xavier[:uniform|"
-                                   "gaussian[:avg|in|out[:magnitude]]])");
+                                   "normal[:sigma], xavier[:uniform|"
+                                   "gaussian[:avg|in|out[:magnitude]]] or constant:value)");
   };
   auto number = [&](const std::string& s, float* out) {
     char* end = nullptr;
@@ -71,6 +71,16 @@ StatusOr<InitializerOptions> ParseInitializer(const std::string& text) {
     if (parts.size() == 2 && !number(parts[1], target)) {
       return bad("\"" + parts[1] + "\" is not a positive number");
     }
+    return o;
+  }
+  if (parts[0] == "constant") {
+    o.type = InitializerOptions::Type::kConstant;
+    char* end = nullptr;
+    const double v = parts.size() == 2 ? std::strtod(parts[1].c_str(), &end) : 0;
+    if (parts.size() != 2 || parts[1].empty() || *end != '\0' || !std::isfinite(v)) {
+      return bad("constant needs one finite value");
+    }
+    o.value = static_cast<float>(v);
     return o;
   }
   if (parts[0] != "xavier") return bad("unknown type \"" + parts[0] + "\"");
@@ -127,6 +137,7 @@ Status Initializer::Fill(const std::string& name, Tensor* t) const {
                                    " is not a defined float32 tensor");
   }
   const InitializerOptions& o = options_;
+  if (o.type == InitializerOptions::Type::kConstant) return t->Fill(o.value);
   const uint64_t stream = Mix(o.seed ^ Mix(HashName(name)));
   const int64_t n = t->size();
   bool gaussian = o.type == InitializerOptions::Type::kNormal;

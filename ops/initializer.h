@@ -1,4 +1,4 @@
-// Weight initializers: uniform, normal and Xavier, seeded and deterministic
+// Weight initializers: uniform, normal, Xavier and constant, seeded and deterministic
 // (an array's values depend only on the seed, its name and its shape, not on
 // the order arrays are initialised in or the device they live on).
 #ifndef KVTRAIN_OPS_INITIALIZER_H_
@@ -13,7 +13,7 @@
 namespace kvtrain {
 
 struct InitializerOptions {
-  enum class Type { kUniform, kNormal, kXavier };
+  enum class Type { kUniform, kNormal, kXavier, kConstant };
   enum class Distribution { kUniform, kGaussian };
   enum class Factor { kAvg, kIn, kOut };
 
@@ -29,12 +29,15 @@ struct InitializerOptions {
   Distribution distribution = Distribution::kUniform;
   Factor factor = Factor::kAvg;
   float magnitude = 3.0f;
+  // kConstant: every weight is `value` (MXNet's Zero, One, Constant).
+  float value = 0.0f;
   // Seed of every array's stream.
   uint64_t seed = 0;
 };
 
 // Parses "uniform", "uniform:0.1", "normal:0.01", "xavier",
-// "xavier:gaussian:in:2" (distribution, factor, magnitude; each optional).
+// "xavier:gaussian:in:2" (distribution, factor, magnitude; each optional),
+// "constant:V" (any finite V).
 StatusOr<InitializerOptions> ParseInitializer(const std::string& text);
 
 // Immutable after Create; thread-safe.

@@ -101,8 +101,21 @@ TEST_F(InitializerTest, ParseAndErrors) {
   EXPECT_EQ(o->sigma, 0.05f);
   EXPECT_EQ(ParseInitializer("orthogonal").status().message(),
             "initializer \"orthogonal\": unknown type \"orthogonal\" (expected "
-            "uniform[:scale], normal[:sigma] or xavier[:uniform|gaussian[:avg|"
-            "in|out[:magnitude]]])");
+            "uniform[:scale], normal[:sigma], xavier[:uniform|gaussian[:avg|"
+            "in|out[:magnitude]]] or constant:value)");
+  // Constant: any finite value for weights; biases keep their own rule.
+  o = ParseInitializer("constant:-0.5");
+  ASSERT_TRUE(o.ok()) << o.status();
+  auto constant = Initializer::Create(*o);
+  Tensor w = Tensor::Zeros({2, 3});
+  Tensor b = Tensor::Zeros({3});
+  ASSERT_TRUE(constant->Init("fc_weight", &w).ok());
+  ASSERT_TRUE(constant->Init("fc_bias", &b).ok());
+  for (float f : w.ToVector()) EXPECT_EQ(f, -0.5f);
+  for (float f : b.ToVector()) EXPECT_EQ(f, 0.0f);
+  EXPECT_FALSE(ParseInitializer("constant").ok());
+  EXPECT_FALSE(ParseInitializer("constant:nan").ok());
+  EXPECT_FALSE(ParseInitializer("constant:1:2").ok());
   InitializerOptions x;
   x.type = InitializerOptions::Type::kXavier;
   auto init = Initializer::Create(x);

@@ -12,6 +12,7 @@
 #include "python/bind_common.h"
 #include "python/bind_parts.h"
 #include "trainer/checkpoint.h"
+#include "trainer/metrics.h"
 #include "trainer/module.h"
 
 namespace kvtrain {
@@ -228,6 +229,23 @@ void BindModule(py::module_& m) {
     a.aux = FromDict(aux, "aux_params");
     Check(SaveParams(path, a, epoch));
   });
+  // One of the trainer's metrics, for MXNet's mx.metric outside fit.
+  py::class_<Metric, std::shared_ptr<Metric>>(m, "Metric")
+      .def(py::init([](const std::string& spec) {
+             return std::shared_ptr<Metric>(Check(CreateMetric(spec)));
+           }),
+           py::arg("spec"))
+      .def("update",
+           [](Metric& metric, const py::array& labels, const py::array& probs, int pad) {
+             const Tensor l = ViewArray(labels, "metric labels", false);
+             const Tensor p = ViewArray(probs, "metric predictions", false);
+             Check(metric.Update(l, p, pad));
+           },
+           py::arg("labels"), py::arg("probs"), py::arg("pad") = 0)
+      .def("reset", &Metric::Reset)
+      .def("get", &Metric::Get)
+      .def_property_readonly("name", &Metric::name)
+      .def_property_readonly("count", &Metric::count);
   m.def("symbol_path", &SymbolPath);
   m.def("params_path", &ParamsPath);
   m.def("states_path", &StatesPath);

@@ -35,9 +35,10 @@ class TopK : public Metric {
   const int k_;
 };
 
+// Also MXNet's negative log-likelihood ("nll-loss"): the same mean.
 class CrossEntropy : public Metric {
  public:
-  CrossEntropy() : Metric("cross-entropy") {}
+  explicit CrossEntropy(std::string name = "cross-entropy") : Metric(std::move(name)) {}
 
  protected:
   double Row(int label, const float* p, int) const override {
@@ -85,6 +86,9 @@ StatusOr<std::unique_ptr<Metric>> CreateMetric(const std::string& spec) {
   if (spec == "cross-entropy" || spec == "ce") {
     return std::unique_ptr<Metric>(new CrossEntropy());
   }
+  if (spec == "nll-loss" || spec == "nll_loss") {
+    return std::unique_ptr<Metric>(new CrossEntropy("nll-loss"));
+  }
   const std::string topk = "top_k_accuracy:";
   if (spec.rfind(topk, 0) == 0) {
     const std::string k = spec.substr(topk.size());
@@ -94,7 +98,7 @@ StatusOr<std::unique_ptr<Metric>> CreateMetric(const std::string& spec) {
     }
   }
   return Status::InvalidArgument("unknown metric \"" + spec +
-                                 "\": expected accuracy, top_k_accuracy:K or cross-entropy");
+                                 "\": expected accuracy, top_k_accuracy:K, cross-entropy or nll-loss");
 }
 
 StatusOr<MetricSet> MetricSet::Create(const std::vector<std::string>& specs) {

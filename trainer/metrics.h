@@ -42,7 +42,8 @@ class Metric {
   int64_t count_ = 0;
 };
 
-// "accuracy" (or "acc"), "top_k_accuracy:K", "cross-entropy" (or "ce").
+// "accuracy" (or "acc"), "top_k_accuracy:K", "cross-entropy" (or "ce"),
+// "nll-loss" (or "nll_loss": cross-entropy under MXNet's other name).
 // An unknown name is an error listing the known ones.
 StatusOr<std::unique_ptr<Metric>> CreateMetric(const std::string& spec);
 

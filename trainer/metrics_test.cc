@@ -32,6 +32,11 @@ TEST(MetricsTest, AccuracyTopKCrossEntropy) {
   EXPECT_NEAR(v[2].second, -(std::log(0.7) + std::log(0.4) + std::log(0.3)) / 3, 1e-6);
   set->Reset();
   EXPECT_EQ(set->Get()[0].second, 0);
+  // MXNet's negative log-likelihood is the same mean under its own name.
+  auto nll = std::move(CreateMetric("nll_loss")).value();
+  ASSERT_TRUE(nll->Update(Labels(), Probs()).ok());
+  EXPECT_EQ(nll->name(), "nll-loss");
+  EXPECT_NEAR(nll->Get(), v[2].second, 1e-9);
 }
 
 TEST(MetricsTest, PaddedRowsAreIgnored) {
@@ -44,7 +49,7 @@ TEST(MetricsTest, PaddedRowsAreIgnored) {
 
 TEST(MetricsTest, Errors) {
   EXPECT_EQ(CreateMetric("f1").status().message(),
-            "unknown metric \"f1\": expected accuracy, top_k_accuracy:K or cross-entropy");
+            "unknown metric \"f1\": expected accuracy, top_k_accuracy:K, cross-entropy or nll-loss");
   EXPECT_FALSE(CreateMetric("top_k_accuracy:0").ok());
   auto acc = std::move(CreateMetric("acc")).value();
   EXPECT_FALSE(acc->Update(Tensor::FromVector({0, 1}, {2}), Probs()).ok());

@@ -4,6 +4,8 @@ in a real 2 worker + 2 server job (mxnet_dist_kvstore.py, written as
 MXNet's nightly store tests are)."""
 
 import os
+import re
+import subprocess
 import sys
 
 import numpy as np
@@ -184,3 +186,107 @@ def test_mxnet_style_closed_form_job(part):
     code, out = launch(["-n", "2", "-s", "2"] + JOB_ENV + env + [PY, path, "--part", part])
     assert code == 0, out[-3000:]
     assert len(lines_with(out, ": %s done" % part)) == 2, out[-3000:]
+
+
+# -- an MXNet-shaped training script (mxnet_scripts/: train_mnist.py with
+# common/fit.py and symbols/, kvtrain's own code making MXNet's calls) ----------
+SCRIPTS = os.path.join(ROOT, "python", "tests", "mxnet_scripts")
+MNIST = "/usr/share/datasets/fashion-mnist"
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """A working directory with data/ as MXNet's train_mnist.py expects it."""
+    (tmp_path / "data").mkdir()
+    for f in os.listdir(MNIST):
+        os.symlink(os.path.join(MNIST, f), str(tmp_path / "data" / f))
+    return str(tmp_path)
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = "%s:%s" % (COMPAT, os.path.join(ROOT, "python"))
+    return env
+
+
+def train_mnist(workdir, *flags, launch_args=None, timeout=300):
+    argv = [PY, os.path.join(SCRIPTS, "train_mnist.py")] + list(flags)
+    if launch_args is not None:
+        argv = [PY, os.path.join(ROOT, "tracker", "launch.py")] + launch_args + argv
+    r = subprocess.run(argv, cwd=workdir, env=_env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return r.returncode, r.stdout
+
+
+def validation(out):
+    return [float(v) for v in re.findall(r"Validation-accuracy=([0-9.]+)", out)]
+
+
+def test_mxnet_train_mnist_trains_lenet_in_one_process(workdir):
+    code, out = train_mnist(workdir, "--network", "lenet", "--num-epochs", "1",
+                            "--num-examples", "10000", "--kv-store", "local", "--top-k", "3",
+                            "--loss", "ce,nll")
+    assert code == 0, out[-3000:]
+    # fit's metrics: accuracy, top-3, and both losses (one value, two names).
+    line = [l for l in out.splitlines() if "Time cost" in l][-1]
+    for name in ("Validation-accuracy", "Validation-top_k_accuracy_3",
+                 "Validation-cross-entropy", "Validation-nll-loss"):
+        assert name + "=" in line, line
+    # One epoch of 10,000 examples in an unseeded order: 0.69 to 0.80 seen.
+    assert validation(out)[-1] >= 0.60, line
+    assert "Speed:" in out and "samples/sec\taccuracy=" in out  # the Speedometer
+
+
+def test_mxnet_train_mnist_under_dist_sync_matches_kvtrains_example(workdir):
+    jobs = ["-n", "2", "-s", "2", "--launcher", "local"] + JOB_ENV
+    code, out = train_mnist(workdir, "--num-epochs", "2", "--kv-store", "dist_sync",
+                            launch_args=jobs)
+    assert code == 0, out[-3000:]
+    # Every worker reads all the data, resized to its share, as in MXNet.
+    assert len(lines_with(out, "Resizing training data to 469 batches per machine")) == 2
+    face = validation(out)
+    assert len(face) == 4 and face[-1] >= 0.82, out[-2000:]
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    r = subprocess.run([PY, os.path.join(ROOT, "tracker", "launch.py")] + jobs +
+                       [PY, os.path.join(ROOT, "examples", "python", "train_mnist.py"),
+                        "--num-epochs", "2", "--kv-store", "dist_sync", "--batch-size", "64",
+                        "--lr", "0.05"],
+                       cwd=workdir, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:]
+    own = validation(r.stdout)
+    assert abs(face[-1] - own[-1]) <= 0.02, (face, own)
+
+
+def test_mxnet_train_mnist_checkpoints_resumes_and_reads_only(workdir):
+    small = ["--num-examples", "2000", "--kv-store", "local"]
+    os.mkdir(os.path.join(workdir, "ck"))  # MXNet's fit.py expects it too
+    code, out = train_mnist(workdir, "--num-epochs", "2", "--model-prefix", "ck/m",
+                            "--save-period", "2", *small)
+    assert code == 0, out[-3000:]
+    files = sorted(os.listdir(os.path.join(workdir, "ck")))
+    assert files == ["m-0002.params", "m-0002.states", "m-symbol.txt"], files
+    code, out = train_mnist(workdir, "--num-epochs", "3", "--load-epoch", "2",
+                            "--model-prefix", "ck/m", *small)
+    assert code == 0, out[-3000:]
+    assert "Loaded model ck/m_0002.params" in out
+    assert re.search(r"^Epoch\[2\] Train-accuracy", out, re.M) and "Epoch[1]" not in out
+    code, out = train_mnist(workdir, "--test-io", "1", "--disp-batches", "10", *small)
+    assert code == 0 and "Batch [29]\tSpeed:" in out, out[-2000:]
+    for init in ("xavier", "msra", "normal", "uniform", "zero", "one"):
+        code, out = train_mnist(workdir, "--num-epochs", "1", "--initializer", init, *small)
+        assert code == 0 and validation(out), (init, out[-2000:])
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--monitor", "10"], "mx.mon.Monitor is not available"),
+    (["--initializer", "orthogonal"], "mx.init.Orthogonal is not available"),
+    (["--network", "lenet", "--add_stn"], "mx.sym.SpatialTransformer is not available"),
+    (["--lr-step-epochs", "pow2", "--lr-factor", "0.5"],
+     "mx.lr_scheduler.PolyScheduler is not available"),
+    (["--optimizer", "rmsprop"], "optimizer 'rmsprop' is not available"),
+])
+def test_mxnet_features_kvtrain_lacks_stop_the_script_naming_them(workdir, flags, named):
+    code, out = train_mnist(workdir, "--num-epochs", "1", "--num-examples", "1000",
+                            "--kv-store", "local", *flags)
+    assert code != 0 and named in out, out[-2000:]

@@ -14,3 +14,13 @@ class NotInKvtrain(MXNetError, NotImplementedError):
         if instead:
             msg += "; " + instead
         super().__init__(msg + " (see docs/mxnet.md)")
+
+
+def missing_class(qualified, instead, base=object):
+    """A class standing for MXNet's `qualified` (e.g. "mx.init.Orthogonal")
+    whose construction raises NotInKvtrain."""
+
+    def __init__(self, *args, **kwargs):
+        raise NotInKvtrain(qualified, instead)
+
+    return type(qualified.rsplit(".", 1)[-1], (base,), {"__init__": __init__})
