@@ -1,11 +1,14 @@
 // kvtrain._kvtrain.Symbol and the operator registry (kvtrain.sym generates
 // one function per registered operator from describe_op).
+#include <google/protobuf/text_format.h>
+
 #include <map>
 #include <string>
 #include <vector>
 
 #include "engine/symbol.h"
 #include "ops/operator.h"
+#include "proto/graph.pb.h"
 #include "python/bind_common.h"
 #include "python/bind_parts.h"
 
@@ -71,6 +74,33 @@ void BindSymbol(py::module_& m) {
                                    ShapeList(shapes.aux));
            })
       .def("tojson", [](const Symbol& s) { return Check(s.ToText()); })
+      // The graph in topological order, for other formats (MXNet's JSON):
+      // {"nodes": [(name, op ("" for a variable), {attr: value},
+      // [(input node, output index)])], "outputs": [(node, index)]}.
+      .def("graph",
+           [](const Symbol& s) {
+             proto::GraphDef g;
+             if (!google::protobuf::TextFormat::ParseFromString(Check(s.ToText()), &g)) {
+               throw py::value_error("graph: the symbol's own text does not parse");
+             }
+             auto entry = [](const proto::NodeOutput& o) {
+               return py::make_tuple(o.node(), o.index());
+             };
+             py::list nodes;
+             for (const proto::NodeDef& d : g.nodes()) {
+               py::dict attrs;
+               for (const auto& [k, v] : d.attrs()) attrs[py::str(k)] = v;
+               py::list inputs;
+               for (const proto::NodeOutput& o : d.inputs()) inputs.append(entry(o));
+               nodes.append(py::make_tuple(d.name(), d.op(), attrs, inputs));
+             }
+             py::list outputs;
+             for (const proto::NodeOutput& o : g.outputs()) outputs.append(entry(o));
+             py::dict out;
+             out["nodes"] = nodes;
+             out["outputs"] = outputs;
+             return out;
+           })
       .def_static("fromjson",
                   [](const std::string& text) { return Check(Symbol::FromText(text)); })
       .def("save", [](const Symbol& s, const std::string& path) { Check(s.Save(path)); })

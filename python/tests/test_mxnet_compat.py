@@ -3,6 +3,7 @@ mx.random and mx.test_utils as MXNet scripts call them, on local stores and
 in a real 2 worker + 2 server job (mxnet_dist_kvstore.py, written as
 MXNet's nightly store tests are)."""
 
+import json
 import os
 import re
 import subprocess
@@ -175,8 +176,6 @@ def test_random_and_test_utils():
     mx.test_utils.assert_exception(int, ValueError, "x")
     with pytest.raises(AssertionError, match="did not raise"):
         mx.test_utils.assert_exception(int, ValueError, "1")
-    with pytest.raises(NotInKvtrain, match="mx.nd.save"):
-        mx.nd.save("f", [mx.nd.ones((1,))])
 
 
 @pytest.mark.parametrize("part", ["dense", "sparse", "2bit"])
@@ -265,7 +264,7 @@ def test_mxnet_train_mnist_checkpoints_resumes_and_reads_only(workdir):
                             "--save-period", "2", *small)
     assert code == 0, out[-3000:]
     files = sorted(os.listdir(os.path.join(workdir, "ck")))
-    assert files == ["m-0002.params", "m-0002.states", "m-symbol.txt"], files
+    assert files == ["m-0002.params", "m-symbol.json"], files  # MXNet's files
     code, out = train_mnist(workdir, "--num-epochs", "3", "--load-epoch", "2",
                             "--model-prefix", "ck/m", *small)
     assert code == 0, out[-3000:]
@@ -290,3 +289,132 @@ def test_mxnet_features_kvtrain_lacks_stop_the_script_naming_them(workdir, flags
     code, out = train_mnist(workdir, "--num-epochs", "1", "--num-examples", "1000",
                             "--kv-store", "local", *flags)
     assert code != 0 and named in out, out[-2000:]
+
+
+# -- MXNet's files: the binary NDArray format and the JSON graph -----------------
+TESTDATA = os.path.join(ROOT, "python", "tests", "testdata")
+
+
+def test_nd_save_writes_mxnets_binary_layout_and_reads_it_back(tmp_path):
+    import struct
+    path = str(tmp_path / "w.nd")
+    w = mx.nd.array([[1, 2, 3], [4, 5, 6]])
+    mx.nd.save(path, {"w": w})
+    # MXNet's list header, one version-2 dense float32 array on cpu(0), one name.
+    want = (struct.pack("<QQQ", 0x112, 0, 1) + struct.pack("<Ii", 0xF993FAC9, 0)
+            + struct.pack("<iqq", 2, 2, 3) + struct.pack("<iii", 1, 0, 0)
+            + np.arange(1, 7, dtype="<f4").tobytes() + struct.pack("<QQ", 1, 1) + b"w")
+    assert open(path, "rb").read() == want
+    # Every dtype MXNet has, a list without names, a row-sparse array.
+    arrays = [mx.nd.array(np.arange(4), dtype=t) for t in
+              ("float32", "float64", "float16", "uint8", "int32", "int8", "int64")]
+    sparse = mx.nd.array([[0, 0], [1, 2], [0, 0]]).tostype("row_sparse")
+    mx.nd.save(path, arrays + [sparse])
+    back = mx.nd.load(path)
+    assert isinstance(back, list) and len(back) == 8
+    for a, b in zip(arrays, back):
+        assert b.dtype == a.dtype and b.asnumpy().tolist() == a.asnumpy().tolist()
+    assert back[7].stype == "row_sparse" and back[7].indices.asnumpy().tolist() == [1]
+    assert back[7].asnumpy().tolist() == [[0, 0], [1, 2], [0, 0]]
+    # The oldest layout (ndim as the magic, uint32 dims) still reads.
+    old = (struct.pack("<QQQ", 0x112, 0, 1) + struct.pack("<II", 1, 2)
+           + struct.pack("<iii", 1, 0, 0) + np.array([7, 8], "<f4").tobytes()
+           + struct.pack("<Q", 0))
+    (tmp_path / "old.nd").write_bytes(old)
+    assert mx.nd.load(str(tmp_path / "old.nd"))[0].asnumpy().tolist() == [7, 8]
+    # A cut file and a foreign one are errors naming the file and the place.
+    (tmp_path / "cut.nd").write_bytes(want[:-3])
+    with pytest.raises(ValueError,
+                       match="cut.nd: name 0 length at byte 96 runs past the end \\(102 bytes"):
+        mx.nd.load(str(tmp_path / "cut.nd"))
+    (tmp_path / "png.nd").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(16))
+    with pytest.raises(ValueError, match="not MXNet's NDArray list magic"):
+        mx.nd.load(str(tmp_path / "png.nd"))
+
+
+def test_an_mxnet_symbol_json_and_params_pair_loads_and_predicts(tmp_path):
+    prefix = str(tmp_path / "mlp_bn")
+    with open(os.path.join(TESTDATA, "mxnet_mlp_bn-symbol.json")) as f:
+        open(prefix + "-symbol.json", "w").write(f.read())
+    rng = np.random.RandomState(5)
+    p = {"fc1_weight": rng.randn(8, 5), "fc1_bias": rng.randn(8), "bn1_gamma": rng.rand(8) + .5,
+         "bn1_beta": rng.randn(8), "fc2_weight": rng.randn(3, 8), "fc2_bias": rng.randn(3)}
+    aux = {"bn1_moving_mean": rng.randn(8), "bn1_moving_var": rng.rand(8) + .5}
+    arrays = {"arg:" + k: mx.nd.array(v) for k, v in p.items()}
+    arrays.update({"aux:" + k: mx.nd.array(v) for k, v in aux.items()})
+    mx.nd.save(prefix + "-0007.params", arrays)
+    sym, arg_params, aux_params = mx.model.load_checkpoint(prefix, 7)
+    assert sorted(aux_params) == ["bn1_moving_mean", "bn1_moving_var"]
+    x = rng.randn(6, 5).astype(np.float32)
+    mod = mx.mod.Module(sym, context=mx.cpu())
+    mod.bind(data_shapes=[("data", (6, 5))], label_shapes=[("softmax_label", (6,))],
+             for_training=False)
+    mod.set_params(arg_params, aux_params)
+    got = mod.predict(mx.io.NDArrayIter(x, np.zeros(6), 6)).asnumpy()
+    # The same network in numpy, BatchNorm with its moving statistics.
+    h = x @ p["fc1_weight"].T + p["fc1_bias"]
+    h = (h - aux["bn1_moving_mean"]) / np.sqrt(aux["bn1_moving_var"] + 1e-3)
+    h = np.maximum(h * p["bn1_gamma"] + p["bn1_beta"], 0) @ p["fc2_weight"].T + p["fc2_bias"]
+    want = np.exp(h - h.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    # What kvtrain saves, MXNet's loader reads: the same graph and arrays back.
+    mx.model.save_checkpoint(prefix + "-again", 1, sym, arg_params, aux_params)
+    graph = json.loads(open(prefix + "-again-symbol.json").read())
+    assert [n["op"] for n in graph["nodes"]].count("null") == 10
+    assert graph["heads"] == [[14, 0, 0]] and graph["arg_nodes"][-1] == 13
+    assert sorted(mx.nd.load(prefix + "-again-0001.params")) == sorted(arrays)
+    sym2, arg2, aux2 = mx.model.load_checkpoint(prefix + "-again", 1)
+    assert sym2.tojson() == sym.tojson()
+    assert all(np.array_equal(arg2[k].asnumpy(), arg_params[k].asnumpy()) for k in arg2)
+
+
+def test_mxnet_json_with_what_kvtrain_lacks_is_refused_naming_the_node(tmp_path):
+    graph = json.loads(open(os.path.join(TESTDATA, "mxnet_mlp_bn-symbol.json")).read())
+    graph["nodes"][9] = {"op": "LeakyReLU", "name": "lrelu1", "attrs": {"act_type": "leaky"},
+                         "inputs": [[8, 0, 0]]}
+    with pytest.raises(NotInKvtrain, match="node 9 \\(lrelu1\\) is operator LeakyReLU"):
+        mx.sym.load_json(json.dumps(graph))
+    graph["nodes"][9] = {"op": "Activation", "name": "relu1",
+                         "attrs": {"act_type": "relu", "layout": "NHWC"}, "inputs": [[8, 0, 0]]}
+    with pytest.raises(NotInKvtrain, match="node 9 \\(Activation relu1\\).*layout=NHWC"):
+        mx.sym.load_json(json.dumps(graph))
+    with pytest.raises(ValueError, match="is not MXNet's JSON graph"):
+        mx.sym.load_json("{\"nodes\": 3}")
+
+
+def test_fit_checkpoints_in_mxnets_files_and_module_load_continues(tmp_path):
+    x = np.random.RandomState(0).rand(64, 10).astype(np.float32)
+    y = (x.sum(1) > 5).astype(np.float32)
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(mx.sym.Variable("data"), num_hidden=2,
+                                                     name="fc"), name="softmax")
+    mod = mx.mod.Module(net)
+    prefix = str(tmp_path / "m")
+    mod.fit(mx.io.NDArrayIter(x, y, 16), num_epoch=2, optimizer_params={"learning_rate": 0.1},
+            epoch_end_callback=mx.callback.do_checkpoint(prefix, period=2))
+    assert sorted(os.listdir(str(tmp_path))) == ["m-0002.params", "m-symbol.json"]
+    arg, _ = mod.get_params()
+    again = mx.mod.Module.load(prefix, 2)
+    again.bind(data_shapes=[("data", (16, 10))], label_shapes=[("softmax_label", (16,))])
+    again.init_params()
+    arg2, _ = again.get_params()
+    assert all(np.array_equal(arg[k].asnumpy(), arg2[k].asnumpy()) for k in arg)
+
+
+def test_feedforward_creates_fits_scores_predicts_saves_and_loads(tmp_path):
+    rng = np.random.RandomState(0)
+    x = rng.rand(256, 10).astype(np.float32)
+    y = (x.sum(1) > 5).astype(np.float32)
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(mx.sym.Variable("data"), num_hidden=2,
+                                                     name="fc"), name="softmax")
+    model = mx.model.FeedForward.create(net, X=x, y=y, num_epoch=8, learning_rate=0.5,
+                                        numpy_batch_size=32, initializer=mx.init.Xavier())
+    assert model.score(mx.io.NDArrayIter(x, y, 32)) > 0.6
+    pred = model.predict(x)
+    assert pred.shape == (256, 2) and np.allclose(pred.sum(1), 1, atol=1e-5)
+    model.save(str(tmp_path / "ff"))
+    assert sorted(os.listdir(str(tmp_path))) == ["ff-0008.params", "ff-symbol.json"]
+    again = mx.model.FeedForward.load(str(tmp_path / "ff"), 8)
+    np.testing.assert_array_equal(again.predict(x), pred)
+    with pytest.raises(ValueError, match="num_epoch was not given"):
+        mx.model.FeedForward(net).fit(x, y)

@@ -10,9 +10,15 @@ log_train_metric = _kt.callback.log_train_metric
 
 
 def do_checkpoint(prefix, period=1):
-    """Saves the model every `period` epochs (kvtrain's files: prefix-symbol.txt,
-    prefix-NNNN.params and, in fit, prefix-NNNN.states)."""
-    return _kt.callback.do_checkpoint(prefix, period)
+    """Saves the model every `period` epochs in MXNet's files
+    (prefix-symbol.json, prefix-NNNN.params), as mx.model.save_checkpoint."""
+    period = max(1, int(period))
+
+    def _callback(iter_no, sym, arg, aux):
+        if (iter_no + 1) % period == 0:
+            from . import model
+            model.save_checkpoint(prefix, iter_no + 1, sym, arg, aux)
+    return _callback
 
 
 def module_checkpoint(mod, prefix, period=1, save_optimizer_states=False):

@@ -4,6 +4,7 @@ makes its gradient). fit takes MXNet's arguments; one it cannot honour
 raises NotInKvtrain naming it, never passes silently."""
 
 import logging
+import os
 
 import numpy as np
 
@@ -84,6 +85,18 @@ class Module(_kt.mod.Module):
 
     @staticmethod
     def load(prefix, epoch, load_optimizer_states=False, **kwargs):
+        """A Module of a checkpoint: MXNet's files (prefix-symbol.json), whose
+        parameters fit and init_params then start from, or kvtrain's, which
+        resume with their optimizer states when load_optimizer_states."""
+        from . import model
+        if os.path.exists("%s-symbol.json" % prefix):
+            if load_optimizer_states:
+                raise NotInKvtrain("load_optimizer_states of MXNet's .states files",
+                                   "resume from kvtrain's own checkpoint files")
+            sym, arg, aux = model.load_checkpoint(prefix, epoch)
+            mod = Module(sym, **kwargs)
+            mod._loaded = (arg, aux)
+            return mod
         mod = Module(_kt.sym.load(_kt._lib.symbol_path(prefix)), **kwargs)
         mod._handle.preload_checkpoint(prefix, int(epoch), bool(load_optimizer_states))
         mod._preloaded = True
@@ -98,6 +111,9 @@ class Module(_kt.mod.Module):
 
     def init_params(self, initializer=None, arg_params=None, aux_params=None,
                     allow_missing=False, force_init=False, allow_extra=False):
+        loaded = getattr(self, "_loaded", None)
+        if arg_params is None and loaded is not None:
+            arg_params, aux_params = loaded
         super().init_params(initializer or _init.Uniform(0.01), _np_params(arg_params),
                             _np_params(aux_params), allow_missing, force_init, allow_extra)
 
@@ -140,7 +156,10 @@ class Module(_kt.mod.Module):
                     epoch_end_callback=epoch_end_callback,
                     batch_end_callback=batch_end_callback, kvstore=self._kv,
                     optimizer=self._optimizer, initializer=initializer or _init.Uniform(0.01),
-                    arg_params=_np_params(arg_params), aux_params=_np_params(aux_params),
+                    arg_params=_np_params(arg_params if arg_params is not None
+                                          else getattr(self, "_loaded", (None, None))[0]),
+                    aux_params=_np_params(aux_params if arg_params is not None
+                                          else getattr(self, "_loaded", (None, None))[1]),
                     allow_missing=allow_missing, force_rebind=force_rebind,
                     force_init=force_init, begin_epoch=begin_epoch, num_epoch=num_epoch,
                     epoch_size=epoch_size)

@@ -8,16 +8,37 @@ operator does not have is an error naming it. An MXNet operator kvtrain does
 not have raises NotInKvtrain naming it.
 """
 
+import json
 import sys
 
 import kvtrain as _kt
 from kvtrain import _lib
-from kvtrain.symbol import Group, Symbol, load, load_json  # noqa: F401
 
 from .base import NotInKvtrain
 
 # Attributes that only tune how cuDNN computes.
 _HARMLESS = ("workspace", "cudnn_tune", "cudnn_off")
+# MXNet attributes kvtrain's operators do not have, accepted at the value
+# that computes what kvtrain computes.
+_DEFAULT_ONLY = {  # name: (MXNet's default, the spellings of it MXNet writes)
+    "dilate": ("(1, 1)", {"(1, 1)", "(1,1)", "(1, 1, 1)", "(1,1,1)", "()", "(1,)", "(1)"}),
+    "num_group": ("1", {"1"}),
+    "layout": ("None", {"None", "NCHW", "NCW", "NCDHW"}),
+    "pooling_convention": ("valid", {"valid"}),
+    "output_mean_var": ("False", {"False", "false", "0"}),
+    "axis": ("1", {"1"}),
+    "axes": ("()", {"()"}),
+    "multi_output": ("False", {"False", "false", "0"}),
+    "preserve_shape": ("False", {"False", "false", "0"}),
+    "out_grad": ("False", {"False", "false", "0"}),
+    "smooth_alpha": ("0", {"0", "0.0"}),
+    "mode": ("training", {"training"}),
+    "p_value": ("None", {"None"}),
+    "count_include_pad": ("True", {"True", "true", "1", "None"}),
+}
+# MXNet's hints on variables: what they say is fixed in kvtrain, or unused.
+_VARIABLE_HINTS = ("__shape__", "__dtype__", "__storage_type__", "__init__", "__profiler_scope__")
+
 
 # MXNet operators kvtrain's core does not have (a selection of the common).
 _NOT_HERE = {
@@ -30,6 +51,56 @@ _NOT_HERE = {
     "zeros", "ones", "Custom", "take", "pick", "one_hot", "Crop", "Pad", "ROIPooling",
     "MAERegressionOutput", "LogisticRegressionOutput", "SVMOutput", "smooth_l1",
 }
+
+
+class Symbol(_kt.sym.Symbol):
+    """kvtrain's graph with MXNet's file format: tojson() and save() write
+    MXNet's JSON graph, which load() and load_json() read back (as they
+    read kvtrain's own text graphs)."""
+
+    def tojson(self):
+        return to_mxnet_json(self)
+
+    def save(self, fname, remove_amp_cast=True):
+        with open(fname, "w") as f:
+            f.write(self.tojson())
+
+    def __getitem__(self, index):
+        return Symbol(_kt.sym.Symbol.__getitem__(self, index)._handle)
+
+    def _binary(self, other, op, sign):
+        if not isinstance(other, _kt.sym.Symbol):
+            raise NotInKvtrain("symbol %s %s (arithmetic with a scalar)"
+                               % (sign, type(other).__name__), "use an operator")
+        return Symbol(_kt.sym.Symbol._binary(self, other, op, sign)._handle)
+
+    def get_internals(self):
+        raise NotInKvtrain("Symbol.get_internals", "build the sub-graph you need")
+
+
+def _bool(v):
+    return {"True": "true", "False": "false"}.get(v, v)
+
+
+def _check_attrs(op_type, name, known, attrs):
+    """MXNet attributes as kvtrain takes them: cuDNN hints dropped, MXNet's
+    defaults of attributes kvtrain lacks dropped, other unknowns named."""
+    out = {}
+    for k, v in attrs.items():
+        v = str(v) if not isinstance(v, str) else v
+        if k in known:
+            out[k] = v
+        elif k in _HARMLESS or k.startswith("__"):
+            continue
+        elif k in _DEFAULT_ONLY:
+            default, spellings = _DEFAULT_ONLY[k]
+            if v not in spellings:
+                raise NotInKvtrain("%s: %s=%s" % (name, k, v),
+                                   "kvtrain's %s computes MXNet's default %s=%s only"
+                                   % (op_type, k, default))
+        else:
+            out[k] = v  # kvtrain's core names it in its error
+    return out
 
 
 def Variable(name, attr=None, shape=None, lr_mult=None, wd_mult=None, dtype=None, init=None,
@@ -47,20 +118,32 @@ def Variable(name, attr=None, shape=None, lr_mult=None, wd_mult=None, dtype=None
     if stype not in (None, "default"):
         raise NotInKvtrain("Variable %r: stype %r" % (name, stype),
                            "row-sparse parameters are kvtrain tables (docs/sparse.md)")
-    return _kt.sym.Variable(name)
+    return Symbol(_kt.sym.Variable(name)._handle)
 
 
 var = Variable
 
 
+def Group(symbols):
+    return Symbol(_kt.sym.Group(symbols)._handle)
+
+
 def _wrap(op_type, fn):
-    known = {a[0] for a in _lib.describe_op(op_type)["attrs"]}
-    drop = [a for a in _HARMLESS if a not in known]
+    desc = _lib.describe_op(op_type)
+    known = {a[0] for a in desc["attrs"]} | set(desc["arguments"]) | {"name", "attr"}
 
     def op(*args, **kwargs):
-        for a in drop:
-            kwargs.pop(a, None)
-        return fn(*args, **kwargs)
+        symbols = {k: v for k, v in kwargs.items() if isinstance(v, _kt.sym.Symbol)}
+        rest = {k: v for k, v in kwargs.items() if k not in symbols}
+        label = "%s %s" % (op_type, rest["name"]) if rest.get("name") else op_type
+        checked = _check_attrs(op_type, label, known,
+                               {k: v for k, v in rest.items() if k not in ("name", "attr")})
+        for k, v in rest.items():
+            if k in checked:
+                checked[k] = v  # the caller's value, as kvtrain.sym takes it
+        if "name" in rest:
+            checked["name"] = rest["name"]
+        return Symbol(fn(*args, **symbols, **checked)._handle)
 
     op.__name__ = op_type
     op.__doc__ = fn.__doc__
@@ -74,6 +157,104 @@ def _generate():
 
 
 _generate()
+
+
+# -- MXNet's JSON graph ------------------------------------------------------------
+def to_mxnet_json(sym):
+    """MXNet 1.x's JSON for a kvtrain graph: variables as "null" nodes
+    (BatchNorm's moving statistics too, which MXNet takes as inputs), every
+    attribute as a string, inputs as [node, output, 0]."""
+    graph = sym._handle.graph()
+    nodes, index = [], {}
+
+    def add(node):
+        index[node["name"]] = len(nodes)
+        nodes.append(node)
+
+    for name, op, attrs, inputs in graph["nodes"]:
+        if not op:
+            add({"op": "null", "name": name, "inputs": []})
+            continue
+        entries = [[index[n], i, 0] for n, i in inputs]
+        for aux in _lib.describe_op(op)["aux"]:
+            add({"op": "null", "name": "%s_%s" % (name, aux), "inputs": []})
+            entries.append([len(nodes) - 1, 0, 0])
+        node = {"op": op, "name": name, "inputs": entries}
+        if attrs:
+            node["attrs"] = {k: {"true": "True", "false": "False"}.get(v, v)
+                             for k, v in sorted(attrs.items())}
+        add(node)
+    return json.dumps({
+        "nodes": nodes,
+        "arg_nodes": [i for i, n in enumerate(nodes) if n["op"] == "null"],
+        "heads": [[index[n], i, 0] for n, i in graph["outputs"]],
+        "attrs": {"mxnet_version": ["int", 10901]},
+    }, indent=2)
+
+
+def from_mxnet_json(text, what="the JSON graph"):
+    """A Symbol from MXNet 1.x's JSON graph."""
+    try:
+        g = json.loads(text)
+        nodes, heads = g["nodes"], g["heads"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError("%s is not MXNet's JSON graph: %s" % (what, e))
+    built = []
+    for i, node in enumerate(nodes):
+        op, name = node.get("op"), node.get("name")
+        attrs = node.get("attrs", node.get("attr", node.get("param", {}))) or {}
+        if op == "null":
+            for k, v in attrs.items():
+                if k in ("__lr_mult__", "__wd_mult__") and float(v) != 1:
+                    raise NotInKvtrain("%s: variable %s has %s=%s" % (what, name, k, v),
+                                       "every parameter takes the optimizer's rate and wd")
+            built.append(_lib.Symbol.variable(name))
+            continue
+        if op not in _lib.registered_ops():
+            raise NotInKvtrain("%s: node %d (%s) is operator %s" % (what, i, name, op),
+                               "kvtrain's operators are listed in docs/operators.md")
+        desc = _lib.describe_op(op)
+        known = {a[0] for a in desc["attrs"]}
+        checked = {k: _bool(v) for k, v in
+                   _check_attrs(op, "%s: node %d (%s %s)" % (what, i, op, name), known,
+                                attrs).items()}
+        inputs = node.get("inputs", [])
+        # MXNet passes auxiliary states as the last inputs; kvtrain keeps them.
+        ninputs = len(desc["arguments"]) if desc["arguments"] != ["arg0"] else len(inputs)
+        extra = inputs[ninputs:]
+        if len(extra) not in (0, len(desc["aux"])):
+            raise ValueError("%s: node %d (%s, %s) has %d inputs; kvtrain's %s takes %d "
+                             "(and %d auxiliary states)" % (what, i, name, op, len(inputs), op,
+                                                            ninputs, len(desc["aux"])))
+        handles = []
+        for entry in inputs[:ninputs]:
+            src, out = entry[0], entry[1]
+            h = built[src]
+            if nodes[src].get("op") != "null":
+                h = h.output(out)
+            handles.append(h)
+        built.append(_lib.Symbol.op(op, name, handles, checked))
+    outs = []
+    for entry in heads:
+        h = built[entry[0]]
+        outs.append(h.output(entry[1]) if nodes[entry[0]].get("op") != "null" else h)
+    return Symbol(outs[0] if len(outs) == 1 else _lib.Symbol.group(outs))
+
+
+def load_json(json_str):
+    """A graph from MXNet's JSON (or kvtrain's own text graph)."""
+    if json_str.lstrip().startswith("{"):
+        return from_mxnet_json(json_str)
+    return Symbol(_kt.sym.load_json(json_str)._handle)
+
+
+def load(fname):
+    """A graph file: MXNet's -symbol.json, or kvtrain's -symbol.txt."""
+    with open(fname) as f:
+        text = f.read()
+    if text.lstrip().startswith("{"):
+        return from_mxnet_json(text, fname)
+    return Symbol(_kt.sym.load(fname)._handle)
 
 
 def __getattr__(name):

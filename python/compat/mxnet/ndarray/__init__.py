@@ -417,13 +417,48 @@ def one_hot(indices, depth, on_value=1.0, off_value=0.0, dtype=None):
 
 
 def save(fname, data):
-    raise NotInKvtrain("mx.nd.save (MXNet's binary .params format)",
-                       "use numpy.save, or kvtrain's Module.save_checkpoint")
+    """MXNet's binary NDArray file: an NDArray, a list of them, or a dict
+    of names to them (what a .params file holds)."""
+    from . import _params
+    from .sparse import RowSparseNDArray
+
+    def raw(a):
+        if isinstance(a, RowSparseNDArray):
+            return ("row_sparse", a._data, a._indices, a.shape)
+        if isinstance(a, NDArray):
+            return a._data
+        raise TypeError("save: expected NDArrays, got %s" % type(a).__name__)
+
+    if isinstance(data, NDArray):
+        data = [data]
+    if isinstance(data, dict):
+        names = [str(k) for k in data]
+        _params.save(fname, [raw(v) for v in data.values()], names)
+    elif isinstance(data, (list, tuple)):
+        _params.save(fname, [raw(v) for v in data], [])
+    else:
+        raise TypeError("save: expected an NDArray, a list or a dict, got %s"
+                        % type(data).__name__)
 
 
 def load(fname):
-    raise NotInKvtrain("mx.nd.load (MXNet's binary .params format)",
-                       "use numpy.load, or kvtrain's Module.load")
+    """What mx.nd.save (or MXNet) wrote: a list of NDArrays, or a dict when
+    the file names them."""
+    from . import _params
+    from .sparse import RowSparseNDArray
+
+    def wrap(a):
+        if a is None:
+            return NDArray(np.zeros((0,), np.float32))
+        if isinstance(a, tuple):
+            _, rows, ids, shape = a
+            return RowSparseNDArray(rows.copy(), ids, shape)
+        return NDArray(a.copy())
+
+    arrays, names = _params.load(fname)
+    if names:
+        return {n: wrap(a) for n, a in zip(names, arrays)}
+    return [wrap(a) for a in arrays]
 
 
 from . import sparse  # noqa: E402,F401  (after NDArray)
