@@ -31,11 +31,11 @@ TEST(OperatorRegistryTest, UnknownOperatorListsTheKnownOnes) {
   EXPECT_EQ(op.status().code(), Status::Code::kNotFound);
   EXPECT_EQ(op.status().message(),
             "unknown operator \"Convolution3D\" (for c); known operators: "
-            "Activation, BatchNorm, Concat, Convolution, Dropout, Embedding, "
-            "Flatten, FullyConnected, LinearRegressionOutput, Pooling, "
+            "Activation, BatchNorm, BlockGrad, Cast, Concat, Convolution, Dropout, "
+            "Embedding, Flatten, FullyConnected, LinearRegressionOutput, Pooling, "
             "Reshape, SoftmaxOutput, adagrad_update, adam_update, "
-            "elemwise_add, elemwise_mul, elemwise_sub, ftrl_update, "
-            "nag_mom_update, sgd_mom_update, sgd_update");
+            "elemwise_add, elemwise_mul, elemwise_sub, ftrl_update, identity, "
+            "nag_mom_update, sgd_mom_update, sgd_update, stop_gradient");
 }
 
 TEST(OperatorRegistryTest, IdentityAndNames) {

@@ -2,6 +2,7 @@
 // state save/load.
 #include "ops/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -25,7 +26,27 @@ std::string Num(double v) {
 }
 
 Status CheckSchedule(const LrSchedule& s) {
+  if (s.warmup_steps() < 0) {
+    return Bad("lr_schedule.warmup_steps " + std::to_string(s.warmup_steps()) +
+               " must be >= 0");
+  }
+  if (!(s.warmup_begin_lr() >= 0) || !std::isfinite(s.warmup_begin_lr())) {
+    return Bad("lr_schedule.warmup_begin_lr " + Num(s.warmup_begin_lr()) + " must be >= 0");
+  }
   if (s.type() == LrSchedule::CONSTANT) return Status::OK();
+  if (s.type() == LrSchedule::POLY || s.type() == LrSchedule::COSINE) {
+    if (s.max_update() <= s.warmup_steps()) {
+      return Bad("lr_schedule.max_update " + std::to_string(s.max_update()) +
+                 " must be more than warmup_steps " + std::to_string(s.warmup_steps()));
+    }
+    if (s.type() == LrSchedule::POLY && !(s.power() > 0 && std::isfinite(s.power()))) {
+      return Bad("lr_schedule.power " + Num(s.power()) + " must be > 0");
+    }
+    if (!(s.final_lr() >= 0) || !std::isfinite(s.final_lr())) {
+      return Bad("lr_schedule.final_lr " + Num(s.final_lr()) + " must be >= 0");
+    }
+    return Status::OK();
+  }
   if (!(s.factor() > 0 && s.factor() <= 1)) {
     return Bad("lr_schedule.factor " + Num(s.factor()) +
                " must be in (0, 1]");
@@ -137,6 +158,20 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
 
 float Optimizer::LearningRateAt(int64_t t) const {
   const LrSchedule& s = spec_.lr_schedule();
+  if (t < s.warmup_steps()) {
+    if (s.warmup_constant()) return s.warmup_begin_lr();
+    return static_cast<float>(s.warmup_begin_lr() +
+                              (spec_.learning_rate() - s.warmup_begin_lr()) *
+                                  static_cast<double>(t) / s.warmup_steps());
+  }
+  if (s.type() == LrSchedule::POLY || s.type() == LrSchedule::COSINE) {
+    const double n = static_cast<double>(s.max_update() - s.warmup_steps());
+    const double u = static_cast<double>(std::min(t, s.max_update()) - s.warmup_steps());
+    const double shape = s.type() == LrSchedule::POLY
+                             ? std::pow(1.0 - u / n, s.power())
+                             : (1.0 + std::cos(M_PI * u / n)) / 2.0;
+    return static_cast<float>(s.final_lr() + (spec_.learning_rate() - s.final_lr()) * shape);
+  }
   int64_t decays = 0;
   if (s.type() == LrSchedule::FACTOR) {
     decays = (std::max<int64_t>(t, 1) - 1) / s.step();

@@ -193,6 +193,52 @@ TEST_F(OptimizerTest, LearningRateSchedules) {
     EXPECT_FLOAT_EQ(opt->CurrentLearningRate(), lr);
     ASSERT_TRUE(opt->Update(0, w, g).ok());
   }
+  // Linear warm-up from 0.2 over updates 1..3 (t < 4), then the schedule.
+  sch->set_warmup_steps(4);
+  sch->set_warmup_begin_lr(0.2f);
+  opt = Make(s);
+  const std::vector<float> warm = {0.4f, 0.6f, 0.8f, 0.25f, 0.25f};
+  for (float lr : warm) {
+    EXPECT_FLOAT_EQ(opt->CurrentLearningRate(), lr);
+    ASSERT_TRUE(opt->Update(0, w, g).ok());
+  }
+}
+
+TEST_F(OptimizerTest, PolyAndCosineSchedulesEndAtTheFinalRate) {
+  OptimizerSpec s = Spec(OptimizerSpec::SGD, 1.0f);
+  LrSchedule* sch = s.mutable_lr_schedule();
+  sch->set_type(LrSchedule::POLY);
+  sch->set_max_update(6);
+  sch->set_power(2);
+  sch->set_final_lr(0.1f);
+  sch->set_warmup_steps(2);
+  sch->set_warmup_begin_lr(0.5f);
+  sch->set_warmup_constant(true);
+  auto opt = Make(s);
+  Tensor w = Tensor::Zeros({1}, DType::kFloat32, TestDevice());
+  Tensor g = *Tensor::FromVector({1}, {1}).CopyTo(TestDevice());
+  // t = 1 warms up at 0.5; then u = t - 2 of n = 4, held at t = 6.
+  std::vector<double> want = {0.5};
+  for (int t = 2; t <= 8; ++t) {
+    const double u = std::min(t, 6) - 2;
+    want.push_back(0.1 + 0.9 * (1 - u / 4) * (1 - u / 4));
+  }
+  for (double lr : want) {
+    EXPECT_NEAR(opt->CurrentLearningRate(), lr, 1e-6);
+    ASSERT_TRUE(opt->Update(0, w, g).ok());
+  }
+  sch->set_type(LrSchedule::COSINE);
+  sch->set_warmup_steps(0);
+  opt = Make(s);
+  for (int t = 1; t <= 8; ++t) {
+    const double u = std::min(t, 6);
+    EXPECT_NEAR(opt->CurrentLearningRate(), 0.1 + 0.9 * (1 + std::cos(M_PI * u / 6)) / 2,
+                1e-6);
+    ASSERT_TRUE(opt->Update(0, w, g).ok());
+  }
+  sch->set_max_update(0);
+  EXPECT_EQ(Optimizer::Create(s).status().message(),
+            "optimizer: lr_schedule.max_update 0 must be more than warmup_steps 0");
 }
 
 TEST_F(OptimizerTest, SaveAndRestoreStatesContinueIdentically) {

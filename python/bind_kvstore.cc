@@ -137,14 +137,25 @@ py::bytes OptimizerSpec(const std::string& name, const py::dict& params) {
       py::dict s = v.attr("_spec")();
       proto::LrSchedule* ls = spec.mutable_lr_schedule();
       const std::string type = py::str(s["type"]);
-      ls->set_type(type == "factor" ? proto::LrSchedule::FACTOR
-                                    : proto::LrSchedule::MULTI_FACTOR);
+      ls->set_type(type == "factor"        ? proto::LrSchedule::FACTOR
+                   : type == "multifactor" ? proto::LrSchedule::MULTI_FACTOR
+                   : type == "poly"        ? proto::LrSchedule::POLY
+                                           : proto::LrSchedule::COSINE);
       if (type == "factor") ls->set_step(s["step"].cast<int64_t>());
       if (type == "multifactor") {
         for (const py::handle& st : s["step"].cast<py::list>()) ls->add_steps(st.cast<int64_t>());
       }
-      ls->set_factor(s["factor"].cast<float>());
-      ls->set_min_lr(s["stop_factor_lr"].cast<float>());
+      if (type == "factor" || type == "multifactor") {
+        ls->set_factor(s["factor"].cast<float>());
+        ls->set_min_lr(s["stop_factor_lr"].cast<float>());
+      } else {
+        ls->set_max_update(s["max_update"].cast<int64_t>());
+        ls->set_final_lr(s["final_lr"].cast<float>());
+        if (type == "poly") ls->set_power(s["power"].cast<float>());
+      }
+      ls->set_warmup_steps(s["warmup_steps"].cast<int64_t>());
+      ls->set_warmup_begin_lr(s["warmup_begin_lr"].cast<float>());
+      ls->set_warmup_constant(s["warmup_constant"].cast<bool>());
     } else {
       throw StatusError{Status::InvalidArgument(
           "optimizer parameter \"" + key +

@@ -281,8 +281,6 @@ def test_mxnet_train_mnist_checkpoints_resumes_and_reads_only(workdir):
     (["--monitor", "10"], "mx.mon.Monitor is not available"),
     (["--initializer", "orthogonal"], "mx.init.Orthogonal is not available"),
     (["--network", "lenet", "--add_stn"], "mx.sym.SpatialTransformer is not available"),
-    (["--lr-step-epochs", "pow2", "--lr-factor", "0.5"],
-     "mx.lr_scheduler.PolyScheduler is not available"),
     (["--optimizer", "rmsprop"], "optimizer 'rmsprop' is not available"),
 ])
 def test_mxnet_features_kvtrain_lacks_stop_the_script_naming_them(workdir, flags, named):
@@ -418,3 +416,88 @@ def test_feedforward_creates_fits_scores_predicts_saves_and_loads(tmp_path):
     np.testing.assert_array_equal(again.predict(x), pred)
     with pytest.raises(ValueError, match="num_epoch was not given"):
         mx.model.FeedForward(net).fit(x, y)
+
+
+@pytest.fixture
+def small_workdir(workdir):
+    """data/ with the first 1,000 test images only (evaluation stays cheap)."""
+    import gzip
+    import struct
+    for kind, header in (("images-idx3-ubyte", ">IIII"), ("labels-idx1-ubyte", ">II")):
+        path = os.path.join(workdir, "data", "t10k-%s.gz" % kind)
+        with gzip.open(os.path.join(MNIST, "t10k-%s.gz" % kind)) as f:
+            head = list(struct.unpack(header, f.read(struct.calcsize(header))))
+            per = 28 * 28 if kind.startswith("images") else 1
+            body = f.read(1000 * per)
+        head[1] = 1000
+        os.remove(path)
+        with gzip.open(path, "wb") as f:
+            f.write(struct.pack(header, *head) + body)
+    return workdir
+
+
+def test_mxnet_style_resnet_builds_and_trains_on_28x28(small_workdir):
+    code, out = train_mnist(small_workdir, "--network", "resnet", "--num-layers", "8",
+                            "--num-epochs", "1", "--num-examples", "1920", "--kv-store",
+                            "local", "--lr", "0.05")
+    assert code == 0, out[-3000:]
+    acc = validation(out)
+    # Ten classes (0.1 by chance); 30 batches gave 0.39 to 0.58.
+    assert len(acc) == 1 and acc[0] > 0.25, out[-2000:]
+    code, out = train_mnist(small_workdir, "--network", "resnet", "--num-layers", "8",
+                            "--num-epochs", "1", "--num-examples", "640", "--kv-store", "local",
+                            "--dtype", "float16")
+    assert code != 0 and 'attribute dtype="float16": expected one of float32' in out, out[-2000:]
+    # The units' identity, BatchNorm, global pooling and shortcut sums build.
+    import importlib
+    sys.path.insert(0, SCRIPTS)
+    try:
+        resnet = importlib.import_module("symbols.resnet")
+        net = resnet.get_symbol(num_classes=10, num_layers=20, image_shape="1, 28, 28")
+    finally:
+        sys.path.remove(SCRIPTS)
+    assert len([a for a in net.list_arguments() if a.endswith("_conv1_weight")]) == 9
+    assert "bn1_moving_var" in net.list_auxiliary_states()
+    assert mx.sym.load_json(net.tojson()).tojson() == net.tojson()
+
+
+def test_schedules_with_warmup_run_in_the_store():
+    sched = mx.lr_scheduler.CosineScheduler(max_update=4, base_lr=9, final_lr=0,
+                                            warmup_steps=2, warmup_begin_lr=0.5,
+                                            warmup_mode="constant")
+    kv = mx.kv.create("local")
+    kv.init(0, mx.nd.zeros((1,)))
+    kv.set_optimizer(mx.optimizer.create("sgd", learning_rate=1.0, lr_scheduler=sched))
+    steps, before = [], 0.0
+    for _ in range(6):
+        kv.push(0, mx.nd.ones((1,)))
+        out = mx.nd.zeros((1,))
+        kv.pull(0, out=out)
+        steps.append(round(before - out.asscalar(), 6))
+        before = out.asscalar()
+    # Update 1 warms up at 0.5; 2..4 follow the half cosine from the base
+    # rate (the optimizer's 1.0, not base_lr) to 0 at update 4, then stay.
+    assert steps == [0.5, 1.0, 0.5, 0.0, 0.0, 0.0]
+    poly = mx.lr_scheduler.PolyScheduler(10, 0.1, 2)
+    assert (poly.max_update, poly.pwr, poly.final_lr) == (10, 2.0, 0.0)
+    with pytest.raises(TypeError, match="does not take: cycle"):
+        mx.lr_scheduler.FactorScheduler(5, cycle=2)
+
+
+def test_mxnet_train_mnist_with_a_power_schedule(workdir):
+    code, out = train_mnist(workdir, "--num-epochs", "2", "--num-examples", "2000",
+                            "--kv-store", "local", "--lr-step-epochs", "pow2",
+                            "--lr-factor", "0.5")
+    assert code == 0 and len(validation(out)) == 2, out[-2000:]
+
+
+def test_get_mnist_reads_the_bundled_data_offline(tmp_path):
+    m = mx.test_utils.get_mnist()
+    assert m["train_data"].shape == (60000, 1, 28, 28) and m["test_label"].shape == (10000,)
+    assert m["train_data"].dtype == np.float32 and 0 <= m["train_data"].min() < 1e-6
+    assert m["train_data"].max() == 1.0 and set(np.unique(m["train_label"])) == set(range(10))
+    train, val = mx.test_utils.get_mnist_iterator(100, (1, 28, 28))
+    batch = next(iter(train))
+    assert batch.data[0].shape == (100, 1, 28, 28)
+    with pytest.raises(FileNotFoundError, match="kvtrain does not download"):
+        mx.test_utils.get_mnist(str(tmp_path))

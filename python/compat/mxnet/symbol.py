@@ -11,6 +11,8 @@ not have raises NotInKvtrain naming it.
 import json
 import sys
 
+import numpy as np
+
 import kvtrain as _kt
 from kvtrain import _lib
 
@@ -42,8 +44,7 @@ _VARIABLE_HINTS = ("__shape__", "__dtype__", "__storage_type__", "__init__", "__
 
 # MXNet operators kvtrain's core does not have (a selection of the common).
 _NOT_HERE = {
-    "LeakyReLU", "softmax", "log_softmax", "SoftmaxActivation", "identity", "BlockGrad",
-    "stop_gradient", "Cast", "clip", "LRN", "broadcast_add", "broadcast_sub",
+    "LeakyReLU", "softmax", "log_softmax", "SoftmaxActivation", "clip", "LRN", "broadcast_add", "broadcast_sub",
     "broadcast_mul", "broadcast_div", "dot", "batch_dot", "transpose", "SliceChannel",
     "split", "slice_axis", "expand_dims", "Deconvolution", "RNN", "LayerNorm",
     "InstanceNorm", "UpSampling", "SpatialTransformer", "MakeLoss", "L2Normalization",
@@ -141,6 +142,8 @@ def _wrap(op_type, fn):
         for k, v in rest.items():
             if k in checked:
                 checked[k] = v  # the caller's value, as kvtrain.sym takes it
+        if "dtype" in checked and not isinstance(checked["dtype"], str):
+            checked["dtype"] = np.dtype(checked["dtype"]).name  # np.float16 -> float16
         if "name" in rest:
             checked["name"] = rest["name"]
         return Symbol(fn(*args, **symbols, **checked)._handle)

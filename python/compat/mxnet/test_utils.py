@@ -57,3 +57,54 @@ def assert_exception(f, exception_type, *args, **kwargs):
         return
     raise AssertionError("%s did not raise %s" % (getattr(f, "__name__", f),
                                                    exception_type.__name__))
+
+
+# Where get_mnist reads: Debian's Fashion-MNIST (the same idx files as MNIST,
+# offline); MXNET_MNIST_DIR points elsewhere.
+MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+def _read_idx(path):
+    import gzip
+    import struct
+    with gzip.open(path) as f:
+        magic = struct.unpack(">I", f.read(4))[0]
+        ndim = magic & 0xFF
+        dims = struct.unpack(">%dI" % ndim, f.read(4 * ndim))
+        return np.frombuffer(f.read(), dtype=np.uint8).reshape(dims)
+
+
+def get_mnist(path=None):
+    """{'train_data', 'train_label', 'test_data', 'test_label'} as MXNet's:
+    images (N, 1, 28, 28) float32 in [0, 1], labels (N,) float32. Read from
+    the bundled Fashion-MNIST (MXNET_MNIST_DIR, or `path`, for others);
+    nothing is downloaded."""
+    import os
+    path = path or os.environ.get("MXNET_MNIST_DIR", MNIST_DIR)
+    if not os.path.isdir(path) or not os.path.exists(
+            os.path.join(path, "train-images-idx3-ubyte.gz")):
+        raise FileNotFoundError("get_mnist: no MNIST idx files (train-images-idx3-ubyte.gz, "
+                                "...) in %s; kvtrain does not download" % path)
+    out = {}
+    for part, prefix in (("train", "train"), ("test", "t10k")):
+        images = _read_idx(os.path.join(path, "%s-images-idx3-ubyte.gz" % prefix))
+        labels = _read_idx(os.path.join(path, "%s-labels-idx1-ubyte.gz" % prefix))
+        out[part + "_data"] = images.reshape(-1, 1, 28, 28).astype(np.float32) / 255
+        out[part + "_label"] = labels.astype(np.float32)
+    return out
+
+
+def get_mnist_iterator(batch_size, input_shape, num_parts=1, part_index=0):
+    """(train, val) MNISTIters of the bundled data, as MXNet's helper."""
+    import os
+    from . import io
+    path = os.environ.get("MXNET_MNIST_DIR", MNIST_DIR)
+    flat = len(input_shape) == 1
+    train = io.MNISTIter(image=os.path.join(path, "train-images-idx3-ubyte.gz"),
+                         label=os.path.join(path, "train-labels-idx1-ubyte.gz"),
+                         batch_size=batch_size, shuffle=True, flat=flat,
+                         num_parts=num_parts, part_index=part_index)
+    val = io.MNISTIter(image=os.path.join(path, "t10k-images-idx3-ubyte.gz"),
+                       label=os.path.join(path, "t10k-labels-idx1-ubyte.gz"),
+                       batch_size=batch_size, shuffle=False, flat=flat)
+    return train, val

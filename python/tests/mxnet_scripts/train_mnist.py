@@ -46,6 +46,7 @@ if __name__ == '__main__':
     parser.add_argument('--num-examples', type=int, default=60000, help='training examples')
     parser.add_argument('--add_stn', action="store_true", default=False,
                         help='add a spatial transformer before lenet')
+    parser.add_argument('--image-shape', default='1, 28, 28', help='for resnet')
     fit.add_fit_args(parser)
     parser.set_defaults(network='mlp', gpus=None, batch_size=64, disp_batches=100,
                         num_epochs=20, lr=.05, lr_step_epochs='10')
