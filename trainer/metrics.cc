@@ -46,6 +46,18 @@ class CrossEntropy : public Metric {
   }
 };
 
+// MXNet's regression metrics: one value per batch, the mean of the rows'
+// squared (or absolute) errors, rooted for rmse; Get averages the batches.
+class Regression : public Metric {
+ public:
+  enum Kind { kMse, kRmse, kMae };
+  Regression(Kind kind, std::string name) : Metric(std::move(name)), kind_(kind) {}
+  Status Update(const Tensor& labels, const Tensor& preds, int pad) override;
+
+ private:
+  const Kind kind_;
+};
+
 // The values of `t` readable on the host: its own memory when it is a CPU
 // float32 array, else a copy in `*copy`.
 const float* HostFloats(const Tensor& t, std::vector<float>* copy) {
@@ -59,7 +71,7 @@ const float* HostFloats(const Tensor& t, std::vector<float>* copy) {
 
 Status Metric::Update(const Tensor& labels, const Tensor& probs, int pad) {
   if (probs.ndim() != 2 || labels.ndim() != 1 || labels.dim(0) != probs.dim(0)) {
-    return Status::InvalidArgument("metric " + name_ + ": labels " +
+    return Status::InvalidArgument("metric " + name() + ": labels " +
                                    labels.shape().ToString() + " do not match predictions " +
                                    probs.shape().ToString());
   }
@@ -75,9 +87,31 @@ Status Metric::Update(const Tensor& labels, const Tensor& probs, int pad) {
                                      std::to_string(label) + " is not a class 0.." +
                                      std::to_string(classes - 1));
     }
-    sum_ += Row(label, p + r * classes, classes);
-    ++count_;
+    Add(Row(label, p + r * classes, classes));
   }
+  return Status::OK();
+}
+
+Status Regression::Update(const Tensor& labels, const Tensor& preds, int pad) {
+  const int64_t rows = labels.ndim() == 1 ? labels.dim(0) : -1;
+  if (rows < 0 || preds.size() != rows || (preds.ndim() == 2 && preds.dim(1) != 1)) {
+    return Status::InvalidArgument("metric " + name() + ": labels " +
+                                   labels.shape().ToString() +
+                                   " do not match one prediction per row " +
+                                   preds.shape().ToString());
+  }
+  std::vector<float> label_copy, pred_copy;
+  const float* l = HostFloats(labels, &label_copy);
+  const float* p = HostFloats(preds, &pred_copy);
+  const int64_t n = rows - std::max(0, pad);
+  if (n <= 0) return Status::OK();
+  double sum = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const double e = static_cast<double>(l[r]) - p[r];
+    sum += kind_ == kMae ? std::fabs(e) : e * e;
+  }
+  const double mean = sum / n;
+  Add(kind_ == kRmse ? std::sqrt(mean) : mean);
   return Status::OK();
 }
 
@@ -89,6 +123,9 @@ StatusOr<std::unique_ptr<Metric>> CreateMetric(const std::string& spec) {
   if (spec == "nll-loss" || spec == "nll_loss") {
     return std::unique_ptr<Metric>(new CrossEntropy("nll-loss"));
   }
+  if (spec == "mse") return std::unique_ptr<Metric>(new Regression(Regression::kMse, "mse"));
+  if (spec == "rmse") return std::unique_ptr<Metric>(new Regression(Regression::kRmse, "rmse"));
+  if (spec == "mae") return std::unique_ptr<Metric>(new Regression(Regression::kMae, "mae"));
   const std::string topk = "top_k_accuracy:";
   if (spec.rfind(topk, 0) == 0) {
     const std::string k = spec.substr(topk.size());
@@ -98,7 +135,8 @@ StatusOr<std::unique_ptr<Metric>> CreateMetric(const std::string& spec) {
     }
   }
   return Status::InvalidArgument("unknown metric \"" + spec +
-                                 "\": expected accuracy, top_k_accuracy:K, cross-entropy or nll-loss");
+                                 "\": expected accuracy, top_k_accuracy:K, cross-entropy, nll-loss, mse, rmse "
+                                 "or mae");
 }
 
 StatusOr<MetricSet> MetricSet::Create(const std::vector<std::string>& specs) {

@@ -1,5 +1,7 @@
 // Evaluation metrics over (label, prediction) batches: accuracy, top-k
-// accuracy and cross-entropy. Padded rows of a batch are ignored. For binary
+// accuracy and cross-entropy over class scores; mean squared error, its root
+// and mean absolute error over regression outputs. Padded rows of a batch
+// are ignored. For binary
 // classification over a whole evaluation set: AUC and log-loss.
 #ifndef KVTRAIN_TRAINER_METRICS_H_
 #define KVTRAIN_TRAINER_METRICS_H_
@@ -20,21 +22,26 @@ class Metric {
   virtual ~Metric() = default;
   // `labels`: (batch) class ids; `probs`: (batch, classes) probabilities.
   // The last `pad` rows are ignored.
-  Status Update(const Tensor& labels, const Tensor& probs, int pad = 0);
+  virtual Status Update(const Tensor& labels, const Tensor& probs, int pad = 0);
   void Reset() {
     sum_ = 0;
     count_ = 0;
   }
-  // "accuracy", "top_k_accuracy_5", "cross-entropy".
+  // "accuracy", "top_k_accuracy_5", "cross-entropy", "mse".
   const std::string& name() const { return name_; }
-  // The mean over the rows seen since Reset (0 before any).
+  // The mean over the rows (regression metrics: the batches) seen since
+  // Reset (0 before any).
   double Get() const { return count_ ? sum_ / count_ : 0.0; }
   int64_t count() const { return count_; }
 
  protected:
   explicit Metric(std::string name) : name_(std::move(name)) {}
-  // The metric's value for one row.
-  virtual double Row(int label, const float* probs, int classes) const = 0;
+  // The metric's value for one row (classification metrics).
+  virtual double Row(int label, const float* probs, int classes) const { return 0; }
+  void Add(double value) {
+    sum_ += value;
+    ++count_;
+  }
 
  private:
   const std::string name_;
@@ -43,7 +50,9 @@ class Metric {
 };
 
 // "accuracy" (or "acc"), "top_k_accuracy:K", "cross-entropy" (or "ce"),
-// "nll-loss" (or "nll_loss": cross-entropy under MXNet's other name).
+// "nll-loss" (or "nll_loss": cross-entropy under MXNet's other name);
+// "mse", "rmse", "mae": predictions (batch, 1) against labels (batch), each
+// batch's mean (for rmse its root) averaged over batches, as MXNet does.
 // An unknown name is an error listing the known ones.
 StatusOr<std::unique_ptr<Metric>> CreateMetric(const std::string& spec);
 

@@ -39,6 +39,26 @@ TEST(MetricsTest, AccuracyTopKCrossEntropy) {
   EXPECT_NEAR(nll->Get(), v[2].second, 1e-9);
 }
 
+TEST(MetricsTest, RegressionMetricsAverageBatchMeans) {
+  auto mse = std::move(CreateMetric("mse")).value();
+  auto rmse = std::move(CreateMetric("rmse")).value();
+  auto mae = std::move(CreateMetric("mae")).value();
+  const Tensor labels = Tensor::FromVector({1, 2, 3, 4}, {4});
+  const Tensor preds = Tensor::FromVector({1, 4, 3, 0}, {4, 1});  // errors 0, 2, 0, 4
+  for (Metric* m : {mse.get(), rmse.get(), mae.get()}) {
+    ASSERT_TRUE(m->Update(labels, preds).ok()) << m->name();
+  }
+  EXPECT_DOUBLE_EQ(mse->Get(), 5.0);
+  EXPECT_DOUBLE_EQ(rmse->Get(), std::sqrt(5.0));
+  EXPECT_DOUBLE_EQ(mae->Get(), 1.5);
+  // A second batch (its last row padding): each batch weighs the same.
+  ASSERT_TRUE(mse->Update(labels, Tensor::FromVector({2, 2, 3, 9}, {4, 1}), 1).ok());
+  EXPECT_DOUBLE_EQ(mse->Get(), (5.0 + 1.0 / 3) / 2);
+  EXPECT_EQ(mse->count(), 2);
+  EXPECT_EQ(mse->name(), "mse");
+  EXPECT_FALSE(mse->Update(labels, Tensor::FromVector(std::vector<float>(8, 0), {4, 2})).ok());
+}
+
 TEST(MetricsTest, PaddedRowsAreIgnored) {
   StatusOr<std::unique_ptr<Metric>> acc = CreateMetric("accuracy");
   ASSERT_TRUE(acc.ok());
@@ -49,7 +69,8 @@ TEST(MetricsTest, PaddedRowsAreIgnored) {
 
 TEST(MetricsTest, Errors) {
   EXPECT_EQ(CreateMetric("f1").status().message(),
-            "unknown metric \"f1\": expected accuracy, top_k_accuracy:K, cross-entropy or nll-loss");
+            "unknown metric \"f1\": expected accuracy, top_k_accuracy:K, cross-entropy, "
+            "nll-loss, mse, rmse or mae");
   EXPECT_FALSE(CreateMetric("top_k_accuracy:0").ok());
   auto acc = std::move(CreateMetric("acc")).value();
   EXPECT_FALSE(acc->Update(Tensor::FromVector({0, 1}, {2}), Probs()).ok());

@@ -503,3 +503,28 @@ def test_get_mnist_reads_the_bundled_data_offline(tmp_path):
     assert batch.data[0].shape == (100, 1, 28, 28)
     with pytest.raises(FileNotFoundError, match="kvtrain does not download"):
         mx.test_utils.get_mnist(str(tmp_path))
+
+
+def test_regression_metrics_in_fit_and_alone():
+    rng = np.random.RandomState(3)
+    x = rng.rand(512, 4).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.25).astype(np.float32)
+    net = mx.sym.LinearRegressionOutput(
+        mx.sym.FullyConnected(mx.sym.Variable("data"), num_hidden=1, name="fc"), name="lro")
+    mod = mx.mod.Module(net, label_names=["lro_label"])
+    train = mx.io.NDArrayIter(x, y, 32, shuffle=True, label_name="lro_label")
+    mod.fit(train, eval_metric=["mse", mx.metric.RMSE(), "mae"], optimizer="sgd",
+            optimizer_params={"learning_rate": 0.1, "momentum": 0.9}, num_epoch=30)
+    scores = dict(mod.score(mx.io.NDArrayIter(x, y, 32, label_name="lro_label"),
+                            ["mse", "rmse", "mae"]))
+    assert scores["mse"] < 0.01 and scores["rmse"] < 0.1 and scores["mae"] < 0.1, scores
+    # Alone: each batch's mean, averaged over batches (MXNet's rule).
+    metrics = [mx.metric.create(n) for n in ("mse", "rmse", "mae")]
+    batches = [(np.array([1, 2, 3, 4.0]), np.array([1, 4, 3, 0.0])),
+               (np.array([0, 0.0]), np.array([1, 1.0]))]
+    for label, pred in batches:
+        for m in metrics:
+            m.update([mx.nd.array(label)], [mx.nd.array(pred)])
+    assert [m.get()[0] for m in metrics] == ["mse", "rmse", "mae"]
+    np.testing.assert_allclose([m.get()[1] for m in metrics],
+                               [(5 + 1) / 2, (np.sqrt(5) + 1) / 2, (1.5 + 1) / 2], rtol=1e-6)

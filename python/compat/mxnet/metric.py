@@ -65,7 +65,9 @@ class _Trainer(EvalMetric):
         for label, pred in _pairs(labels, preds):
             label = _numpy.ascontiguousarray(label.reshape(-1), _numpy.float32)
             pred = _numpy.asarray(pred, _numpy.float32)
-            if pred.ndim == 1 and pred.shape == label.shape:  # class ids, not scores
+            if self._spec in ("mse", "rmse", "mae"):
+                pred = pred.reshape(label.size, -1)
+            elif pred.ndim == 1 and pred.shape == label.shape:  # class ids, not scores
                 ids = pred.astype(_numpy.int64)
                 pred = _numpy.zeros((ids.size, max(int(ids.max()) + 1, int(label.max()) + 1)),
                                 _numpy.float32)
@@ -96,6 +98,21 @@ class CrossEntropy(_Trainer):
 class NegativeLogLikelihood(_Trainer):
     def __init__(self, eps=1e-12, name="nll-loss", **kwargs):
         super().__init__("nll-loss", name, **kwargs)
+
+
+class MSE(_Trainer):
+    def __init__(self, name="mse", **kwargs):
+        super().__init__("mse", name, **kwargs)
+
+
+class RMSE(_Trainer):
+    def __init__(self, name="rmse", **kwargs):
+        super().__init__("rmse", name, **kwargs)
+
+
+class MAE(_Trainer):
+    def __init__(self, name="mae", **kwargs):
+        super().__init__("mae", name, **kwargs)
 
 
 class CustomMetric(EvalMetric):
@@ -156,9 +173,9 @@ _BY_NAME = {
     "acc": Accuracy, "accuracy": Accuracy, "top_k_accuracy": TopKAccuracy,
     "top_k_acc": TopKAccuracy, "ce": CrossEntropy, "cross-entropy": CrossEntropy,
     "nll_loss": NegativeLogLikelihood, "nll-loss": NegativeLogLikelihood,
+    "mse": MSE, "rmse": RMSE, "mae": MAE,
 }
-_NOT_HERE = ("mse", "rmse", "mae", "f1", "mcc", "perplexity", "pearsonr", "pcc", "loss",
-             "torch", "caffe")
+_NOT_HERE = ("f1", "mcc", "perplexity", "pearsonr", "pcc", "loss", "torch", "caffe")
 
 
 def create(metric, *args, **kwargs):
@@ -176,8 +193,8 @@ def create(metric, *args, **kwargs):
     name = metric.lower()
     if name in _NOT_HERE:
         raise NotInKvtrain("metric %r" % metric,
-                           "kvtrain has accuracy, top_k_accuracy, cross-entropy, nll_loss "
-                           "and CustomMetric")
+                           "kvtrain has accuracy, top_k_accuracy, cross-entropy, nll_loss, "
+                           "mse, rmse, mae and CustomMetric")
     if name not in _BY_NAME:
         raise ValueError("metric.create: unknown metric %r (known: %s)"
                          % (metric, ", ".join(sorted(_BY_NAME))))
@@ -196,6 +213,7 @@ def trainer_specs(metric):
             out.append(m._spec)
         else:
             raise NotInKvtrain("a %s in Module.fit" % type(m).__name__,
-                               "fit computes accuracy, top_k_accuracy, cross-entropy and "
-                               "nll_loss; score the model with predict() and the metric")
+                               "fit computes accuracy, top_k_accuracy, cross-entropy, "
+                               "nll_loss, mse, rmse and mae; score the model with predict() "
+                               "and the metric")
     return out
