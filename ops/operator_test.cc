@@ -32,10 +32,10 @@ TEST(OperatorRegistryTest, UnknownOperatorListsTheKnownOnes) {
   EXPECT_EQ(op.status().message(),
             "unknown operator \"Convolution3D\" (for c); known operators: "
             "Activation, BatchNorm, BlockGrad, Cast, Concat, Convolution, Dropout, "
-            "Embedding, Flatten, FullyConnected, LinearRegressionOutput, Pooling, "
-            "Reshape, SoftmaxOutput, adagrad_update, adam_update, "
+            "Embedding, Flatten, FullyConnected, LeakyReLU, LinearRegressionOutput, "
+            "Pooling, Reshape, SoftmaxOutput, adagrad_update, adam_update, clip, "
             "elemwise_add, elemwise_mul, elemwise_sub, ftrl_update, identity, "
-            "nag_mom_update, sgd_mom_update, sgd_update, stop_gradient");
+            "nag_mom_update, sgd_mom_update, sgd_update, softmax, stop_gradient");
 }
 
 TEST(OperatorRegistryTest, IdentityAndNames) {

@@ -528,3 +528,26 @@ def test_regression_metrics_in_fit_and_alone():
     assert [m.get()[0] for m in metrics] == ["mse", "rmse", "mae"]
     np.testing.assert_allclose([m.get()[1] for m in metrics],
                                [(5 + 1) / 2, (np.sqrt(5) + 1) / 2, (1.5 + 1) / 2], rtol=1e-6)
+
+
+def test_leaky_relu_clip_and_softmax_train_and_round_trip():
+    rng = np.random.RandomState(1)
+    x = rng.randn(256, 6).astype(np.float32)
+    y = (x[:, 0] * x[:, 1] > 0).astype(np.float32)
+    data = mx.sym.Variable("data")
+    h = mx.sym.LeakyReLU(data=mx.sym.FullyConnected(data=data, num_hidden=16, name="fc1"),
+                         act_type="leaky", slope=0.1, name="lrelu")
+    h = mx.sym.clip(data=h, a_min=-3.0, a_max=3.0, name="clip")
+    h = mx.sym.LeakyReLU(data=h, act_type="elu", name="elu")
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(data=h, num_hidden=2, name="fc2"),
+                               name="softmax")
+    mod = mx.mod.Module(net)
+    it = mx.io.NDArrayIter(x, y, 32, shuffle=True)
+    mod.fit(it, num_epoch=30, optimizer_params={"learning_rate": 0.2, "momentum": 0.9},
+            initializer=mx.init.Xavier())
+    assert dict(mod.score(mx.io.NDArrayIter(x, y, 32), "acc"))["accuracy"] > 0.8
+    assert mx.sym.load_json(net.tojson()).tojson() == net.tojson()
+    probs = mx.sym.softmax(data=data, name="sm")
+    assert probs.list_outputs() == ["sm_output"]
+    with pytest.raises(Exception, match="prelu"):
+        mx.sym.LeakyReLU(data=data, act_type="prelu")

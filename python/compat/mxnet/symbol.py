@@ -37,6 +37,10 @@ _DEFAULT_ONLY = {  # name: (MXNet's default, the spellings of it MXNet writes)
     "mode": ("training", {"training"}),
     "p_value": ("None", {"None"}),
     "count_include_pad": ("True", {"True", "true", "1", "None"}),
+    "lower_bound": ("0.125", {"0.125"}),
+    "upper_bound": ("0.334", {"0.334"}),
+    "use_length": ("False", {"False", "false", "0"}),
+    "temperature": ("None", {"None"}),
 }
 # MXNet's hints on variables: what they say is fixed in kvtrain, or unused.
 _VARIABLE_HINTS = ("__shape__", "__dtype__", "__storage_type__", "__init__", "__profiler_scope__")
@@ -44,7 +48,7 @@ _VARIABLE_HINTS = ("__shape__", "__dtype__", "__storage_type__", "__init__", "__
 
 # MXNet operators kvtrain's core does not have (a selection of the common).
 _NOT_HERE = {
-    "LeakyReLU", "softmax", "log_softmax", "SoftmaxActivation", "clip", "LRN", "broadcast_add", "broadcast_sub",
+    "log_softmax", "SoftmaxActivation", "LRN", "broadcast_add", "broadcast_sub",
     "broadcast_mul", "broadcast_div", "dot", "batch_dot", "transpose", "SliceChannel",
     "split", "slice_axis", "expand_dims", "Deconvolution", "RNN", "LayerNorm",
     "InstanceNorm", "UpSampling", "SpatialTransformer", "MakeLoss", "L2Normalization",
