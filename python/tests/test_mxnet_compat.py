@@ -371,9 +371,9 @@ def test_an_mxnet_symbol_json_and_params_pair_loads_and_predicts(tmp_path):
 
 def test_mxnet_json_with_what_kvtrain_lacks_is_refused_naming_the_node(tmp_path):
     graph = json.loads(open(os.path.join(TESTDATA, "mxnet_mlp_bn-symbol.json")).read())
-    graph["nodes"][9] = {"op": "LeakyReLU", "name": "lrelu1", "attrs": {"act_type": "leaky"},
+    graph["nodes"][9] = {"op": "LRN", "name": "lrn1", "attrs": {"nsize": "5"},
                          "inputs": [[8, 0, 0]]}
-    with pytest.raises(NotInKvtrain, match="node 9 \\(lrelu1\\) is operator LeakyReLU"):
+    with pytest.raises(NotInKvtrain, match="node 9 \\(lrn1\\) is operator LRN"):
         mx.sym.load_json(json.dumps(graph))
     graph["nodes"][9] = {"op": "Activation", "name": "relu1",
                          "attrs": {"act_type": "relu", "layout": "NHWC"}, "inputs": [[8, 0, 0]]}
