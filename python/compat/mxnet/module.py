@@ -81,6 +81,7 @@ class Module(_kt.mod.Module):
         contexts = [_kt_context(c) for c in (_as_list(context) or [cpu()])]
         super().__init__(symbol, data_names, label_names, logger, contexts, work_load_list)
         self._compression = compression_params
+        self._loaded = None  # (arg, aux) of MXNet's files, from Module.load
         self.logger = logger
 
     @staticmethod
@@ -111,9 +112,8 @@ class Module(_kt.mod.Module):
 
     def init_params(self, initializer=None, arg_params=None, aux_params=None,
                     allow_missing=False, force_init=False, allow_extra=False):
-        loaded = getattr(self, "_loaded", None)
-        if arg_params is None and loaded is not None:
-            arg_params, aux_params = loaded
+        if arg_params is None and self._loaded is not None:
+            arg_params, aux_params = self._loaded
         super().init_params(initializer or _init.Uniform(0.01), _np_params(arg_params),
                             _np_params(aux_params), allow_missing, force_init, allow_extra)
 
@@ -156,10 +156,7 @@ class Module(_kt.mod.Module):
                     epoch_end_callback=epoch_end_callback,
                     batch_end_callback=batch_end_callback, kvstore=self._kv,
                     optimizer=self._optimizer, initializer=initializer or _init.Uniform(0.01),
-                    arg_params=_np_params(arg_params if arg_params is not None
-                                          else getattr(self, "_loaded", (None, None))[0]),
-                    aux_params=_np_params(aux_params if arg_params is not None
-                                          else getattr(self, "_loaded", (None, None))[1]),
+                    arg_params=arg_params, aux_params=aux_params,
                     allow_missing=allow_missing, force_rebind=force_rebind,
                     force_init=force_init, begin_epoch=begin_epoch, num_epoch=num_epoch,
                     epoch_size=epoch_size)
@@ -170,10 +167,7 @@ class Module(_kt.mod.Module):
             raise NotInKvtrain("score(num_batch/batch_end_callback/score_end_callback)",
                                "score runs the whole iterator")
         it, _ = _data(eval_data, "evaluation iterator")
-        values = super().score(it, _metric.trainer_specs(eval_metric))
-        if isinstance(eval_metric, _metric.EvalMetric):
-            return values
-        return values
+        return super().score(it, _metric.trainer_specs(eval_metric))
 
     def predict(self, eval_data, num_batch=None, merge_batches=True, reset=True,
                 always_output_list=False, sparse_row_id_fn=None):
