@@ -56,6 +56,9 @@ inline constexpr char kJobKey[] = "KVTRAIN_JOB_KEY";
 inline constexpr char kJobKeyFile[] = "KVTRAIN_JOB_KEY_FILE";
 inline constexpr char kInsecure[] = "KVTRAIN_INSECURE";
 inline constexpr char kJobId[] = "KVTRAIN_JOB_ID";
+// Backups of each server's key range on the next servers (launch.py
+// --server-replicas; docs/reliability.md).
+inline constexpr char kServerReplicas[] = "KVTRAIN_SERVER_REPLICAS";
 // All-reduce groups (dist_allreduce): rank and size from MPI launchers, the
 // rendezvous address, gradient buckets.
 inline constexpr char kOmpiRank[] = "OMPI_COMM_WORLD_RANK";

@@ -44,12 +44,14 @@ ROWS = [
     ("dist_sync 1w1s", "dist_sync", 1, 1),
     ("dist_sync 2w1s", "dist_sync", 2, 1),
     ("dist_sync 2w2s", "dist_sync", 2, 2),
+    # Each server's keys also on the other server (--server-replicas 1).
+    ("dist_sync 2w2s R=1", "dist_sync+r1", 2, 2),
     ("dist_async 2w2s", "dist_async", 2, 2),
     ("dist_ssp 2w2s", "dist_ssp", 2, 2),
     ("dist_allreduce 2w", "dist_allreduce", 2, 0),
 ]
 ROW_KEYS = {"local": "local", "sync1w1s": "dist_sync 1w1s",
-            "sync2w1s": "dist_sync 2w1s", "sync2w2s": "dist_sync 2w2s",
+            "sync2w1s": "dist_sync 2w1s", "sync2w2s": "dist_sync 2w2s", "sync2w2sr1": "dist_sync 2w2s R=1",
             "async2w2s": "dist_async 2w2s", "ssp2w2s": "dist_ssp 2w2s",
             "allreduce2w": "dist_allreduce 2w"}
 LINKS = {"loopback": None, "1gbit": 1e9, "10gbit": 10e9}
@@ -165,6 +167,10 @@ class Job:
         if store == "local":
             return train
         argv = [sys.executable, a.launch, "-n", str(workers), "-s", str(servers)]
+        if "+r" in store:  # "dist_sync+r1": with server replicas
+            store, replicas = store.split("+r")
+            train[train.index("--kv-store") + 1] = store
+            argv += ["--server-replicas", replicas]
         if not secure:
             argv.append("--insecure")
         if self.cluster:
@@ -454,7 +460,10 @@ def report(args, nets, rows, modes, cluster):
             sync_ar = ratio((net, "dist_sync 2w2s", m), (net, "dist_allreduce 2w", m))
             async_sync = ratio((net, "dist_async 2w2s", m), (net, "dist_sync 2w2s", m))
             ssp_sync = ratio((net, "dist_ssp 2w2s", m), (net, "dist_sync 2w2s", m))
+            replicated = ratio((net, "dist_sync 2w2s R=1", m), (net, "dist_sync 2w2s", m))
             parts = []
+            if replicated:
+                parts.append("dist_sync 2w2s R=1 / dist_sync 2w2s = %.2fx" % replicated)
             if sync_ar:
                 parts.append("dist_sync 2w2s / dist_allreduce 2w = %.2fx" % sync_ar)
             if async_sync:

@@ -6,6 +6,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <functional>
 #include <future>
 #include <map>
@@ -25,14 +26,27 @@ namespace kv_test {
 // servers serving until the workers finalize. Returns the first error.
 class DistFixture {
  public:
-  DistFixture(int servers, int workers, std::map<std::string, std::string> env = {})
-      : job_(Options(servers, workers)), env_(std::move(env)) {}
+  DistFixture(int servers, int workers, std::map<std::string, std::string> env = {},
+              int server_replicas = 0)
+      : job_(Options(servers, workers, server_replicas)), env_(std::move(env)) {}
 
-  static ps::InprocJobOptions Options(int servers, int workers) {
+  static ps::InprocJobOptions Options(int servers, int workers, int server_replicas = 0) {
     ps::InprocJobOptions o;
     o.num_servers = servers;
     o.num_workers = workers;
+    o.server_replicas = server_replicas;
     return o;
+  }
+
+  // Cuts server `rank` off the network, as if it died; Run then expects
+  // it to fail. Any thread, during Run.
+  void Lose(int rank) {
+    ps::Postoffice* po = job_.server(rank);
+    {
+      std::lock_guard<std::mutex> l(lost_mu_);
+      lost_.push_back(po);
+    }
+    job_.net()->Isolate(po->port());
   }
 
   ps::InprocJob& job() { return job_; }
@@ -59,14 +73,21 @@ class DistFixture {
       }));
     }
     Status first;
-    for (auto& f : done) {
-      Status s = f.get();
-      if (!s.ok() && first.ok()) first = s;
+    for (size_t i = 0; i < done.size(); ++i) {
+      Status s = done[i].get();
+      bool lost;
+      {
+        std::lock_guard<std::mutex> l(lost_mu_);
+        lost = std::count(lost_.begin(), lost_.end(), job_.nodes()[i].get()) > 0;
+      }
+      if (!s.ok() && first.ok() && !lost) first = s;
     }
     return first;
   }
 
  private:
+  std::mutex lost_mu_;
+  std::vector<ps::Postoffice*> lost_;
   ps::InprocJob job_;
   std::map<std::string, std::string> env_;
 };

@@ -51,9 +51,20 @@ Status DistKVStore::SetUpdater(Updater /*updater*/) {
 
 Status DistKVStore::SaveOptimizerStates(const std::string& path) {
   KV_RETURN_IF_ERROR(CheckWorker("SaveOptimizerStates"));
-  KV_ASSIGN_OR_RETURN(std::vector<std::string> states,
-                      AskEveryServer(proto::KV_SAVE_STATES,
-                                     "gathering the servers' optimizer states"));
+  KV_RETURN_IF_ERROR(FlushBucket());
+  // One key per server's range (its first), answered by the range's
+  // primary: with server replicas, each range's states once.
+  std::vector<uint64_t> keys;
+  for (const ps::KeyRange& range : po_->ServerKeyRanges()) keys.push_back(range.begin);
+  ps::RequestOptions opts;
+  opts.head = proto::KV_SAVE_STATES;
+  opts.body = RequestBody(proto::KV_SYNC_UNSPECIFIED, 0, "");
+  KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Pull(ps::Blob::FromVector(std::move(keys)), opts));
+  ps::PullResult result;
+  KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout, &result)
+                         .Annotate("gathering the servers' optimizer states"));
+  std::vector<std::string> states;
+  for (const ps::KVPairs& part : result.parts) states.push_back(part.vals.ToString());
   return WriteStatesFile(path, type(), states);
 }
 
@@ -111,12 +122,11 @@ Status DistKVStore::RunServer() {
   }
   // The handler outlives the server: ~KVServer drains the handler threads,
   // and a step's last handler may still be running when the job ends.
-  std::unique_ptr<ServerHandler> handler;
+  std::unique_ptr<ServerRanges> handler;
   std::unique_ptr<ps::KVServer> server;
   if (po_->role() == Role::kServer) {
-    handler = std::make_unique<ServerHandler>(po_->num_workers(),
-                                              po_->ServerKeyRanges()[po_->rank()].begin);
-    ServerHandler* h = handler.get();
+    handler = std::make_unique<ServerRanges>(po_);
+    ServerRanges* h = handler.get();
     ps::KVServerOptions opts;
     opts.handler_threads = settings_.server_threads;
     KV_ASSIGN_OR_RETURN(
@@ -137,7 +147,7 @@ Status DistKVStore::RunServer() {
     reporter = std::thread([&] {
       std::unique_lock<std::mutex> lock(report_mu);
       while (!report_cv.wait_for(lock, kTableReport, [&] { return !serving; })) {
-        const std::string report = handler->sparse()->StatsReport();
+        const std::string report = handler->SparseReport();
         if (!report.empty()) LOG(INFO) << po_->name() << ": " << report;
       }
     });
@@ -152,7 +162,7 @@ Status DistKVStore::RunServer() {
     reporter.join();
   }
   if (handler != nullptr) {
-    const std::string report = handler->sparse()->StatsReport();
+    const std::string report = handler->SparseReport();
     if (!report.empty()) LOG(INFO) << po_->name() << " at the end: " << report;
   }
   return done;

@@ -197,6 +197,7 @@ StatusOr<KVHandle> DistKVStore::RowSparsePullAsync(const Key& key, const Tensor&
   }
   ps::RequestOptions opts;
   opts.head = proto::KV_SPARSE_PULL;
+  opts.read_only = true;
   opts.priority = priority;
   opts.body = RequestBody(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, step, "");
   ps::PullDest dest;
@@ -221,6 +222,7 @@ Status DistKVStore::SaveRowSparse(const Key& key, const std::string& path) {
   }
   ps::RequestOptions opts;
   opts.head = proto::KV_SPARSE_SAVE;
+  opts.read_only = true;
   opts.body = RequestBody(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, step, "");
   const std::vector<int64_t> lens(ti->server_keys.size(), 0);
   KV_ASSIGN_OR_RETURN(int64_t ts,
@@ -238,6 +240,7 @@ StatusOr<std::vector<proto::SparseTableStats>> DistKVStore::RowSparseStats(const
   KV_ASSIGN_OR_RETURN(TableInfo * ti, LookupTable(key));
   ps::RequestOptions opts;
   opts.head = proto::KV_SPARSE_STATS;
+  opts.read_only = true;
   opts.body = RequestBody(proto::KV_ASYNC, 0, "");
   const std::vector<int64_t> lens(ti->server_keys.size(), 0);
   KV_ASSIGN_OR_RETURN(int64_t ts,

@@ -61,7 +61,7 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
     case proto::KV_PUSH:
     case proto::KV_PULL: return Serve(meta, data, info, server);
     case proto::KV_SET_OPTIMIZER: return SetOptimizer(meta, info, server);
-    case proto::KV_SAVE_STATES: return SaveStates(meta, server);
+    case proto::KV_SAVE_STATES: return SaveStates(meta, data, server);
     case proto::KV_LOAD_STATES: return LoadStates(meta, data, server);
     case proto::KV_ASYNC_STATS: return AsyncStats(meta, server);
     case proto::KV_SPARSE_INIT:
@@ -106,6 +106,7 @@ void ServerHandler::Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
   st->name = info.key_name();
   st->value = View(data.vals).Clone();
   st->pushed.assign(num_workers_, false);
+  if (ordered_sum_) st->parts.resize(static_cast<size_t>(num_workers_));
   st->clock.assign(num_workers_, 0);
   st->seen.assign(num_workers_, 0);
   {
@@ -220,14 +221,18 @@ void ServerHandler::AsyncStats(const ps::RequestMeta& meta, ps::KVServer* server
         "staleness counters asked for by " + meta.sender_name + ", which is not a worker"));
     return;
   }
-  proto::AsyncStats out;
-  {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    out.Swap(&stats_[rank]);
-  }
+  const proto::AsyncStats out = TakeAsyncStats(rank);
   ps::KVPairs answer;
   answer.vals = ps::Blob::FromString(out.SerializeAsString());
   server->Respond(meta, answer);
+}
+
+proto::AsyncStats ServerHandler::TakeAsyncStats(int rank) {
+  proto::AsyncStats out;
+  if (rank < 0 || rank >= num_workers_) return out;
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  out.Swap(&stats_[static_cast<size_t>(rank)]);
+  return out;
 }
 
 void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
@@ -298,7 +303,18 @@ bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* serv
     return false;
   }
   const Tensor grad = View(push.data.vals);
-  if (st->num_pushed == 0) {
+  if (ordered_sum_) {
+    // Kept until the step is complete, then summed in rank order.
+    st->parts[static_cast<size_t>(rank)] = grad;
+    if (st->num_pushed + 1 == num_workers_) {
+      if (!st->merge.defined()) st->merge = Tensor::Empty(grad.shape());
+      CHECK(st->merge.CopyFrom(st->parts[0]).ok());
+      for (size_t r = 1; r < st->parts.size(); ++r) {
+        CHECK(blas::Axpy(1.0f, st->parts[r], &st->merge).ok());
+      }
+      for (Tensor& t : st->parts) t = Tensor();
+    }
+  } else if (st->num_pushed == 0) {
     st->first = grad;  // a single worker's push is used as it arrived
   } else {
     if (st->first.defined()) {
@@ -400,27 +416,31 @@ StatusOr<ps::Blob> ServerHandler::EncodedValue(KeyState* st, const Deferred& d) 
   return ps::Blob(v.storage(), v.raw_data(), v.nbytes());
 }
 
-void ServerHandler::SetOptimizer(const ps::RequestMeta& meta,
-                                 const proto::RequestInfo& info,
-                                 ps::KVServer* server) {
+Status ServerHandler::InstallOptimizer(const std::string& body) {
+  proto::RequestInfo info;
   proto::OptimizerSpec spec;
-  if (!spec.ParseFromString(info.payload())) {
-    server->RespondError(meta, Status::InvalidArgument("malformed optimizer spec"));
-    return;
+  if (!info.ParseFromString(body) || !spec.ParseFromString(info.payload())) {
+    return Status::InvalidArgument("malformed optimizer spec");
   }
-  StatusOr<std::unique_ptr<Optimizer>> opt = Optimizer::Create(spec);
-  if (!opt.ok()) {
-    server->RespondError(meta, opt.status());
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    optimizer_ = std::shared_ptr<Optimizer>(std::move(opt).value());
-  }
-  server->Respond(meta);
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, Optimizer::Create(spec));
+  std::lock_guard<std::mutex> lock(mu_);
+  optimizer_ = std::shared_ptr<Optimizer>(std::move(opt));
+  return Status::OK();
 }
 
-void ServerHandler::SaveStates(const ps::RequestMeta& meta, ps::KVServer* server) {
+void ServerHandler::SetOptimizer(const ps::RequestMeta& meta,
+                                 const proto::RequestInfo& /*info*/,
+                                 ps::KVServer* server) {
+  const Status s = InstallOptimizer(meta.body);
+  if (s.ok()) {
+    server->Respond(meta);
+  } else {
+    server->RespondError(meta, s);
+  }
+}
+
+void ServerHandler::SaveStates(const ps::RequestMeta& meta, const ps::KVPairs& data,
+                               ps::KVServer* server) {
   std::shared_ptr<Optimizer> opt = optimizer();
   if (!opt) {
     server->RespondError(meta, Status::FailedPrecondition(
@@ -434,6 +454,7 @@ void ServerHandler::SaveStates(const ps::RequestMeta& meta, ps::KVServer* server
   }
   ps::KVPairs out;
   out.vals = ps::Blob::FromString(std::move(states).value());
+  out.keys = data.keys;  // asked of a key range: answered under its key
   server->Respond(meta, out);
 }
 
@@ -451,6 +472,95 @@ void ServerHandler::LoadStates(const ps::RequestMeta& meta, const ps::KVPairs& d
   } else {
     server->RespondError(meta, s);
   }
+}
+
+ServerRanges::ServerRanges(ps::Postoffice* po)
+    : po_(po), ranges_(po->ServerKeyRanges()) {
+  const int n = po->num_servers();
+  const bool replicas = po->server_replicas() > 0;
+  for (int j = 0; j <= po->server_replicas(); ++j) {
+    const int range = ((po->rank() - j) % n + n) % n;
+    handlers_.emplace(range, std::make_unique<ServerHandler>(
+                                 po->num_workers(), ranges_[static_cast<size_t>(range)].begin,
+                                 /*ordered_sum=*/replicas));
+  }
+}
+
+bool ServerRanges::Primary(int range) const {
+  const int n = po_->num_servers();
+  for (int j = 0; j <= po_->server_replicas(); ++j) {
+    const int s = (range + j) % n;
+    if (po_->ServerLive(s)) return s == po_->rank();
+  }
+  return false;
+}
+
+void ServerRanges::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
+                          ps::KVServer* server) {
+  if (handlers_.size() == 1 && po_->server_replicas() == 0) {
+    return handlers_.begin()->second->Handle(meta, data, server);
+  }
+  if (data.num_keys() > 0) {
+    const uint64_t key = data.key(0);
+    auto after = std::upper_bound(ranges_.begin(), ranges_.end(), key,
+                                  [](uint64_t k, const ps::KeyRange& r) { return k < r.begin; });
+    const int range = static_cast<int>(after - ranges_.begin()) - 1;
+    auto it = handlers_.find(range);
+    if (it == handlers_.end()) {
+      server->RespondError(
+          meta, Status::InvalidArgument(
+                    "server key " + std::to_string(key) + " from " + meta.sender_name +
+                    " lies in key range " + std::to_string(range) +
+                    ", of which this server holds no copy (do all nodes have the same " +
+                    env::kServerReplicas + "?)"));
+      return;
+    }
+    return it->second->Handle(meta, data, server);
+  }
+  switch (static_cast<proto::KVCommand>(meta.head)) {
+    case proto::KV_SET_OPTIMIZER: {
+      for (auto& [range, h] : handlers_) {
+        const Status s = h->InstallOptimizer(meta.body);
+        if (!s.ok()) {
+          server->RespondError(meta, s);
+          return;
+        }
+      }
+      server->Respond(meta);
+      return;
+    }
+    case proto::KV_ASYNC_STATS: {
+      // The counters of the ranges this server answers for; a copy that
+      // is no primary counted the same pushes again.
+      proto::AsyncStats sum;
+      for (auto& [range, h] : handlers_) {
+        const proto::AsyncStats c = h->TakeAsyncStats(meta.sender_rank);
+        if (!Primary(range)) continue;
+        sum.set_pushes(sum.pushes() + c.pushes());
+        sum.set_staleness_sum(sum.staleness_sum() + c.staleness_sum());
+        sum.set_staleness_max(std::max(sum.staleness_max(), c.staleness_max()));
+        sum.set_held(sum.held() + c.held());
+        sum.set_held_us(sum.held_us() + c.held_us());
+      }
+      ps::KVPairs answer;
+      answer.vals = ps::Blob::FromString(sum.SerializeAsString());
+      server->Respond(meta, answer);
+      return;
+    }
+    default:
+      return handlers_.at(po_->rank())->Handle(meta, data, server);
+  }
+}
+
+std::string ServerRanges::SparseReport() {
+  std::string out;
+  for (auto& [range, h] : handlers_) {
+    const std::string r = h->sparse()->StatsReport();
+    if (r.empty()) continue;
+    if (!out.empty()) out += "; ";
+    out += handlers_.size() > 1 ? "key range " + std::to_string(range) + ": " + r : r;
+  }
+  return out;
 }
 
 }  // namespace kv

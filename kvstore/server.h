@@ -49,9 +49,14 @@ class ServerHandler {
 
   // `key_base`: the first key of this server's range; a key less it is the
   // StateKey (keys.h) its optimizer state goes under.
-  ServerHandler(int num_workers, uint64_t key_base)
+  // `ordered_sum`: a dist_sync step sums its pushes in worker rank order,
+  // not as they arrive, so that every copy of a key range (server
+  // replicas) sums bit for bit alike (with one or two workers both orders
+  // give the same bits, and pushes are summed as they arrive).
+  ServerHandler(int num_workers, uint64_t key_base, bool ordered_sum = false)
       : num_workers_(num_workers),
         key_base_(key_base),
+        ordered_sum_(ordered_sum && num_workers > 2),
         sparse_(num_workers, [this] { return optimizer(); }),
         stats_(static_cast<size_t>(num_workers)) {}
 
@@ -60,6 +65,11 @@ class ServerHandler {
 
   void Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
               ps::KVServer* server);
+
+  // KV_SET_OPTIMIZER's work: `body` is the request's RequestInfo.
+  Status InstallOptimizer(const std::string& body) EXCLUDES(mu_);
+  // KV_ASYNC_STATS's: worker `rank`'s counters since it last asked (reset).
+  proto::AsyncStats TakeAsyncStats(int rank) EXCLUDES(stats_mu_);
 
  private:
   struct Gather;
@@ -96,6 +106,7 @@ class ServerHandler {
     Tensor first;              // sync: the step's only push so far, unsummed
                                // (a view of the received message: no copy)
     std::vector<bool> pushed;  // sync: by worker rank, this step
+    std::vector<Tensor> parts;  // sync, ordered_sum_: this step's pushes by rank
     int num_pushed = 0;
     std::multimap<int64_t, Deferred> later;  // sync: pushes for later steps
     std::vector<Deferred> pulls;             // sync: answered after a step
@@ -132,7 +143,7 @@ class ServerHandler {
   void Ack(const Deferred& d, ps::KVServer* server);
   void SetOptimizer(const ps::RequestMeta& meta, const proto::RequestInfo& info,
                     ps::KVServer* server);
-  void SaveStates(const ps::RequestMeta& meta, ps::KVServer* server);
+  void SaveStates(const ps::RequestMeta& meta, const ps::KVPairs& data, ps::KVServer* server);
   void LoadStates(const ps::RequestMeta& meta, const ps::KVPairs& data,
                   ps::KVServer* server);
 
@@ -179,6 +190,7 @@ class ServerHandler {
 
   const int num_workers_;
   const uint64_t key_base_;
+  const bool ordered_sum_;
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);
   std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);
@@ -186,6 +198,34 @@ class ServerHandler {
   std::mutex stats_mu_;
   // By worker rank, since it last asked (KV_ASYNC_STATS).
   std::vector<proto::AsyncStats> stats_ GUARDED_BY(stats_mu_);
+};
+
+// The key ranges one server process holds, each in its own ServerHandler:
+// its own range and, with server replicas (KVTRAIN_SERVER_REPLICAS = R),
+// the ranges of the R servers before it in rank order. A copy takes every
+// push of its range as the primary does (the workers send it to all), with
+// its own values, steps and optimizer state keyed as on the primary, so
+// when it becomes the primary it answers exactly as the primary would
+// have. Without replicas, one handler and no extra work. Thread-safe.
+class ServerRanges {
+ public:
+  explicit ServerRanges(ps::Postoffice* po);
+
+  // A request with keys goes to the handler of its first key's range (a
+  // worker's request never spans ranges); a command without keys to every
+  // handler where it changes them (the optimizer), else to the ranges this
+  // server now serves as primary.
+  void Handle(const ps::RequestMeta& meta, const ps::KVPairs& data, ps::KVServer* server);
+  // The row-sparse tables' counters of every range held ("" if none).
+  std::string SparseReport();
+
+ private:
+  // Whether this server is the first live copy of `range`.
+  bool Primary(int range) const;
+
+  ps::Postoffice* const po_;
+  const std::vector<ps::KeyRange> ranges_;
+  std::map<int, std::unique_ptr<ServerHandler>> handlers_;  // by range; fixed
 };
 
 }  // namespace kv

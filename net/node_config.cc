@@ -97,6 +97,14 @@ StatusOr<NodeConfig> NodeConfig::FromEnv(const EnvLookup& env) {
   KV_ASSIGN_OR_RETURN(c.startup_timeout_s,
                       GetSecondsVar(env, env::kStartupTimeout,
                                     c.startup_timeout_s, 0.01, 86400));
+  KV_ASSIGN_OR_RETURN(int64_t replicas, GetIntVar(env, env::kServerReplicas, 0, 0, 65535));
+  if (replicas > 0 && replicas >= c.num_servers) {
+    return Status::InvalidArgument(
+        std::string(env::kServerReplicas) + "=" + std::to_string(replicas) +
+        " needs more servers than that: each copy of a key range lives on another server, "
+        "and the job has " + std::string(env::kNumServer) + "=" + std::to_string(c.num_servers));
+  }
+  c.server_replicas = static_cast<int>(replicas);
   return c;
 }
 

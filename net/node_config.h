@@ -50,6 +50,11 @@ struct NodeConfig {
   std::string job_id;
   // Seconds the scheduler waits for all nodes (KVTRAIN_STARTUP_TIMEOUT).
   double startup_timeout_s = 60.0;
+  // Servers holding a copy of each server's key range besides the server
+  // itself, the next ones in rank order (KVTRAIN_SERVER_REPLICAS), so that
+  // the job survives the death of that many servers; 0: a dead server ends
+  // the job. Less than num_servers.
+  int server_replicas = 0;
 
   // Parses and validates the whole contract from `env`.
   static StatusOr<NodeConfig> FromEnv(const EnvLookup& env);

@@ -108,6 +108,10 @@ def parse_args(argv):
                     help="extra argument for mpirun")
     ap.add_argument("--slurm-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for srun, e.g. --slurm-arg=--partition=gpu")
+    ap.add_argument("--server-replicas", type=int, default=0, metavar="R",
+                    help="keep each server's keys on R more servers, so that the job "
+                    "goes on when up to R servers die (default 0: a dead server ends "
+                    "the job); local and ssh launchers; docs/reliability.md")
     ap.add_argument("--insecure", action="store_true",
                     help="no CURVE security (plain ZeroMQ): anyone who can reach "
                     "the job's ports can join it; also KVTRAIN_INSECURE=1")
@@ -143,6 +147,13 @@ def parse_args(argv):
         problems.append("-s must be 0 or more, got %d" % args.num_servers)
     if args.launcher == "ssh" and not args.hostfile:
         problems.append("--launcher ssh needs -H/--hostfile")
+    if args.server_replicas < 0 or (args.server_replicas > 0 and
+                                    args.server_replicas >= args.num_servers):
+        problems.append("--server-replicas must be 0 or less than -s (%d), got %d"
+                        % (args.num_servers, args.server_replicas))
+    if args.server_replicas > 0 and args.launcher not in ("local", "ssh"):
+        problems.append("--server-replicas works with --launcher local and ssh (mpirun "
+                        "and srun end every process of a role when one dies)")
     if args.sync_dst_dir and args.launcher != "ssh":
         problems.append("--sync-dst-dir works with --launcher ssh only")
     if args.ssh_strict_host_keys and args.launcher != "ssh":
@@ -171,6 +182,11 @@ class Launcher:
             env_all=launchers.parse_env_args(a.env, "--env"),
             env_server=launchers.parse_env_args(a.env_server, "--env-server"),
             env_worker=launchers.parse_env_args(a.env_worker, "--env-worker"))
+        if a.server_replicas > 0:
+            self.spec.env_all["KVTRAIN_SERVER_REPLICAS"] = str(a.server_replicas)
+            # The job goes on without up to that many servers; whether their
+            # keys still have a copy, the job's nodes decide (and end it if not).
+            self.sup.tolerate["server"] = a.server_replicas
         self.spec.check_names()
         self.strict_host_keys = (a.ssh_strict_host_keys or
                                  launchers.strict_host_keys_requested(self.spec.environ))

@@ -113,6 +113,10 @@ class Supervisor:
         self.grace = grace_seconds
         self.prefix = prefix_output
         self.procs = []
+        # How many processes of a role may fail without ending the job
+        # ({"server": R} with server replicas); those that did.
+        self.tolerate = {}
+        self.lost = []
         self._stop_reason = None
         # Every open stdout/stderr pipe; data: (Proc, its partial line).
         self._streams = selectors.DefaultSelector()
@@ -189,10 +193,17 @@ class Supervisor:
                 self.log(self._stop_reason + "; stopping every process")
                 self.teardown()
                 return 130 if "SIGINT" in self._stop_reason else 143
-            failed = next((p for p in self.procs if p.popen.poll() not in (None, 0)), None)
+            failed = next((p for p in self.procs
+                           if p not in self.lost and p.popen.poll() not in (None, 0)), None)
+            if failed and self.tolerate.get(failed.role, 0) > 0:
+                self.tolerate[failed.role] -= 1
+                self.lost.append(failed)
+                self.log("%s failed with %s; the job goes on without it"
+                         % (failed.name, describe_exit(failed.returncode, failed.remote)))
+                continue
             if failed:
                 return self._fail(failed)
-            if all(p.popen.poll() == 0 for p in self.procs):
+            if all(p.popen.poll() == 0 for p in self.procs if p not in self.lost):
                 self._drain()
                 return 0
             if deadline and time.monotonic() > deadline:

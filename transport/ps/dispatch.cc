@@ -125,6 +125,11 @@ void PostofficeImpl::Handle(const std::string& token, Message&& msg) {
       if (scheduler_) return scheduler_->OnTerminate(from->id);
       if (from->id != kSchedulerId) return Drop(token, "TERMINATE");
       return MarkTerminated();
+    case wire::NODE_LOST:
+      if (scheduler_ || from->id != kSchedulerId || c.nodes_size() != 1) {
+        return Drop(token, "NODE_LOST");
+      }
+      return LoseServer(c.nodes(0).id(), c.reason());
     case wire::ABORT:
       if (!scheduler_ && from->id != kSchedulerId) {
         return Drop(token, "ABORT from a non-scheduler");
@@ -340,6 +345,10 @@ void PostofficeImpl::CheckPeers(int64_t now_ns) {
   if (t == nullptr) return;
   for (const net::PeerLiveness::Death& d : t->liveness().Check(now_ns)) {
     const NodeEntry& e = t->nodes()[d.peer];
+    if (e.role == Role::kServer && config_.server_replicas > 0) {
+      LoseServer(e.id, d.why);
+      continue;
+    }
     Fail(Status::Unavailable(net::DeathMessage(e.name, d.why)),
          scheduler_ != nullptr, e.id);
     return;

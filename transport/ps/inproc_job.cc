@@ -27,6 +27,7 @@ NodeConfig InprocJob::ConfigFor(Role role) const {
   c.heartbeat_interval_s = options_.heartbeat_interval_s;
   c.heartbeat_timeout_s = options_.heartbeat_timeout_s;
   c.startup_timeout_s = options_.startup_timeout_s;
+  c.server_replicas = options_.server_replicas;
   return c;
 }
 

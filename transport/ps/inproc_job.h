@@ -22,6 +22,8 @@ struct InprocJobOptions {
   double heartbeat_timeout_s = 2.0;
   double startup_timeout_s = 20.0;
   int verbose = 0;
+  // KVTRAIN_SERVER_REPLICAS.
+  int server_replicas = 0;
   // The scheduler's (virtual) port.
   int root_port = 9000;
 };

@@ -49,15 +49,19 @@ Status KVServer::Impl::CheckKeys(const KVPairs& kv) const {
   const size_t n = kv.num_keys();
   if (n == 0) return Status::OK();
   const std::vector<KeyRange> ranges = po_->ServerKeyRanges();
-  const KeyRange& mine = ranges.at(static_cast<size_t>(po_->rank()));
-  for (uint64_t k : {kv.key(0), kv.key(n - 1)}) {
-    if (!mine.Contains(k)) {
-      return Status::InvalidArgument(
-          "key " + std::to_string(k) + " is outside " + po_->name() +
-          "'s key range [" + std::to_string(mine.begin) + ", " +
-          std::to_string(mine.end) + ")");
-    }
+  const int num = static_cast<int>(ranges.size());
+  // Its own range and, with replicas, the ranges of the servers before it
+  // (PostofficeImpl::RangeServers); one request's keys lie in one range.
+  for (int j = 0; j <= po_->server_replicas(); ++j) {
+    const KeyRange& r = ranges.at(static_cast<size_t>(((po_->rank() - j) % num + num) % num));
+    if (r.Contains(kv.key(0)) && r.Contains(kv.key(n - 1))) return Status::OK();
   }
+  const KeyRange& mine = ranges.at(static_cast<size_t>(po_->rank()));
+  const uint64_t k = mine.Contains(kv.key(0)) ? kv.key(n - 1) : kv.key(0);
+  return Status::InvalidArgument(
+      "key " + std::to_string(k) + " is outside " + po_->name() + "'s key range [" +
+      std::to_string(mine.begin) + ", " + std::to_string(mine.end) + ")" +
+      (po_->server_replicas() > 0 ? " and the ranges it holds copies of" : ""));
   return Status::OK();
 }
 

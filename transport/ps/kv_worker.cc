@@ -52,12 +52,20 @@ class KVWorker::Impl : public Customer {
   Status Wait(int64_t ts, Duration timeout, PullResult* result);
   void Accept(Message&& msg) override;
   void Abort(const Status& reason) override;
+  void PeerLost(int id) override;
 
  private:
   struct Slice {
     int server = 0;
     size_t key_begin = 0, key_end = 0;  // key indices of the request
     bool answered = false;
+    // With server replicas: the key range (-1: a command to every server),
+    // what this copy of the request does, and its own timestamp (an alias
+    // of the request's; 0 without replicas).
+    int range = -1;
+    bool push = false, pull = false;
+    int64_t sub_ts = 0;
+    bool resent = false;
   };
   struct Pending {
     const char* kind = "";
@@ -74,16 +82,27 @@ class KVWorker::Impl : public Customer {
     std::function<void(const Status&)> callback;
     // At most kSmallRequestBytes pushed and pulled: Wait polls first.
     bool small = false;
+    // What a slice needs to be sent again to another copy of its key range
+    // (PeerLost): the request, and whether its pushes went to every copy.
+    KVPairs kvs;
+    RequestOptions opts;
+    std::vector<size_t> val_off;
+    bool push = false;
+    bool replicated = false;
   };
 
   Status CheckPullDest(const PullDest& dest, size_t n) const;
-  // The request's key ranges per server (every server for no keys).
-  static std::vector<Slice> SliceByServer(const KVPairs& kvs,
-                                          const std::vector<KeyRange>& ranges);
-  // The DATA request for slice `s` of `kvs`.
+  // The request's key ranges per server (every live server for no keys):
+  // with replicas, a range's pull goes to its primary and a push (unless
+  // `replicate` is false) to every live copy.
+  std::vector<Slice> SliceByServer(const KVPairs& kvs, const std::vector<KeyRange>& ranges,
+                                   bool push, bool pull, bool replicate) const;
+  // The DATA request for slice `s` of `kvs`, under timestamp `ts`.
   Message BuildRequest(int64_t ts, const KVPairs& kvs, const Slice& s,
-                       bool push, bool pull, const RequestOptions& opts,
+                       const RequestOptions& opts,
                        const std::vector<size_t>& val_off) const;
+  // Erases a request and its slices' timestamps.
+  void Erase(std::unordered_map<int64_t, Pending>::iterator it) REQUIRES(mu_);
   Status CheckResponse(const Pending& p, size_t s, const KVPairs& kv) const;
   // Completes `ts` if nothing is outstanding; returns what to run once mu_
   // is released (the request's callback, or the wake-up of its waiter).
@@ -100,7 +119,15 @@ class KVWorker::Impl : public Customer {
   std::optional<AnswerPoll> poll_ GUARDED_BY(mu_);
   bool poll_any_size_ GUARDED_BY(mu_) = false;
   std::unordered_map<int64_t, Pending> pending_ GUARDED_BY(mu_);
+  // With server replicas: a slice's timestamp -> its request's.
+  std::unordered_map<int64_t, int64_t> alias_ GUARDED_BY(mu_);
   int64_t next_ts_ GUARDED_BY(mu_) = 1;
+  // The last server lost, when, and whether the first answer re-sent
+  // since is still to be reported.
+  std::string lost_name_ GUARDED_BY(mu_);
+  Clock::time_point lost_at_ GUARDED_BY(mu_);
+  Duration lost_silent_ GUARDED_BY(mu_){};
+  bool report_resumed_ GUARDED_BY(mu_) = false;
   LogRateLimiter log_;
 };
 
@@ -128,24 +155,44 @@ Status KVWorker::Impl::CheckPullDest(const PullDest& dest, size_t n) const {
 }
 
 std::vector<KVWorker::Impl::Slice> KVWorker::Impl::SliceByServer(
-    const KVPairs& kvs, const std::vector<KeyRange>& ranges) {
+    const KVPairs& kvs, const std::vector<KeyRange>& ranges, bool push, bool pull,
+    bool replicate) const {
   const size_t n = kvs.num_keys();
   const uint64_t* k = kvs.keys.as<uint64_t>();
+  const bool replicas = po_->server_replicas() > 0;
   std::vector<Slice> slices;
   for (size_t r = 0; r < ranges.size(); ++r) {
     Slice s;
     s.server = ServerId(static_cast<int>(r));
+    s.push = push;
+    s.pull = pull;
     s.key_begin = std::lower_bound(k, k + n, ranges[r].begin) - k;
     s.key_end = std::lower_bound(k, k + n, ranges[r].end) - k;
-    if (n == 0 || s.key_end > s.key_begin) slices.push_back(s);
+    if (n > 0 && s.key_end == s.key_begin) continue;
+    if (!replicas) {
+      slices.push_back(s);
+      continue;
+    }
+    if (n == 0) {  // a command: every live server
+      if (po_->ServerLive(static_cast<int>(r))) slices.push_back(s);
+      continue;
+    }
+    s.range = static_cast<int>(r);
+    const std::vector<int> copies = po_->RangeServers(s.range);
+    for (size_t c = 0; c < copies.size(); ++c) {
+      if (c > 0 && !(push && replicate)) break;
+      s.server = copies[c];
+      s.pull = pull && c == 0;  // backups take the push only
+      slices.push_back(s);
+    }
   }
   return slices;
 }
 
 Message KVWorker::Impl::BuildRequest(int64_t ts, const KVPairs& kvs,
-                                     const Slice& s, bool push, bool pull,
-                                     const RequestOptions& opts,
+                                     const Slice& s, const RequestOptions& opts,
                                      const std::vector<size_t>& val_off) const {
+  const bool push = s.push, pull = s.pull;
   Message m;
   wire::Header& h = m.meta;
   h.set_command(wire::DATA);
@@ -198,7 +245,10 @@ StatusOr<int64_t> KVWorker::Impl::Request(const KVPairs& kvs, bool push,
   p.keys = kvs.keys;
   p.dest = dest;
   p.callback = opts.callback;
-  p.slices = SliceByServer(kvs, ranges);
+  p.push = push;
+  p.replicated = push && !opts.read_only && po_->server_replicas() > 0;
+  p.slices = SliceByServer(kvs, ranges, push, pull, !opts.read_only);
+  if (p.slices.empty()) return Status::Unavailable("no live server to send the request to");
   p.remaining = static_cast<int>(p.slices.size());
   p.parts.resize(p.slices.size());
   // Pulled size: the buffer's, or as pushed (a pull without a buffer counts
@@ -212,15 +262,31 @@ StatusOr<int64_t> KVWorker::Impl::Request(const KVPairs& kvs, bool push,
   const std::vector<size_t> val_off =
       push && n > 0 ? Offsets(kvs.lens, n, kvs.vals.size())
                     : std::vector<size_t>();
-  const std::vector<Slice> slices = p.slices;
+  if (po_->server_replicas() > 0) {
+    p.kvs = kvs;
+    p.opts = opts;
+    p.opts.callback = nullptr;
+    p.val_off = val_off;
+  }
+  std::vector<Slice> slices;
   int64_t ts;
   {
     std::lock_guard<std::mutex> l(mu_);
     ts = next_ts_++;
+    if (po_->server_replicas() > 0) {
+      for (Slice& s : p.slices) {
+        s.sub_ts = next_ts_++;
+        alias_[s.sub_ts] = ts;
+      }
+    }
+    slices = p.slices;
     pending_.emplace(ts, std::move(p));
   }
+  // (A server lost while this sends: PeerLost re-sent its slices already,
+  // and the copy sent here to the dead server goes nowhere.)
   for (size_t i = 0; i < slices.size(); ++i) {
-    Message m = BuildRequest(ts, kvs, slices[i], push, pull, opts, val_off);
+    Message m = BuildRequest(slices[i].sub_ts != 0 ? slices[i].sub_ts : ts, kvs, slices[i],
+                             opts, val_off);
     Status st = po_->SendData(slices[i].server, &m);
     if (st.ok()) continue;
     std::function<void()> cb;
@@ -255,8 +321,15 @@ std::function<void()> KVWorker::Impl::MaybeFinish(int64_t ts) {
   }
   auto cb = std::move(p.callback);
   Status status = p.status;
-  pending_.erase(it);
+  Erase(it);
   return [cb = std::move(cb), status] { cb(status); };
+}
+
+void KVWorker::Impl::Erase(std::unordered_map<int64_t, Pending>::iterator it) {
+  for (const Slice& s : it->second.slices) {
+    if (s.sub_ts != 0) alias_.erase(s.sub_ts);
+  }
+  pending_.erase(it);
 }
 
 Status KVWorker::Impl::CheckResponse(const Pending& p, size_t s,
@@ -288,7 +361,8 @@ Status KVWorker::Impl::CheckResponse(const Pending& p, size_t s,
 
 void KVWorker::Impl::Accept(Message&& msg) {
   const wire::Header& h = msg.meta;
-  const int64_t ts = h.timestamp();
+  int64_t ts = h.timestamp();
+  const int64_t slice_ts = ts;
   const int from = h.sender();
   KVPairs kv{msg.Frame(wire::KEYS), msg.Frame(wire::VALUES),
              msg.Frame(wire::LENS)};
@@ -296,11 +370,17 @@ void KVWorker::Impl::Accept(Message&& msg) {
   std::function<void()> cb;
   {
     std::lock_guard<std::mutex> l(mu_);
+    auto alias = alias_.find(ts);
+    const bool aliased = !h.request() && alias != alias_.end();
+    if (aliased) ts = alias->second;
     auto it = h.request() ? pending_.end() : pending_.find(ts);
     size_t s = 0;
     if (it != pending_.end()) {
       auto& sl = it->second.slices;
-      while (s < sl.size() && (sl[s].server != from || sl[s].answered)) ++s;
+      while (s < sl.size() && (sl[s].server != from || sl[s].answered ||
+                               (aliased && sl[s].sub_ts != slice_ts))) {
+        ++s;
+      }
     }
     if (it == pending_.end() || s == it->second.slices.size() ||
         it->second.done) {
@@ -311,18 +391,28 @@ void KVWorker::Impl::Accept(Message&& msg) {
     }
     Pending& p = it->second;
     p.slices[s].answered = true;
+    if (p.slices[s].resent && report_resumed_) {
+      report_resumed_ = false;
+      const double since_known = std::chrono::duration<double>(Clock::now() - lost_at_).count();
+      const double since_silent = since_known + std::chrono::duration<double>(lost_silent_).count();
+      // One line per death in the job's output: worker 0's.
+      LOG_IF(WARNING, po_->role() == Role::kWorker && po_->rank() == 0)
+          << po_->name() << ": resumed, answered by " << po_->PeerName(from) << " "
+          << net::FormatSeconds(since_silent) << " after the last word from " << lost_name_
+          << " (" << net::FormatSeconds(since_known) << " after its death was known)";
+    }
     Status st;
     if (h.status_code() != 0) {
       st = StatusFromWire(h.status_code(), h.status_message());
-    } else if (p.pull) {
+    } else if (p.slices[s].pull) {
       st = CheckResponse(p, s, kv);
     }
     if (!st.ok()) {
       if (p.status.ok()) p.status = st.Annotate(po_->PeerName(from));
-    } else if (p.pull && p.dest.data != nullptr) {
+    } else if (p.slices[s].pull && p.dest.data != nullptr) {
       copy_to = p.dest.data + p.dest_off[p.slices[s].key_begin];
       ++p.copying;
-    } else if (p.pull) {
+    } else if (p.slices[s].pull) {
       p.parts[s] = kv;
     }
     --p.remaining;
@@ -388,7 +478,7 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
       auto i = pending_.find(ts);
       return i == pending_.end() || i->second.copying == 0;
     });
-    pending_.erase(ts);
+    Erase(pending_.find(ts));
     os << " (cancelled: a later answer is dropped)";
     return Status::DeadlineExceeded(os.str());
   }
@@ -398,9 +488,17 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
                             " was waited for by another thread");
   }
   Pending p = std::move(it->second);
-  pending_.erase(it);
+  Erase(it);
   l.unlock();
-  if (result != nullptr) result->parts = std::move(p.parts);
+  if (result != nullptr && po_->server_replicas() > 0) {
+    // The answers of the ranges' primaries; backups only took pushes.
+    result->parts.clear();
+    for (size_t s = 0; s < p.slices.size(); ++s) {
+      if (p.slices[s].pull) result->parts.push_back(std::move(p.parts[s]));
+    }
+  } else if (result != nullptr) {
+    result->parts = std::move(p.parts);
+  }
   return p.status;
 }
 
@@ -414,6 +512,9 @@ void KVWorker::Impl::Abort(const Status& reason) {
       p.remaining = 0;
       if (p.callback && p.copying == 0) {
         callbacks.push_back(std::move(p.callback));
+        for (const Slice& sl : p.slices) {
+          if (sl.sub_ts != 0) alias_.erase(sl.sub_ts);
+        }
         it = pending_.erase(it);
         continue;
       }
@@ -424,6 +525,61 @@ void KVWorker::Impl::Abort(const Status& reason) {
     cv_.notify_all();
   }
   for (auto& cb : callbacks) cb(reason);
+}
+
+void KVWorker::Impl::PeerLost(int id) {
+  std::vector<std::pair<int, Message>> resend;
+  std::vector<std::function<void()>> finished;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    lost_name_ = po_->PeerName(id);
+    lost_at_ = Clock::now();
+    // Silent since: the pause the job sees starts there.
+    lost_silent_ = std::chrono::nanoseconds(0);
+    if (const NodeTable* t = po_->table(); t != nullptr && t->IndexOf(id) >= 0) {
+      lost_silent_ = std::chrono::nanoseconds(
+          std::max<int64_t>(0, NowNs() - t->liveness().last_heard_ns(t->IndexOf(id))));
+    }
+    report_resumed_ = true;
+    std::vector<int64_t> touched;
+    for (auto& [ts, p] : pending_) {
+      if (p.done) continue;
+      for (Slice& sl : p.slices) {
+        if (sl.answered || sl.server != id) continue;
+        const std::vector<int> copies =
+            sl.range >= 0 && sl.pull ? po_->RangeServers(sl.range) : std::vector<int>();
+        if (copies.empty()) {
+          // A backup's copy of a push, or a command to the lost server:
+          // nothing more is owed. (A range without any copy fails the job.)
+          sl.answered = true;
+          --p.remaining;
+          touched.push_back(ts);
+          continue;
+        }
+        // The range's new primary; a push replicated to every copy has
+        // reached it already (in order, on the same connection), so only
+        // the pull goes again.
+        sl.server = copies[0];
+        sl.push = p.push && !p.replicated;
+        sl.resent = true;
+        alias_.erase(sl.sub_ts);
+        sl.sub_ts = next_ts_++;
+        alias_[sl.sub_ts] = ts;
+        resend.emplace_back(sl.server, BuildRequest(sl.sub_ts, p.kvs, sl, p.opts, p.val_off));
+      }
+    }
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    for (int64_t ts : touched) {
+      if (auto cb = MaybeFinish(ts)) finished.push_back(std::move(cb));
+    }
+  }
+  for (auto& [to, m] : resend) {
+    const Status s = po_->SendData(to, &m);
+    LOG_IF(WARNING, !s.ok()) << po_->name() << ": re-sending to " << po_->PeerName(to) << ": "
+                             << s;
+  }
+  for (auto& cb : finished) cb();
 }
 
 // ---- KVWorker (public) ----

@@ -51,6 +51,18 @@ NodeTable::NodeTable(std::vector<NodeEntry> nodes, std::string job_id,
   }
   liveness_ = std::make_unique<net::PeerLiveness>(
       static_cast<int>(nodes_.size()), liveness, NowNs());
+  lost_ = std::make_unique<std::atomic<bool>[]>(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) lost_[i].store(false);
+}
+
+bool NodeTable::MarkLost(int id) const {
+  const int i = IndexOf(id);
+  return i >= 0 && !lost_[static_cast<size_t>(i)].exchange(true);
+}
+
+bool NodeTable::Lost(int id) const {
+  const int i = IndexOf(id);
+  return i >= 0 && lost_[static_cast<size_t>(i)].load();
 }
 
 const NodeEntry* NodeTable::ById(int id) const {
@@ -66,7 +78,7 @@ const NodeEntry* NodeTable::ByToken(const std::string& token) const {
 std::vector<int> NodeTable::Members(int groups) const {
   std::vector<int> ids;
   for (const NodeEntry& e : nodes_) {
-    if (groups & GroupOf(e.role)) ids.push_back(e.id);
+    if ((groups & GroupOf(e.role)) && !Lost(e.id)) ids.push_back(e.id);
   }
   return ids;
 }

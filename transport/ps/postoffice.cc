@@ -125,6 +125,8 @@ std::vector<KeyRange> Postoffice::ServerKeyRanges() const {
   return impl_->ServerKeyRanges();
 }
 bool Postoffice::OneHost() const { return impl_->one_host(); }
+int Postoffice::server_replicas() const { return impl_->server_replicas(); }
+bool Postoffice::ServerLive(int rank) const { return impl_->ServerLive(rank); }
 int Postoffice::verbose() const { return impl_->verbose(); }
 
 bool PostofficeImpl::one_host() const {
@@ -212,6 +214,76 @@ std::vector<KeyRange> PostofficeImpl::ServerKeyRanges() const {
     ranges.push_back({r * step, r + 1 == n ? UINT64_MAX : (r + 1) * step});
   }
   return ranges;
+}
+
+std::vector<int> PostofficeImpl::RangeServers(int range) const {
+  std::vector<int> ids;
+  const int n = config_.num_servers;
+  if (n == 0 || range < 0 || range >= n) return ids;
+  const NodeTable* t = table();
+  for (int j = 0; j <= config_.server_replicas; ++j) {
+    const int id = ServerId((range + j) % n);
+    if (t == nullptr || !t->Lost(id)) ids.push_back(id);
+  }
+  return ids;
+}
+
+bool PostofficeImpl::ServerLive(int rank) const {
+  const NodeTable* t = table();
+  return rank >= 0 && rank < config_.num_servers &&
+         (t == nullptr || !t->Lost(ServerId(rank)));
+}
+
+void PostofficeImpl::LoseServer(int id, const std::string& why) {
+  const NodeTable* t = table();
+  const NodeEntry* e = t == nullptr ? nullptr : t->ById(id);
+  if (e == nullptr || e->role != Role::kServer || config_.server_replicas == 0) return;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (failed_ || state_ == State::kStopped) return;
+  }
+  // Who served each range before: the ranges whose primary changes.
+  std::vector<int> before;
+  for (int r = 0; r < config_.num_servers; ++r) {
+    const std::vector<int> ids = RangeServers(r);
+    before.push_back(ids.empty() ? 0 : ids[0]);
+  }
+  if (!t->MarkLost(id)) return;
+  t->liveness().SetWatched(t->IndexOf(id), false);
+  const std::string death = net::DeathMessage(e->name, why);
+  std::ostringstream moved;
+  for (int r = 0; r < config_.num_servers; ++r) {
+    const std::vector<int> ids = RangeServers(r);
+    if (ids.empty()) {
+      Fail(Status::Unavailable(
+               death + "; key range " + std::to_string(r) + " has no copy left (servers " +
+               std::to_string(r) + " to " +
+               std::to_string((r + config_.server_replicas) % config_.num_servers) +
+               " are dead; " + env::kServerReplicas + "=" +
+               std::to_string(config_.server_replicas) + ")"),
+           scheduler_ != nullptr, id);
+      return;
+    }
+    if (before[static_cast<size_t>(r)] == id) {
+      moved << (moved.tellp() > 0 ? ", " : "") << "key range " << r << " to "
+            << PeerName(ids[0]);
+    }
+  }
+  const std::string line = death + "; the job goes on" +
+                           (moved.tellp() > 0 ? ", " + moved.str() : std::string()) +
+                           " (" + env::kServerReplicas + "=" +
+                           std::to_string(config_.server_replicas) + ")";
+  // One line per death in the job's output: the scheduler's.
+  if (scheduler_) {
+    LOG(WARNING) << name() << ": " << line;
+  } else {
+    LOG_IF(INFO, verbose() >= 1) << name() << ": " << line;
+  }
+  {
+    std::lock_guard<std::recursive_mutex> l(customers_mu_);
+    for (auto& [app, c] : customers_) c->PeerLost(id);
+  }
+  if (scheduler_) scheduler_->OnLost(id, why);
 }
 
 void PostofficeImpl::SetFailureHandler(FailureHandler handler) {

@@ -39,6 +39,10 @@ class Customer {
   virtual void Accept(Message&& msg) = 0;
   // The job failed: complete whatever is pending with `reason`.
   virtual void Abort(const Status& reason) = 0;
+  // Server node `id` died and the job goes on with replicas of its key
+  // ranges (PostofficeImpl::LoseServer): send again what it left
+  // unanswered. On the thread that noticed; may send.
+  virtual void PeerLost(int /*id*/) {}
 };
 
 struct NodeEntry {
@@ -72,8 +76,12 @@ class NodeTable {
   const NodeEntry* ByToken(const std::string& token) const;
   const std::vector<NodeEntry>& nodes() const { return nodes_; }
   const std::string& job_id() const { return job_id_; }
-  // Ids of the nodes in `groups` (Group bits).
+  // Ids of the nodes in `groups` (Group bits), lost ones left out.
   std::vector<int> Members(int groups) const;
+  // A server that died in a job with server replicas: it no longer counts
+  // in barriers or the final handshake. True the first time for `id`.
+  bool MarkLost(int id) const;
+  bool Lost(int id) const;
   // A message from node `id` arrived at `now_ns` (net::SteadyNowNs()).
   void Touch(int id, int64_t now_ns) const;
   // The clocks of nodes()[i], i = IndexOf(id); the owning postoffice sets
@@ -87,6 +95,7 @@ class NodeTable {
   std::unordered_map<int, size_t> by_id_;
   std::unordered_map<std::string, size_t> by_token_;
   std::unique_ptr<net::PeerLiveness> liveness_;
+  std::unique_ptr<std::atomic<bool>[]> lost_;  // indexed like nodes_
 };
 
 class SchedulerCore;
@@ -119,6 +128,19 @@ class PostofficeImpl {
   int verbose() const { return config_.verbose; }
   const std::string& token() const { return van_->token(); }
   std::vector<KeyRange> ServerKeyRanges() const;
+  // KVTRAIN_SERVER_REPLICAS.
+  int server_replicas() const { return config_.server_replicas; }
+  // The node ids of the live servers holding key range `range`, the
+  // range's primary first: servers range, range+1, ... (mod the number of
+  // servers), server_replicas() + 1 of them, lost ones left out.
+  std::vector<int> RangeServers(int range) const;
+  // Whether server `rank` is part of the job (false once lost).
+  bool ServerLive(int rank) const;
+  // Server `id` died (`why`) in a job with replicas: if every key range
+  // still has a live copy, it leaves the job (NodeTable::MarkLost), the
+  // customers re-send what it owed them, and the scheduler tells every
+  // node; otherwise the job fails, naming the range left without a copy.
+  void LoseServer(int id, const std::string& why);
   // Null before the node table arrived.
   const NodeTable* table() const { return table_.load(); }
   // PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT as liveness options.

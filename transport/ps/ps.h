@@ -240,6 +240,13 @@ class Postoffice {
   // Server rank r owns keys in ServerKeyRanges()[r]; the ranges split
   // [0, 2^64 - 1) evenly.
   std::vector<KeyRange> ServerKeyRanges() const;
+  // KVTRAIN_SERVER_REPLICAS: each key range is also held by this many of
+  // the next servers (docs/reliability.md).
+  int server_replicas() const;
+  // Whether server `rank` still takes part (false once it died in a job
+  // with replicas); key range r is served by the first live server of
+  // r, r+1, ..., r+server_replicas() (mod num_servers).
+  bool ServerLive(int rank) const;
   // Whether every server and worker of the job runs on one host, as the
   // same-host socket sees it (net/same_host.h): each advertised a same-host
   // address with the same host identity. The same answer on every node
@@ -264,6 +271,11 @@ struct RequestOptions {
   std::string body;
   // Higher goes first when requests queue up on a busy connection.
   int priority = 0;
+  // The request changes nothing on the servers (a query that happens to
+  // carry values, e.g. row ids): with server replicas it goes to each key
+  // range's primary only. Otherwise a push goes to every live copy of its
+  // key ranges and is answered once all have taken it.
+  bool read_only = false;
   // Called once when the request completes, on the transport's receive
   // thread (keep it short); such a request cannot be waited for.
   std::function<void(const Status&)> callback;

@@ -221,13 +221,24 @@ void SchedulerCore::OnBarrier(int from, int groups, int64_t seq) {
         << po_->name() << ": ignored a bad barrier request from node " << from;
     return;
   }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    arrived_[{groups, seq}].insert(from);
+  }
+  MaybeEndBarrier(groups, seq);
+}
+
+bool SchedulerCore::MaybeEndBarrier(int groups, int64_t seq) {
+  const NodeTable* t = po_->table();
   const std::vector<int> members = t->Members(groups);
   {
     std::lock_guard<std::mutex> l(mu_);
-    std::set<int>& in = arrived_[{groups, seq}];
-    in.insert(from);
-    if (in.size() < members.size()) return;
-    arrived_.erase({groups, seq});
+    auto it = arrived_.find({groups, seq});
+    if (it == arrived_.end()) return false;
+    for (int id : members) {
+      if (!it->second.count(id)) return false;
+    }
+    arrived_.erase(it);
   }
   LOG_IF(INFO, po_->verbose() >= 1)
       << po_->name() << ": barrier over " << GroupName(groups) << " #" << seq
@@ -243,6 +254,7 @@ void SchedulerCore::OnBarrier(int from, int groups, int64_t seq) {
     m.meta.mutable_control()->set_barrier_seq(seq);
     po_->SendTo(id, &m, kControlPriority);
   }
+  return true;
 }
 
 void SchedulerCore::OnTerminate(int from) {
@@ -253,16 +265,54 @@ void SchedulerCore::OnTerminate(int from) {
     finished_.insert(from);
     LOG_IF(INFO, po_->verbose() >= 1)
         << po_->name() << ": " << t->ById(from)->name << " finished ("
-        << finished_.size() << " of " << t->nodes().size() << ")";
-    if (finished_.size() < t->nodes().size()) return;
+        << finished_.size() << " of " << t->Members(kAllGroups).size() << ")";
   }
-  for (const NodeEntry& e : t->nodes()) {
-    if (e.id == kSchedulerId) continue;
+  MaybeTerminate();
+}
+
+void SchedulerCore::MaybeTerminate() {
+  const NodeTable* t = po_->table();
+  const std::vector<int> live = t->Members(kAllGroups);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (terminating_) return;
+    for (int id : live) {
+      if (!finished_.count(id)) return;
+    }
+    terminating_ = true;
+  }
+  for (int id : live) {
+    if (id == kSchedulerId) continue;
     Message m;
     m.meta.set_command(wire::TERMINATE);
-    po_->SendTo(e.id, &m, kControlPriority);
+    po_->SendTo(id, &m, kControlPriority);
   }
   po_->MarkTerminated();
+}
+
+void SchedulerCore::OnLost(int id, const std::string& why) {
+  const NodeTable* t = po_->table();
+  for (int to : t->Members(kAllGroups)) {
+    if (to == kSchedulerId) continue;
+    Message m;
+    m.meta.set_command(wire::NODE_LOST);
+    wire::NodeInfo* n = m.meta.mutable_control()->add_nodes();
+    n->set_id(id);
+    m.meta.mutable_control()->set_reason(why);
+    po_->SendTo(to, &m, kControlPriority);
+  }
+  std::vector<std::pair<int, int64_t>> open;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [barrier, in] : arrived_) open.push_back(barrier);
+  }
+  for (const auto& [groups, seq] : open) MaybeEndBarrier(groups, seq);
+  bool any_finished;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    any_finished = !finished_.empty();
+  }
+  if (any_finished) MaybeTerminate();
 }
 
 std::string SchedulerCore::StartupFailure(double timeout_s) {

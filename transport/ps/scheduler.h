@@ -38,6 +38,10 @@ class SchedulerCore {
   void OnBarrier(int from, int groups, int64_t seq) EXCLUDES(mu_);
   // Node `from` called Finalize.
   void OnTerminate(int from) EXCLUDES(mu_);
+  // A server was lost (NodeTable::MarkLost) and the job goes on: tells
+  // every other live node, then ends the barriers and the terminate round
+  // that now have every live member.
+  void OnLost(int id, const std::string& why) EXCLUDES(mu_);
   // The start-up deadline passed: what is missing and who registered.
   std::string StartupFailure(double timeout_s) EXCLUDES(mu_);
   // Sends ABORT(reason) to every node registered so far (before the table).
@@ -55,6 +59,11 @@ class SchedulerCore {
   std::vector<NodeEntry> RankNodes() REQUIRES(mu_);
   Message TableMessage(const std::vector<NodeEntry>& entries);
   Status SendViaConn(int conn, Message* msg);
+  // Barrier #seq over `groups` is complete if every live member came:
+  // answers them and returns true (its entry in arrived_ erased).
+  bool MaybeEndBarrier(int groups, int64_t seq) EXCLUDES(mu_);
+  // Every live node finished: sends TERMINATE.
+  void MaybeTerminate() EXCLUDES(mu_);
 
   PostofficeImpl* const po_;
   std::mutex mu_;
@@ -64,6 +73,7 @@ class SchedulerCore {
   int rejected_ GUARDED_BY(mu_) = 0;
   std::map<std::pair<int, int64_t>, std::set<int>> arrived_ GUARDED_BY(mu_);
   std::set<int> finished_ GUARDED_BY(mu_);
+  bool terminating_ GUARDED_BY(mu_) = false;
   LogRateLimiter log_limiter_;
 };
 
