@@ -130,6 +130,96 @@ TEST(DistKVStoreReplicaTest, CopiesSumInRankOrder) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+Tensor Ids(const std::vector<int64_t>& ids) {
+  Tensor t = Tensor::Empty(Shape({static_cast<int64_t>(ids.size())}), DType::kInt64);
+  for (size_t i = 0; i < ids.size(); ++i) t.data<int64_t>()[i] = ids[i];
+  return t;
+}
+
+// A row-sparse table (Adam, rows created as pushed) through the same:
+// the rows read and the table saved at the end, by the lost server's rank.
+std::pair<std::vector<float>, std::string> TrainTable(int replicas, int lose) {
+  proto::SparseTableSpec spec;
+  spec.set_width(4);
+  spec.set_init(proto::SparseTableSpec::NORMAL);
+  spec.set_scale(0.1f);
+  spec.set_seed(3);
+  proto::OptimizerSpec adam;
+  adam.set_type(proto::OptimizerSpec::ADAM);
+  adam.set_learning_rate(0.01f);
+  std::vector<int64_t> all;
+  for (int64_t i = 0; i < 40; ++i) all.push_back(i * 7919);  // over every server
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/replica_table_" +
+                           std::to_string(replicas) + "_" + std::to_string(lose);
+  Tensor got = Tensor::Zeros({static_cast<int64_t>(all.size()), 4});
+  DistFixture f(3, 2, {}, replicas);
+  std::atomic<bool> lost{false};
+  const Status s = f.Run("dist_sync", [&](KVStore* kv, int rank) -> Status {
+    KV_RETURN_IF_ERROR(kv->InitRowSparse("emb", spec));
+    KV_RETURN_IF_ERROR(kv->SetOptimizer(adam));
+    for (int t = 0; t < 12; ++t) {
+      if (t == 5 && rank == 1 && lose >= 0 && !lost.exchange(true)) f.Lose(lose);
+      std::vector<int64_t> ids;
+      std::vector<float> rows;
+      for (int i = 0; i < 9; ++i) {
+        ids.push_back(all[static_cast<size_t>((t * 5 + rank * 3 + i * 7) % 40)]);
+        for (int j = 0; j < 4; ++j) rows.push_back(0.01f * ((t + rank + i + j) % 9) - 0.04f);
+      }
+      Tensor r = Tensor::FromVector(rows, Shape({static_cast<int64_t>(ids.size()), 4}));
+      KV_RETURN_IF_ERROR(kv->PushRowSparse("emb", Ids(ids), r));
+      Tensor out = Tensor::Zeros({static_cast<int64_t>(ids.size()), 4});
+      KV_RETURN_IF_ERROR(kv->RowSparsePull("emb", Ids(ids), out));
+    }
+    if (rank == 0) {
+      KV_RETURN_IF_ERROR(kv->RowSparsePull("emb", Ids(all), got));
+      KV_RETURN_IF_ERROR(kv->SaveRowSparse("emb", path));
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  StatusOr<std::string> bytes = ReadWholeFile(path);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return {got.ToVector(), bytes.ok() ? *bytes : ""};
+}
+
+TEST(DistKVStoreReplicaTest, RowSparseTablesLoseNothing) {
+  const auto plain = TrainTable(0, -1);
+  const auto replicated = TrainTable(1, -1);
+  ASSERT_EQ(plain.first.size(), 160u);
+  EXPECT_EQ(plain.first, replicated.first);
+  for (int lose = 0; lose < 3; ++lose) {
+    const auto failed = TrainTable(1, lose);
+    EXPECT_EQ(plain.first, failed.first) << "server " << lose << " lost";
+    EXPECT_EQ(replicated.second, failed.second) << "server " << lose << " lost";
+  }
+}
+
+// dist_async: each copy applies the pushes as they reach it, so a copy may
+// hold another order's values; the job goes on from them, every push
+// applied once.
+TEST(DistKVStoreReplicaTest, AsyncGoesOnWithEveryPushApplied) {
+  DistFixture f(3, 2, {{"KVTRAIN_BIGARRAY_BOUND", "100"}}, /*server_replicas=*/1);
+  std::atomic<bool> lost{false};
+  const Status s = f.Run("dist_async", [&](KVStore* kv, int rank) -> Status {
+    KV_RETURN_IF_ERROR(kv->Init({"w"}, {kv_test::Filled(300, 0)}));
+    KV_RETURN_IF_ERROR(kv->Barrier());
+    for (int t = 0; t < 20; ++t) {
+      if (t == 10 && rank == 0 && !lost.exchange(true)) f.Lose(1);
+      KV_RETURN_IF_ERROR(kv->Push({"w"}, {kv_test::Filled(300, rank + 1.0f)}, 0));
+    }
+    KV_RETURN_IF_ERROR(kv->Barrier());
+    Tensor out = Tensor::Zeros({300});
+    KV_RETURN_IF_ERROR(kv->Pull({"w"}, {out}, 0));
+    // Without an optimizer an async server accumulates every push:
+    // 20 x (1 + 2) on every element.
+    for (float v : out.ToVector()) {
+      if (v != 60.0f) return Status::Internal("total " + std::to_string(v) + ", want 60");
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 // Both copies of a range gone: the job ends, naming the range.
 TEST(DistKVStoreReplicaTest, ARangeWithoutACopyEndsTheJob) {
   DistFixture f(3, 1, {{"KVTRAIN_BIGARRAY_BOUND", "10"}}, /*server_replicas=*/1);

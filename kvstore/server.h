@@ -57,7 +57,7 @@ class ServerHandler {
       : num_workers_(num_workers),
         key_base_(key_base),
         ordered_sum_(ordered_sum && num_workers > 2),
-        sparse_(num_workers, [this] { return optimizer(); }),
+        sparse_(num_workers, [this] { return optimizer(); }, ordered_sum),
         stats_(static_cast<size_t>(num_workers)) {}
 
   // The row-sparse keys' tables on this server.

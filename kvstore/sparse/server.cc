@@ -100,6 +100,7 @@ void SparseServer::Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
   auto st = std::make_unique<KeyState>(std::move(table).value());
   st->sync = info.mode() != proto::KV_ASYNC;
   st->pushed.assign(static_cast<size_t>(num_workers_), false);
+  if (ordered_sum_) st->parts.resize(static_cast<size_t>(num_workers_));
   keys_.emplace(data.key(0), std::move(st));
   server->Respond(meta);
 }
@@ -199,7 +200,11 @@ bool SparseServer::Admit(KeyState* st, const Deferred& push, ps::KVServer* serve
                                                     " twice"));
     return false;
   }
-  st->sum.Add(ids, n, rows);
+  if (ordered_sum_) {
+    st->parts[static_cast<size_t>(rank)] = push;  // added in CompleteStep
+  } else {
+    st->sum.Add(ids, n, rows);
+  }
   st->pushed[static_cast<size_t>(rank)] = true;
   ++st->num_pushed;
   server->Respond(push.meta);
@@ -207,6 +212,16 @@ bool SparseServer::Admit(KeyState* st, const Deferred& push, ps::KVServer* serve
 }
 
 void SparseServer::CompleteStep(KeyState* st, ps::KVServer* server) {
+  if (ordered_sum_) {
+    for (Deferred& d : st->parts) {
+      const int64_t* ids;
+      const float* rows;
+      size_t n;
+      // Parsed and checked once already, at Admit.
+      if (Parse(st, d, true, &ids, &n, &rows).ok()) st->sum.Add(ids, n, rows);
+      d = Deferred();
+    }
+  }
   const std::shared_ptr<Optimizer> opt = optimizer_();
   const Status s =
       st->table->Update(st->sum.ids().data(), st->sum.size(), st->sum.rows().data(), opt.get());
