@@ -167,6 +167,12 @@ AsyncOptions DistKVStore::async_options() const {
   return o;
 }
 
+std::pair<int64_t, double> DistKVStore::TakeServerLosses() {
+  if (worker_ == nullptr) return {0, 0.0};
+  const ps::KVWorker::Losses l = worker_->TakeLosses();
+  return {l.servers, l.pause_seconds};
+}
+
 StatusOr<StalenessReport> DistKVStore::TakeStalenessReport() {
   if (sync_) return KVStore::TakeStalenessReport();
   KV_RETURN_IF_ERROR(CheckWorker("TakeStalenessReport"));
@@ -252,6 +258,7 @@ Status DistKVStore::Init(const std::vector<Key>& keys,
       for (const std::vector<size_t>& request : InitRequests(*ki)) {
         ps::RequestOptions opts;
         opts.head = proto::KV_INIT;
+        opts.every_copy = true;
         opts.body =
             RequestBody(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, 0, g.name);
         KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Push(InitPairs(*ki, request, host), opts));

@@ -87,6 +87,7 @@ class DistKVStore : public KVStore {
   Status SetAsyncOptions(const AsyncOptions& options) override;
   AsyncOptions async_options() const override;
   StatusOr<StalenessReport> TakeStalenessReport() override;
+  std::pair<int64_t, double> TakeServerLosses() override;
   // Row-sparse keys (dist_kvstore_sparse.cc): one request per call to
   // the servers that hold the call's rows (dist_sync pushes: to every
   // server, so that each counts every worker's push).

@@ -105,6 +105,7 @@ Status DistKVStore::LoadOptimizerStates(const std::string& path) {
   }
   ps::RequestOptions opts;
   opts.head = proto::KV_LOAD_STATES;
+  opts.every_copy = true;  // each copy of a range holds its optimizer state
   opts.body = RequestBody(proto::KV_SYNC_UNSPECIFIED, 0, "");
   KV_ASSIGN_OR_RETURN(
       int64_t ts,

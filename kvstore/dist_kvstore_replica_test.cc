@@ -117,9 +117,17 @@ TEST(DistKVStoreReplicaTest, CopiesSumInRankOrder) {
     // In rank order (1e8 + 1) - 1e8 = 0 in float32; in arrival order, worker
     // 2 first, (-1e8 + 1e8) + 1 = 1.
     const float g = rank == 0 ? 1e8f : rank == 1 ? 1.0f : -1e8f;
-    if (rank == 2) KV_RETURN_IF_ERROR(kv->Push({"w"}, {kv_test::Filled(4, g)}, 0));
+    // (With replicas a dist_sync push is acknowledged once its step is
+    // complete: worker 2 cannot wait for its push before the others push.)
+    const Tensor mine = kv_test::Filled(4, g);
+    KVHandle pushed;
+    if (rank == 2) {
+      KV_ASSIGN_OR_RETURN(pushed, kv->PushAsync({"w"}, {mine}, 0));
+      kv->Flush();
+    }
     KV_RETURN_IF_ERROR(kv->Barrier());
-    if (rank != 2) KV_RETURN_IF_ERROR(kv->Push({"w"}, {kv_test::Filled(4, g)}, 0));
+    if (rank != 2) KV_RETURN_IF_ERROR(kv->Push({"w"}, {mine}, 0));
+    if (rank == 2) KV_RETURN_IF_ERROR(kv->Wait(pushed));
     Tensor out = Tensor::Zeros({4});
     KV_RETURN_IF_ERROR(kv->Pull({"w"}, {out}, 0));
     for (float v : out.ToVector()) {

@@ -66,6 +66,7 @@ Status DistKVStore::InitRowSparse(const Key& key, const proto::SparseTableSpec& 
     *info.mutable_sparse() = spec;
     ps::RequestOptions opts;
     opts.head = proto::KV_SPARSE_INIT;
+  opts.every_copy = true;  // each copy applies it itself
     opts.body = info.SerializeAsString();
     const std::vector<int64_t> lens(ti.server_keys.size(), 0);
     KV_ASSIGN_OR_RETURN(int64_t ts,
@@ -123,6 +124,7 @@ StatusOr<KVHandle> DistKVStore::PushRowSparseAsync(const Key& key, const Tensor&
   }
   ps::RequestOptions opts;
   opts.head = proto::KV_SPARSE_PUSH;
+  opts.every_copy = true;  // each copy applies it itself
   opts.priority = priority;
   opts.body = RequestBody(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, step, "");
   ps::Blob vals(buffer, buffer->data(), buffer->size());
@@ -197,7 +199,6 @@ StatusOr<KVHandle> DistKVStore::RowSparsePullAsync(const Key& key, const Tensor&
   }
   ps::RequestOptions opts;
   opts.head = proto::KV_SPARSE_PULL;
-  opts.read_only = true;
   opts.priority = priority;
   opts.body = RequestBody(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, step, "");
   ps::PullDest dest;
@@ -222,7 +223,6 @@ Status DistKVStore::SaveRowSparse(const Key& key, const std::string& path) {
   }
   ps::RequestOptions opts;
   opts.head = proto::KV_SPARSE_SAVE;
-  opts.read_only = true;
   opts.body = RequestBody(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, step, "");
   const std::vector<int64_t> lens(ti->server_keys.size(), 0);
   KV_ASSIGN_OR_RETURN(int64_t ts,
@@ -240,7 +240,6 @@ StatusOr<std::vector<proto::SparseTableStats>> DistKVStore::RowSparseStats(const
   KV_ASSIGN_OR_RETURN(TableInfo * ti, LookupTable(key));
   ps::RequestOptions opts;
   opts.head = proto::KV_SPARSE_STATS;
-  opts.read_only = true;
   opts.body = RequestBody(proto::KV_ASYNC, 0, "");
   const std::vector<int64_t> lens(ti->server_keys.size(), 0);
   KV_ASSIGN_OR_RETURN(int64_t ts,
@@ -277,6 +276,7 @@ Status DistKVStore::LoadRowSparse(const Key& key, const std::string& path) {
   }
   ps::RequestOptions opts;
   opts.head = proto::KV_SPARSE_LOAD;
+  opts.every_copy = true;  // each copy applies it itself
   opts.body = RequestBody(proto::KV_SYNC_UNSPECIFIED, 0, "");
   KV_ASSIGN_OR_RETURN(
       int64_t ts,

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/env.h"
@@ -154,6 +155,10 @@ class KVStore {
   // Asynchronous stores: this worker's counters since the last call (or
   // the start), gathered from every server. Other types are an error.
   virtual StatusOr<StalenessReport> TakeStalenessReport();
+  // Server replicas (docs/reliability.md): the servers this worker lost
+  // since the last call and the pauses their deaths cost it, in seconds.
+  // Zeros for other stores and jobs without losses.
+  virtual std::pair<int64_t, double> TakeServerLosses() { return {0, 0.0}; }
 
   // Sets the keys' initial values. Dist types: rank 0's values win, and
   // every worker returns only when they are on the servers. A key may be

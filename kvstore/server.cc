@@ -4,6 +4,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "base/trace.h"
@@ -64,6 +65,7 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
     case proto::KV_SAVE_STATES: return SaveStates(meta, data, server);
     case proto::KV_LOAD_STATES: return LoadStates(meta, data, server);
     case proto::KV_ASYNC_STATS: return AsyncStats(meta, server);
+    case proto::KV_REPLICA: return ApplyReplica(meta, data, info, server);
     case proto::KV_SPARSE_INIT:
     case proto::KV_SPARSE_PUSH:
     case proto::KV_SPARSE_PULL:
@@ -132,6 +134,12 @@ void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
          server);
     return;
   }
+  if (forward_ && push.rec.step <= st->clock[rank]) {
+    // Sent again after a failover, applied already (by this server as a
+    // copy of the lost primary's update): answered, not applied twice.
+    if (push.meta().pull) return AnswerAsync(st, key, push, server);
+    return Ack(push, server);
+  }
   // The updates since this worker read the key: other workers' pushes its
   // gradient did not see.
   const int64_t staleness = st->updates - st->seen[rank];
@@ -146,12 +154,44 @@ void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
   ++st->updates;
   st->clock[rank] = std::max(st->clock[rank], push.rec.step);
   CountStaleness(rank, staleness);
-  if (push.meta().pull) {
-    AnswerAsync(st, key, push, server);
-  } else {
-    Ack(push, server);
-  }
-  ReleaseHeld(st, key, server);
+  auto answer = [this, st, key, push, server] {
+    if (push.meta().pull) {
+      AnswerAsync(st, key, push, server);
+    } else {
+      Ack(push, server);
+    }
+    ReleaseHeld(st, key, server);
+  };
+  // Server replicas: answered once every copy applied it too.
+  proto::ReplicaUpdate r;
+  r.set_step(push.rec.step);
+  r.set_worker(rank);
+  r.set_step_scale(step_scale);
+  if (Forward(st, key, proto::KV_ASYNC, r, View(push.data.vals), answer)) return;
+  answer();
+}
+
+bool ServerHandler::Forward(KeyState* st, uint64_t key, proto::KVSyncMode mode,
+                            const proto::ReplicaUpdate& update, const Tensor& grad,
+                            std::function<void()> then) {
+  if (!forward_) return false;
+  proto::RequestInfo info;
+  info.set_mode(mode);
+  *info.mutable_replica() = update;
+  ps::Blob vals(grad.storage(), grad.raw_data(), static_cast<size_t>(grad.nbytes()));
+  // `then` runs once, under st->mu: from the thread of the copies' last
+  // answer, or here (this thread holds st->mu) if it came before
+  // forward_ returned.
+  enum { kSending, kAnsweredEarly, kSent };
+  auto state = std::make_shared<std::atomic<int>>(kSending);
+  auto run = std::make_shared<std::function<void()>>(std::move(then));
+  const bool sent = forward_(key, info.SerializeAsString(), vals, [st, state, run] {
+    if (state->exchange(kAnsweredEarly) == kSending) return;
+    std::lock_guard<std::mutex> lock(st->mu);
+    (*run)();
+  });
+  if (sent && state->exchange(kSent) == kAnsweredEarly) (*run)();
+  return sent;
 }
 
 namespace {
@@ -237,19 +277,43 @@ proto::AsyncStats ServerHandler::TakeAsyncStats(int rank) {
 
 void ServerHandler::SyncPush(KeyState* st, uint64_t key, const Deferred& push,
                              ps::KVServer* server) {
+  if (!Admit(st, push, server)) return;
+  Advance(st, key, server);
+}
+
+void ServerHandler::Advance(KeyState* st, uint64_t key, ps::KVServer* server) {
   // Iterative: each completed step admits the pushes queued for the next
   // one, which may complete it in turn (no recursion per queued step).
-  if (!Admit(st, push, server)) return;
   for (;;) {
+    // With server replicas the step's update goes to the range's other
+    // copies first, and its answers wait for them (so an answered step is
+    // never lost), as do later steps.
+    const Tensor grad = !forward_ ? Tensor() : st->first.defined() ? st->first : st->merge;
     CompleteStep(st, key, server);
-    auto range = st->later.equal_range(st->step + 1);
-    std::vector<Deferred> next;
-    for (auto it = range.first; it != range.second; ++it) next.push_back(it->second);
-    st->later.erase(range.first, range.second);
-    bool complete = false;
-    for (const Deferred& p : next) complete = Admit(st, p, server) || complete;
-    if (!complete) return;
+    proto::ReplicaUpdate r;
+    r.set_step(st->step);
+    st->forwarding = true;
+    const bool sent = Forward(st, key, proto::KV_SYNC, r, grad, [this, st, key, server] {
+      st->forwarding = false;
+      FinishStep(st, key, server);
+      if (AdmitLater(st, key, server)) Advance(st, key, server);
+    });
+    if (sent) return;
+    st->forwarding = false;
+    FinishStep(st, key, server);
+    if (!AdmitLater(st, key, server)) return;
   }
+}
+
+bool ServerHandler::AdmitLater(KeyState* st, uint64_t key, ps::KVServer* server) {
+  (void)key;
+  auto range = st->later.equal_range(st->step + 1);
+  std::vector<Deferred> next;
+  for (auto it = range.first; it != range.second; ++it) next.push_back(it->second);
+  st->later.erase(range.first, range.second);
+  bool complete = false;
+  for (const Deferred& p : next) complete = Admit(st, p, server) || complete;
+  return complete;
 }
 
 bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* server) {
@@ -261,6 +325,19 @@ bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* serv
          KeyError(Status::Code::kInvalidArgument, st->name,
                   "push from " + who + ", which is not a worker"),
          server);
+    return false;
+  }
+  if (forward_ && step == st->step) {
+    // Sent again after a failover, and applied already (by this server as
+    // a copy of the lost primary's update): answered, not applied twice;
+    // once every copy has the step, if it is still being passed on.
+    if (st->forwarding) {
+      (push.meta().pull ? st->pulls : st->acks).push_back(push);
+    } else if (push.meta().pull) {
+      Answer(push, st, push.data.key(0), server);
+    } else {
+      Ack(push, server);
+    }
     return false;
   }
   if (step <= st->step) {
@@ -281,7 +358,9 @@ bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* serv
          server);
     return false;
   }
-  if (step > st->step + 1) {  // an early push: its step has not begun
+  // An early push: its step has not begun (or the last step is still
+  // being passed on to the range's copies).
+  if (step > st->step + 1 || st->forwarding) {
     for (auto range = st->later.equal_range(step); range.first != range.second;
          ++range.first) {
       if (range.first->second.meta().sender_rank == rank) {
@@ -328,6 +407,8 @@ bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* serv
   ++st->num_pushed;
   if (push.meta().pull) {
     st->pulls.push_back(push);  // answered with this step's result
+  } else if (forward_) {
+    st->acks.push_back(push);  // acknowledged once every copy has the step
   } else {
     Ack(push, server);
   }
@@ -350,9 +431,17 @@ void ServerHandler::CompleteStep(KeyState* st, uint64_t key,
     s = Apply(st, key, st->merge, /*accumulate=*/false);
   }
   if (!s.ok()) LOG(ERROR) << "server update failed: " << s;
+  st->update_status = s;
   ++st->step;
   st->pushed.assign(num_workers_, false);
   st->num_pushed = 0;
+}
+
+void ServerHandler::FinishStep(KeyState* st, uint64_t key, ps::KVServer* server) {
+  const Status s = st->update_status;
+  std::vector<Deferred> acks;
+  acks.swap(st->acks);
+  for (const Deferred& a : acks) Ack(a, server);
   std::vector<Deferred> waiting;
   waiting.swap(st->pulls);
   for (Deferred& p : waiting) {
@@ -474,6 +563,83 @@ void ServerHandler::LoadStates(const ps::RequestMeta& meta, const ps::KVPairs& d
   }
 }
 
+void ServerHandler::ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs& data,
+                                 const proto::RequestInfo& info, ps::KVServer* server) {
+  if (meta.sender_role != Role::kServer || data.num_keys() != 1 || !info.has_replica()) {
+    server->RespondError(meta, Status::InvalidArgument(
+                                   "a key range's update from " + meta.sender_name +
+                                   ", which is no server, or without its key and record"));
+    return;
+  }
+  const uint64_t key = data.key(0);
+  KeyState* st = FindOrRespond(key, meta, server);
+  if (st == nullptr) return;
+  const proto::ReplicaUpdate& r = info.replica();
+  std::lock_guard<std::mutex> lock(st->mu);
+  if (data.vals.size() != static_cast<size_t>(st->value.nbytes())) {
+    server->RespondError(meta, KeyError(Status::Code::kInvalidArgument, st->name,
+                                        "an update of " + std::to_string(data.vals.size() / 4) +
+                                            " values from " + meta.sender_name +
+                                            " for a key of " +
+                                            std::to_string(st->value.size()) + " here"));
+    return;
+  }
+  const Tensor grad = View(data.vals);
+  if (info.mode() == proto::KV_ASYNC) {
+    const int w = r.worker();
+    if (w < 0 || w >= num_workers_) {
+      server->RespondError(meta, KeyError(Status::Code::kInvalidArgument, st->name,
+                                          "an update of worker " + std::to_string(w)));
+      return;
+    }
+    if (r.step() > st->clock[static_cast<size_t>(w)]) {  // else: had it (sent again)
+      const Status s = Apply(st, key, grad, /*accumulate=*/true, r.step_scale());
+      if (!s.ok()) {
+        server->RespondError(meta, s);
+        return;
+      }
+      ++st->updates;
+      st->clock[static_cast<size_t>(w)] = r.step();
+    }
+    server->Respond(meta);
+    return;
+  }
+  if (r.step() <= st->step) {  // had it (sent again)
+    server->Respond(meta);
+    return;
+  }
+  if (r.step() != st->step + 1) {
+    server->RespondError(meta, KeyError(Status::Code::kInvalidArgument, st->name,
+                                        "step " + std::to_string(r.step()) + " from " +
+                                            meta.sender_name + " after step " +
+                                            std::to_string(st->step)));
+    return;
+  }
+  // As the primary applied it. Pushes this server summed for the step
+  // itself (sent again to it after a failover, before this update, which
+  // the lost primary sent before it died, arrived) give way to it: the
+  // primary may have answered with it.
+  st->first = grad;
+  st->merge = Tensor();
+  for (Tensor& t : st->parts) t = Tensor();
+  CompleteStep(st, key, server);
+  server->Respond(meta);
+  // If this copy serves the range now (a late update of the lost primary),
+  // its own copies get the update too before the answers go.
+  proto::ReplicaUpdate again;
+  again.set_step(st->step);
+  st->forwarding = true;
+  const bool sent = Forward(st, key, proto::KV_SYNC, again, grad, [this, st, key, server] {
+    st->forwarding = false;
+    FinishStep(st, key, server);
+    if (AdmitLater(st, key, server)) Advance(st, key, server);
+  });
+  if (sent) return;
+  st->forwarding = false;
+  FinishStep(st, key, server);
+  if (AdmitLater(st, key, server)) Advance(st, key, server);
+}
+
 ServerRanges::ServerRanges(ps::Postoffice* po)
     : po_(po), ranges_(po->ServerKeyRanges()) {
   const int n = po->num_servers();
@@ -484,6 +650,60 @@ ServerRanges::ServerRanges(ps::Postoffice* po)
                                  po->num_workers(), ranges_[static_cast<size_t>(range)].begin,
                                  /*ordered_sum=*/replicas));
   }
+  if (!replicas) return;
+  // Requests to the other servers go out on the same application id: the
+  // node's server side answers, this side sends.
+  StatusOr<std::unique_ptr<ps::KVWorker>> w = ps::KVWorker::Create(po, 0);
+  CHECK(w.ok()) << w.status();
+  to_copies_ = std::move(w).value();
+  for (auto& [range, h] : handlers_) {
+    const int r = range;
+    h->SetForwarder([this, r](uint64_t key, std::string body, ps::Blob grad,
+                              std::function<void()> done) {
+      return Forward(r, key, std::move(body), std::move(grad), std::move(done));
+    });
+  }
+}
+
+std::vector<int> ServerRanges::Copies(int range) const {
+  std::vector<int> live;
+  const int n = po_->num_servers();
+  for (int j = 0; j <= po_->server_replicas(); ++j) {
+    const int s = (range + j) % n;
+    if (po_->ServerLive(s)) live.push_back(s);
+  }
+  if (live.empty() || live[0] != po_->rank()) return {};
+  live.erase(live.begin());
+  return live;
+}
+
+bool ServerRanges::Forward(int range, uint64_t key, std::string body, ps::Blob grad,
+                           std::function<void()> done) {
+  const std::vector<int> copies = Copies(range);
+  if (copies.empty()) return false;
+  struct Round {
+    std::atomic<int> left;
+    std::function<void()> done;
+  };
+  auto round = std::make_shared<Round>();
+  round->left.store(static_cast<int>(copies.size()));
+  round->done = std::move(done);
+  ps::RequestOptions opts;
+  opts.head = proto::KV_REPLICA;
+  opts.body = std::move(body);
+  const std::string name = po_->name();
+  opts.callback = [round, name](const Status& s) {
+    // A copy that cannot apply the update is a bug (it holds what the
+    // primary holds); a lost one completes ok.
+    LOG_IF(ERROR, !s.ok()) << name << ": a copy did not take an update: " << s;
+    if (round->left.fetch_sub(1) == 1) round->done();
+  };
+  const ps::KVPairs kvs = ps::KVPairs::From({key}, std::move(grad));
+  for (int c : copies) {
+    StatusOr<int64_t> sent = to_copies_->PushToServer(c, kvs, opts);
+    if (!sent.ok()) opts.callback(sent.status());
+  }
+  return true;
 }
 
 bool ServerRanges::Primary(int range) const {

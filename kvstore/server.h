@@ -15,7 +15,9 @@
 #define KVTRAIN_KVSTORE_SERVER_H_
 
 #include <chrono>
+#include <functional>
 #include <map>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -66,6 +68,16 @@ class ServerHandler {
   void Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
               ps::KVServer* server);
 
+  // Server replicas: passes the update of `key` on to the other live copies
+  // of its range when this server is the range's primary, with the
+  // KV_REPLICA request body `body` and values `grad`, and then calls `done`
+  // (from another thread) once they all applied it. False when it sent
+  // nothing (not the primary, or no live copy): the caller goes on at once.
+  using Forwarder = std::function<bool(uint64_t key, std::string body, ps::Blob grad,
+                                       std::function<void()> done)>;
+  // Before the first request.
+  void SetForwarder(Forwarder f) { forward_ = std::move(f); }
+
   // KV_SET_OPTIMIZER's work: `body` is the request's RequestInfo.
   Status InstallOptimizer(const std::string& body) EXCLUDES(mu_);
   // KV_ASYNC_STATS's: worker `rank`'s counters since it last asked (reset).
@@ -110,6 +122,11 @@ class ServerHandler {
     int num_pushed = 0;
     std::multimap<int64_t, Deferred> later;  // sync: pushes for later steps
     std::vector<Deferred> pulls;             // sync: answered after a step
+    // sync, server replicas: pushes acknowledged after their step; whether
+    // the last step is being passed on to the copies; the last update.
+    std::vector<Deferred> acks;
+    bool forwarding = false;
+    Status update_status;
     // async: pushes applied; by worker rank, its pushes of the key (its
     // clock) and `updates` when it was last answered.
     int64_t updates = 0;
@@ -170,9 +187,23 @@ class ServerHandler {
   // later step, or answers it with an error. True when it completes the
   // step (every worker pushed).
   bool Admit(KeyState* st, const Deferred& push, ps::KVServer* server) REQUIRES(st->mu);
-  // All workers pushed: update, answer this step's pulls.
+  // All workers pushed: update (CompleteStep), then answer this step's
+  // pulls and pushes (FinishStep); with server replicas, the copies get the
+  // update in between (Advance: then the steps queued after it).
   void CompleteStep(KeyState* st, uint64_t key, ps::KVServer* server)
       REQUIRES(st->mu);
+  void FinishStep(KeyState* st, uint64_t key, ps::KVServer* server) REQUIRES(st->mu);
+  void Advance(KeyState* st, uint64_t key, ps::KVServer* server) REQUIRES(st->mu);
+  // Admits the pushes queued for the next step: true when that completes it.
+  bool AdmitLater(KeyState* st, uint64_t key, ps::KVServer* server) REQUIRES(st->mu);
+  // Forwarder's call for one update; `then` runs under st->mu once every
+  // copy applied it. False: nothing sent (run `then`'s work at once).
+  bool Forward(KeyState* st, uint64_t key, proto::KVSyncMode mode,
+               const proto::ReplicaUpdate& update, const Tensor& grad,
+               std::function<void()> then) REQUIRES(st->mu);
+  // KV_REPLICA on a copy: applies the primary's update.
+  void ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs& data,
+                    const proto::RequestInfo& info, ps::KVServer* server);
   Status Apply(KeyState* st, uint64_t key, const Tensor& grad, bool accumulate,
                float step_scale = 1.0f) REQUIRES(st->mu);
   // The key's value as the request asks for it (KeyRecord::half,
@@ -191,6 +222,7 @@ class ServerHandler {
   const int num_workers_;
   const uint64_t key_base_;
   const bool ordered_sum_;
+  Forwarder forward_;
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);
   std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);
@@ -222,10 +254,16 @@ class ServerRanges {
  private:
   // Whether this server is the first live copy of `range`.
   bool Primary(int range) const;
+  // The other live copies of `range` when this server is its primary.
+  std::vector<int> Copies(int range) const;
+  // Passes one update of `range` on to its copies (ServerHandler::Forwarder).
+  bool Forward(int range, uint64_t key, std::string body, ps::Blob grad,
+               std::function<void()> done);
 
   ps::Postoffice* const po_;
   const std::vector<ps::KeyRange> ranges_;
   std::map<int, std::unique_ptr<ServerHandler>> handlers_;  // by range; fixed
+  std::unique_ptr<ps::KVWorker> to_copies_;  // with replicas
 };
 
 }  // namespace kv

@@ -401,6 +401,14 @@ void BindKVStore(py::module_& m) {
              d["staleness_lr"] = o.staleness_lr;
              return d;
            })
+      .def("server_losses",
+           [](PyKVStore& s) {
+             const auto [lost, pause] = s.kv()->TakeServerLosses();
+             py::dict d;
+             d["servers"] = lost;
+             d["pause_seconds"] = pause;
+             return d;
+           })
       .def("staleness_report",
            [](PyKVStore& s) {
              StalenessReport r;

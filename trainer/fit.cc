@@ -436,6 +436,12 @@ Status Module::EndEpoch(int epoch, FitRun* run) {
     store = {{"staleness-mean", r.mean}, {"staleness-max", static_cast<double>(r.max)}};
     if (kv->async_options().staleness >= 0) store.emplace_back("held-seconds", r.held_seconds);
   }
+  // Server replicas: the servers lost this epoch and what their deaths cost.
+  const auto [lost, pause] = kv->TakeServerLosses();
+  if (lost > 0) {
+    store.emplace_back("servers-lost", static_cast<double>(lost));
+    store.emplace_back("failover-pause-seconds", pause);
+  }
   if (run->report) run->progress.EndEpoch(run->metrics.Get(), validation, store);
   const bool checkpoint =
       !o.model_prefix.empty() && (epoch + 1) % o.checkpoint_period == 0;

@@ -123,6 +123,10 @@ def main(argv=None):
         if kv.type in ("dist_async", "dist_ssp"):
             r = kv.staleness_report()  # this worker's pushes this epoch
             stale = " staleness-mean=%f staleness-max=%d" % (r["mean"], r["max"])
+        lost = kv.server_losses()  # --server-replicas: servers lost this epoch
+        if lost["servers"]:
+            stale += " servers-lost=%d failover-pause-seconds=%f" % (
+                lost["servers"], lost["pause_seconds"])
         print("Epoch[%d] Train-accuracy=%f Train-cross-entropy=%f Validation-accuracy=%f%s "
               "Time cost=%.3f" % (epoch, correct / seen, loss_sum / seen, acc, stale, cost),
               flush=True)

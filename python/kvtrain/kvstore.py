@@ -257,6 +257,12 @@ class KVStore(object):
         'held_seconds' (answers held for the slowest worker)}."""
         return self._handle.staleness_report()
 
+    def server_losses(self):
+        """With server replicas (launch.py --server-replicas): the servers
+        this worker lost since the last call and the pauses their deaths cost
+        it: {'servers', 'pause_seconds'} (zeros otherwise)."""
+        return self._handle.server_losses()
+
     @property
     def gradient_compression(self):
         """The compression set: {'type': ...} (and 'threshold' for 2bit,

@@ -114,6 +114,9 @@ class FailoverTest(unittest.TestCase):
         self.assertEqual(code, 0, out)
         self.assert_went_on(out, 1)
         self.assertRegex(out, r"key range 1 to server 2")
+        # The epoch's line (and metrics log) counts the loss, on each worker.
+        self.assertEqual(len(re.findall(r"Epoch\[1\] Train-.* servers-lost=1\.0* "
+                                        r"failover-pause-seconds=[0-9.]+", out)), 2, out)
         self.assert_same_result(prefix, out)
 
     def test_kill_a_server_at_a_checkpoint(self):

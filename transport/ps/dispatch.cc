@@ -202,8 +202,16 @@ void PostofficeImpl::HandleNodeTable(const std::string& token,
   // Servers and workers only talk to the other role (and the scheduler,
   // connected already), as in ps-lite: a mesh of every node would open
   // n^2 connections, most of them never used.
+  // With server replicas a server also talks to the servers whose key
+  // ranges it copies and to those copying its own: within R of its rank.
+  auto copy_peer = [&](const NodeEntry& e) {
+    const int n = config_.num_servers, r = config_.server_replicas;
+    if (r == 0 || role() != Role::kServer || e.role != Role::kServer) return false;
+    const int d = ((e.rank - my_rank) % n + n) % n;
+    return d != 0 && (d <= r || n - d <= r);
+  };
   for (const NodeEntry& e : t->nodes()) {
-    if (e.id == kSchedulerId || e.role == role()) continue;
+    if (e.id == kSchedulerId || (e.role == role() && !copy_peer(e))) continue;
     Status s = van_->Connect(e.id, e.host, e.port, e.same_host);
     if (!s.ok())
       return Fail(s.Annotate(name() + ": connecting to " + e.name), false);
@@ -220,15 +228,23 @@ void PostofficeImpl::HandleNodeTable(const std::string& token,
   InstallTable(std::move(t), my_rank);
 }
 
+namespace {
+
+// customers_'s key: an application id and which side of its requests.
+int Channel(int app, bool serves) { return app * 2 + (serves ? 1 : 0); }
+
+}  // namespace
+
 Status PostofficeImpl::RegisterCustomer(Customer* c) {
   std::lock_guard<std::recursive_mutex> l(customers_mu_);
-  if (customers_.count(c->app_id())) {
+  const int channel = Channel(c->app_id(), c->serves());
+  if (customers_.count(channel)) {
     return Status::AlreadyExists("application id " +
                                  std::to_string(c->app_id()) +
                                  " is already used on " + name());
   }
-  customers_[c->app_id()] = c;
-  if (early_.count(c->app_id())) {
+  customers_[channel] = c;
+  if (early_.count(channel)) {
     early_pending_.store(true);
     van_->Wake();  // the receive loop delivers them
   }
@@ -237,14 +253,15 @@ Status PostofficeImpl::RegisterCustomer(Customer* c) {
 
 void PostofficeImpl::UnregisterCustomer(Customer* c) {
   std::lock_guard<std::recursive_mutex> l(customers_mu_);
-  auto it = customers_.find(c->app_id());
+  auto it = customers_.find(Channel(c->app_id(), c->serves()));
   if (it != customers_.end() && it->second == c) customers_.erase(it);
 }
 
 void PostofficeImpl::DeliverData(Message&& msg) {
   std::lock_guard<std::recursive_mutex> l(customers_mu_);
   const int app = msg.meta.app_id();
-  auto it = customers_.find(app);
+  const int channel = Channel(app, msg.meta.request());
+  auto it = customers_.find(channel);
   if (it == customers_.end()) {
     if (early_count_ >= kMaxEarlyMessages) {
       KV_LOG_LIMITED(WARNING, bad_input_log_)
@@ -253,11 +270,11 @@ void PostofficeImpl::DeliverData(Message&& msg) {
           << " messages already wait";
       return;
     }
-    early_[app].push_back(std::move(msg));
+    early_[channel].push_back(std::move(msg));
     ++early_count_;
     return;
   }
-  auto early = early_.find(app);
+  auto early = early_.find(channel);
   if (early != early_.end()) {
     for (Message& m : early->second) it->second->Accept(std::move(m));
     early_count_ -= early->second.size();

@@ -25,6 +25,7 @@ class KVServer::Impl : public Customer {
 
   void set_owner(KVServer* owner) { owner_ = owner; }
   int app_id() const override { return app_id_; }
+  bool serves() const override { return true; }
   void Abort(const Status& /*reason*/) override {}
   void Accept(Message&& msg) override;
   Status Respond(const RequestMeta& req, const KVPairs& values);

@@ -47,12 +47,19 @@ class KVWorker::Impl : public Customer {
   ~Impl() override { po_->UnregisterCustomer(this); }
 
   int app_id() const override { return app_id_; }
+  // `to` > 0: to that node alone (PushTo).
   StatusOr<int64_t> Request(const KVPairs& kvs, bool push, bool pull,
-                            const RequestOptions& opts, const PullDest& dest);
+                            const RequestOptions& opts, const PullDest& dest, int to = 0);
   Status Wait(int64_t ts, Duration timeout, PullResult* result);
   void Accept(Message&& msg) override;
   void Abort(const Status& reason) override;
   void PeerLost(int id) override;
+  KVWorker::Losses TakeLosses() {
+    std::lock_guard<std::mutex> l(mu_);
+    KVWorker::Losses out = losses_;
+    losses_ = {};
+    return out;
+  }
 
  private:
   struct Slice {
@@ -63,6 +70,7 @@ class KVWorker::Impl : public Customer {
     // what this copy of the request does, and its own timestamp (an alias
     // of the request's; 0 without replicas).
     int range = -1;
+    bool primary = false;  // to the range's primary (else to a copy)
     bool push = false, pull = false;
     int64_t sub_ts = 0;
     bool resent = false;
@@ -83,7 +91,8 @@ class KVWorker::Impl : public Customer {
     // At most kSmallRequestBytes pushed and pulled: Wait polls first.
     bool small = false;
     // What a slice needs to be sent again to another copy of its key range
-    // (PeerLost): the request, and whether its pushes went to every copy.
+    // (PeerLost): the request, and whether its pushes went to every copy
+    // (RequestOptions::every_copy).
     KVPairs kvs;
     RequestOptions opts;
     std::vector<size_t> val_off;
@@ -93,10 +102,10 @@ class KVWorker::Impl : public Customer {
 
   Status CheckPullDest(const PullDest& dest, size_t n) const;
   // The request's key ranges per server (every live server for no keys):
-  // with replicas, a range's pull goes to its primary and a push (unless
-  // `replicate` is false) to every live copy.
+  // with replicas, to each range's primary, and a push with `every_copy`
+  // to each live copy as well.
   std::vector<Slice> SliceByServer(const KVPairs& kvs, const std::vector<KeyRange>& ranges,
-                                   bool push, bool pull, bool replicate) const;
+                                   bool push, bool pull, bool every_copy) const;
   // The DATA request for slice `s` of `kvs`, under timestamp `ts`.
   Message BuildRequest(int64_t ts, const KVPairs& kvs, const Slice& s,
                        const RequestOptions& opts,
@@ -128,6 +137,7 @@ class KVWorker::Impl : public Customer {
   Clock::time_point lost_at_ GUARDED_BY(mu_);
   Duration lost_silent_ GUARDED_BY(mu_){};
   bool report_resumed_ GUARDED_BY(mu_) = false;
+  KVWorker::Losses losses_ GUARDED_BY(mu_);
   LogRateLimiter log_;
 };
 
@@ -156,7 +166,7 @@ Status KVWorker::Impl::CheckPullDest(const PullDest& dest, size_t n) const {
 
 std::vector<KVWorker::Impl::Slice> KVWorker::Impl::SliceByServer(
     const KVPairs& kvs, const std::vector<KeyRange>& ranges, bool push, bool pull,
-    bool replicate) const {
+    bool every_copy) const {
   const size_t n = kvs.num_keys();
   const uint64_t* k = kvs.keys.as<uint64_t>();
   const bool replicas = po_->server_replicas() > 0;
@@ -180,9 +190,10 @@ std::vector<KVWorker::Impl::Slice> KVWorker::Impl::SliceByServer(
     s.range = static_cast<int>(r);
     const std::vector<int> copies = po_->RangeServers(s.range);
     for (size_t c = 0; c < copies.size(); ++c) {
-      if (c > 0 && !(push && replicate)) break;
+      if (c > 0 && !(push && every_copy)) break;
       s.server = copies[c];
-      s.pull = pull && c == 0;  // backups take the push only
+      s.primary = c == 0;
+      s.pull = pull && c == 0;  // copies take the push only
       slices.push_back(s);
     }
   }
@@ -225,7 +236,7 @@ Message KVWorker::Impl::BuildRequest(int64_t ts, const KVPairs& kvs,
 
 StatusOr<int64_t> KVWorker::Impl::Request(const KVPairs& kvs, bool push,
                                           bool pull, const RequestOptions& opts,
-                                          const PullDest& dest) {
+                                          const PullDest& dest, int to) {
   KV_RETURN_IF_ERROR(po_->CheckRunning());
   KV_RETURN_IF_ERROR(kvs.Validate());
   const size_t n = kvs.num_keys();
@@ -246,8 +257,17 @@ StatusOr<int64_t> KVWorker::Impl::Request(const KVPairs& kvs, bool push,
   p.dest = dest;
   p.callback = opts.callback;
   p.push = push;
-  p.replicated = push && !opts.read_only && po_->server_replicas() > 0;
-  p.slices = SliceByServer(kvs, ranges, push, pull, !opts.read_only);
+  p.replicated = push && opts.every_copy && po_->server_replicas() > 0;
+  if (to > 0) {
+    Slice s;
+    s.server = to;
+    s.push = push;
+    s.pull = pull;
+    s.key_end = n;
+    p.slices = {s};
+  } else {
+    p.slices = SliceByServer(kvs, ranges, push, pull, opts.every_copy);
+  }
   if (p.slices.empty()) return Status::Unavailable("no live server to send the request to");
   p.remaining = static_cast<int>(p.slices.size());
   p.parts.resize(p.slices.size());
@@ -395,6 +415,7 @@ void KVWorker::Impl::Accept(Message&& msg) {
       report_resumed_ = false;
       const double since_known = std::chrono::duration<double>(Clock::now() - lost_at_).count();
       const double since_silent = since_known + std::chrono::duration<double>(lost_silent_).count();
+      losses_.pause_seconds += since_silent;
       // One line per death in the job's output: worker 0's.
       LOG_IF(WARNING, po_->role() == Role::kWorker && po_->rank() == 0)
           << po_->name() << ": resumed, answered by " << po_->PeerName(from) << " "
@@ -534,6 +555,7 @@ void KVWorker::Impl::PeerLost(int id) {
     std::lock_guard<std::mutex> l(mu_);
     lost_name_ = po_->PeerName(id);
     lost_at_ = Clock::now();
+    ++losses_.servers;
     // Silent since: the pause the job sees starts there.
     lost_silent_ = std::chrono::nanoseconds(0);
     if (const NodeTable* t = po_->table(); t != nullptr && t->IndexOf(id) >= 0) {
@@ -546,19 +568,21 @@ void KVWorker::Impl::PeerLost(int id) {
       if (p.done) continue;
       for (Slice& sl : p.slices) {
         if (sl.answered || sl.server != id) continue;
-        const std::vector<int> copies =
-            sl.range >= 0 && sl.pull ? po_->RangeServers(sl.range) : std::vector<int>();
+        // To the range's new primary: the pull, and the push unless it
+        // went to every copy (then it reached the new primary already, in
+        // order, on the same connection); the primary that died may have
+        // applied and passed it on, which the new one recognises.
+        const bool again = sl.range >= 0 && sl.primary && (sl.pull || !p.replicated);
+        const std::vector<int> copies = again ? po_->RangeServers(sl.range) : std::vector<int>();
         if (copies.empty()) {
-          // A backup's copy of a push, or a command to the lost server:
-          // nothing more is owed. (A range without any copy fails the job.)
+          // A copy's share of a push, a command to the lost server, or a
+          // request to it alone: nothing more is owed. (A range without
+          // any copy fails the job.)
           sl.answered = true;
           --p.remaining;
           touched.push_back(ts);
           continue;
         }
-        // The range's new primary; a push replicated to every copy has
-        // reached it already (in order, on the same connection), so only
-        // the pull goes again.
         sl.server = copies[0];
         sl.push = p.push && !p.replicated;
         sl.resent = true;
@@ -623,6 +647,13 @@ StatusOr<int64_t> KVWorker::PushPull(const KVPairs& kvs,
 
 Status KVWorker::Wait(int64_t ts, Duration timeout, PullResult* result) {
   return impl_->Wait(ts, timeout, result);
+}
+
+KVWorker::Losses KVWorker::TakeLosses() { return impl_->TakeLosses(); }
+
+StatusOr<int64_t> KVWorker::PushToServer(int rank, const KVPairs& kvs,
+                                         const RequestOptions& opts) {
+  return impl_->Request(kvs, true, false, opts, PullDest(), ServerId(rank));
 }
 
 }  // namespace ps

@@ -34,6 +34,11 @@ class Customer {
  public:
   virtual ~Customer() = default;
   virtual int app_id() const = 0;
+  // Whether it answers requests (a KVServer) rather than sends them: one
+  // node may hold one of each per application id (a server passing updates
+  // on to other servers sends requests too); requests go to the one that
+  // answers, answers to the other.
+  virtual bool serves() const { return false; }
   // Every DATA message for app_id, on the receive thread, in arrival order.
   // Must not register or unregister customers.
   virtual void Accept(Message&& msg) = 0;

@@ -271,11 +271,11 @@ struct RequestOptions {
   std::string body;
   // Higher goes first when requests queue up on a busy connection.
   int priority = 0;
-  // The request changes nothing on the servers (a query that happens to
-  // carry values, e.g. row ids): with server replicas it goes to each key
-  // range's primary only. Otherwise a push goes to every live copy of its
-  // key ranges and is answered once all have taken it.
-  bool read_only = false;
+  // With server replicas: a push goes to every live copy of its key
+  // ranges (answered once all have taken it) instead of the primary only,
+  // which passes its updates on to the copies itself. For what every copy
+  // must apply by itself: initial values, loaded states, row-sparse pushes.
+  bool every_copy = false;
   // Called once when the request completes, on the transport's receive
   // thread (keep it short); such a request cannot be waited for.
   std::function<void(const Status&)> callback;
@@ -320,11 +320,25 @@ class KVWorker {
   StatusOr<int64_t> PushPull(const KVPairs& kvs,
                              const RequestOptions& opts = {},
                              const PullDest& dest = {});
+  // A push to server `rank` alone, e.g. a server passing an update on to a
+  // copy of its key range (keys in a range that server holds). If that
+  // server is lost (server replicas), the push completes ok: nothing is
+  // owed any more.
+  StatusOr<int64_t> PushToServer(int rank, const KVPairs& kvs, const RequestOptions& opts = {});
   // Waits for request `ts`. Errors name the server (role, rank, address):
   // a server's error response, a deadline, or the job failing. Ok or an
   // error other than a deadline completes the request (wait once). Pulls
   // without a PullDest hand their values to *result.
   Status Wait(int64_t ts, Duration timeout, PullResult* result = nullptr);
+
+  // With server replicas: the servers lost since the last call, and the
+  // pauses their deaths cost this worker (from the last message heard from
+  // the dead server to the first answer of its replacement), summed.
+  struct Losses {
+    int64_t servers = 0;
+    double pause_seconds = 0;
+  };
+  Losses TakeLosses();
 
   class Impl;
 

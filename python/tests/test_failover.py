@@ -1,0 +1,96 @@
+"""Server replicas through the Python face and the torch bridge: a dist_sync
+job of the Python example, and of the torch example, started with
+--server-replicas 1 loses a server to SIGKILL in its second epoch, goes on,
+and ends with the checkpoint of a job without copies that lost nothing, byte
+for byte (tests/faults/failover_test.py does the same with the C++ example)."""
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from conftest import JOB_ENV, PY, ROOT, TRAIN_MNIST_PY, launch, start_launch
+
+torch = pytest.importorskip("torch")
+
+TORCH_MNIST = os.path.join(ROOT, "examples", "python", "train_torch_mnist.py")
+
+
+def server_pid(marker, rank):
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if (b"KVTRAIN_TEST_MARKER=" + marker.encode()) in env and b"DMLC_ROLE=server" in env \
+                and ("DMLC_RANK=%d" % rank).encode() in env:
+            return int(pid)
+    return None
+
+
+def run(program, flags, prefix, replicas, kill_at=None):
+    marker = "failover-%d-%s" % (os.getpid(), os.path.basename(prefix))
+    args = (["-n", "2", "-s", "3", "--server-replicas", str(replicas),
+             "--env", "KVTRAIN_TEST_MARKER=" + marker] + JOB_ENV +
+            [PY, program] + flags + ["--model-prefix", prefix])
+    if kill_at is None:
+        code, out = launch(args, timeout=300)
+        assert code == 0, out
+        return out
+    p = start_launch(args)
+    out = []
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            line = p.stdout.readline()
+            out.append(line)
+            if kill_at in line or not line:
+                break
+        assert kill_at in out[-1], "no progress:\n" + "".join(out)
+        pid = server_pid(marker, 1)
+        assert pid, "server 1 not found"
+        os.kill(pid, signal.SIGKILL)
+        rest, _ = p.communicate(timeout=240)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    text = "".join(out) + rest
+    assert p.returncode == 0, text
+    assert "server 1 failed with signal SIGKILL; the job goes on without it" in text, text
+    assert "resumed, answered by server 2" in text, text
+    return text
+
+
+FLAGS = ["--kv-store", "dist_sync", "--num-examples", "4000", "--num-epochs", "3",
+         "--disp-batches", "10", "--seed", "3"]
+
+
+def test_the_python_example_loses_nothing(tmp_path):
+    plain, killed = str(tmp_path / "plain"), str(tmp_path / "killed")
+    run(TRAIN_MNIST_PY, FLAGS, plain, 0)
+    out = run(TRAIN_MNIST_PY, FLAGS, killed, 1, kill_at="Epoch[1] Batch[10]")
+    assert len(re.findall(r" servers-lost=1\.0* failover-pause-seconds=", out)) == 2, out
+    for suffix in ("-0003.params", "-0003.states"):
+        with open(plain + suffix, "rb") as a, open(killed + suffix, "rb") as b:
+            assert a.read() == b.read(), suffix
+
+
+def test_the_torch_example_loses_nothing(tmp_path):
+    plain, killed = str(tmp_path / "plain"), str(tmp_path / "killed")
+    flags = FLAGS + ["--threads", "1"]
+    run(TORCH_MNIST, flags, plain, 0)
+    out = run(TORCH_MNIST, flags, killed, 1, kill_at="Epoch[1] Batch[10]")
+    assert len(re.findall(r" servers-lost=1 failover-pause-seconds=", out)) == 2, out
+    a = torch.load(plain + "-0003.pt")["model"]
+    b = torch.load(killed + "-0003.pt")["model"]
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    with open(plain + "-0003.states", "rb") as x, open(killed + "-0003.states", "rb") as y:
+        assert x.read() == y.read()
