@@ -134,7 +134,7 @@ void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
          server);
     return;
   }
-  if (forward_ && push.rec.step <= st->clock[rank]) {
+  if (forward_ && push.meta().resent && Applied(st, rank, push.rec.step)) {
     // Sent again after a failover, applied already (by this server as a
     // copy of the lost primary's update): answered, not applied twice.
     if (push.meta().pull) return AnswerAsync(st, key, push, server);
@@ -153,6 +153,7 @@ void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
   }
   ++st->updates;
   st->clock[rank] = std::max(st->clock[rank], push.rec.step);
+  if (forward_) Remember(st, rank, push.rec.step);
   CountStaleness(rank, staleness);
   auto answer = [this, st, key, push, server] {
     if (push.meta().pull) {
@@ -169,6 +170,20 @@ void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
   r.set_step_scale(step_scale);
   if (Forward(st, key, proto::KV_ASYNC, r, View(push.data.vals), answer)) return;
   answer();
+}
+
+bool ServerHandler::Applied(KeyState* st, int rank, int64_t step) {
+  if (st->applied.empty()) return false;
+  const std::set<int64_t>& a = st->applied[static_cast<size_t>(rank)];
+  return a.count(step) > 0 || (!a.empty() && step < *a.begin());
+}
+
+void ServerHandler::Remember(KeyState* st, int rank, int64_t step) {
+  if (st->applied.empty()) st->applied.resize(static_cast<size_t>(num_workers_));
+  std::set<int64_t>& a = st->applied[static_cast<size_t>(rank)];
+  a.insert(step);
+  // A worker's pushes of one key overtake each other by a few at most.
+  while (a.size() > kRememberedPushes) a.erase(a.begin());
 }
 
 bool ServerHandler::Forward(KeyState* st, uint64_t key, proto::KVSyncMode mode,
@@ -327,7 +342,7 @@ bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* serv
          server);
     return false;
   }
-  if (forward_ && step == st->step) {
+  if (forward_ && push.meta().resent && step == st->step) {
     // Sent again after a failover, and applied already (by this server as
     // a copy of the lost primary's update): answered, not applied twice;
     // once every copy has the step, if it is still being passed on.
@@ -592,14 +607,15 @@ void ServerHandler::ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs&
                                           "an update of worker " + std::to_string(w)));
       return;
     }
-    if (r.step() > st->clock[static_cast<size_t>(w)]) {  // else: had it (sent again)
+    if (!Applied(st, w, r.step())) {  // else: had it (a worker sent it again)
       const Status s = Apply(st, key, grad, /*accumulate=*/true, r.step_scale());
       if (!s.ok()) {
         server->RespondError(meta, s);
         return;
       }
       ++st->updates;
-      st->clock[static_cast<size_t>(w)] = r.step();
+      st->clock[static_cast<size_t>(w)] = std::max(st->clock[static_cast<size_t>(w)], r.step());
+      Remember(st, w, r.step());
     }
     server->Respond(meta);
     return;

@@ -17,9 +17,10 @@
 #include <chrono>
 #include <functional>
 #include <map>
-#include <string>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "base/thread_annotations.h"
@@ -48,6 +49,9 @@ class ServerHandler {
   // (measured on the MLP: 0.003-0.005 closer to one process and to
   // dist_sync than the push's own staleness alone).
   static constexpr double kStalenessWeight = 0.05;
+  // dist_async with server replicas: pushes remembered per key and worker
+  // (steps older than these count as applied).
+  static constexpr size_t kRememberedPushes = 64;
 
   // `key_base`: the first key of this server's range; a key less it is the
   // StateKey (keys.h) its optimizer state goes under.
@@ -134,6 +138,9 @@ class ServerHandler {
     // kStalenessWeight (staleness-aware updates).
     double mean_staleness = 0;
     std::vector<int64_t> clock, seen;
+    // async, server replicas: by worker rank, the steps of its last pushes
+    // applied (kRememberedPushes), to recognise one sent again.
+    std::vector<std::set<int64_t>> applied;
     // Bounded staleness: answers waiting for the slowest worker, since when.
     std::vector<std::pair<Deferred, std::chrono::steady_clock::time_point>> held;
     // sync: the value as levels, encoded for the first worker that asked
@@ -201,6 +208,10 @@ class ServerHandler {
   bool Forward(KeyState* st, uint64_t key, proto::KVSyncMode mode,
                const proto::ReplicaUpdate& update, const Tensor& grad,
                std::function<void()> then) REQUIRES(st->mu);
+  // dist_async, server replicas: whether worker `rank`'s push `step` of
+  // the key was applied; remembers one that was.
+  static bool Applied(KeyState* st, int rank, int64_t step) REQUIRES(st->mu);
+  void Remember(KeyState* st, int rank, int64_t step) REQUIRES(st->mu);
   // KV_REPLICA on a copy: applies the primary's update.
   void ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs& data,
                     const proto::RequestInfo& info, ps::KVServer* server);

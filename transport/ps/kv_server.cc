@@ -88,6 +88,7 @@ void KVServer::Impl::Accept(Message&& msg) {
   meta.head = h.head();
   meta.body = h.body();
   meta.priority = h.priority();
+  meta.resent = h.resent();
   KVPairs kv;
   kv.keys = msg.Frame(wire::KEYS);
   kv.vals = msg.Frame(wire::VALUES);

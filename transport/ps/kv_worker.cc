@@ -564,7 +564,12 @@ void KVWorker::Impl::PeerLost(int id) {
     }
     report_resumed_ = true;
     std::vector<int64_t> touched;
-    for (auto& [ts, p] : pending_) {
+    // In the order they were first sent.
+    std::vector<int64_t> order;
+    for (const auto& [ts, p] : pending_) order.push_back(ts);
+    std::sort(order.begin(), order.end());
+    for (int64_t ts : order) {
+      Pending& p = pending_.at(ts);
       if (p.done) continue;
       for (Slice& sl : p.slices) {
         if (sl.answered || sl.server != id) continue;
@@ -590,6 +595,7 @@ void KVWorker::Impl::PeerLost(int id) {
         sl.sub_ts = next_ts_++;
         alias_[sl.sub_ts] = ts;
         resend.emplace_back(sl.server, BuildRequest(sl.sub_ts, p.kvs, sl, p.opts, p.val_off));
+        resend.back().second.meta.set_resent(true);
       }
     }
     std::sort(touched.begin(), touched.end());

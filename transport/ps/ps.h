@@ -361,6 +361,9 @@ struct RequestMeta {
   int head = 0;
   std::string body;
   int priority = 0;
+  // Sent again after a server was lost (server replicas): it may have been
+  // applied already.
+  bool resent = false;
 };
 
 class KVServer;
