@@ -7,7 +7,8 @@ default security and again with --insecure, and prints samples/s per row
 (the median over runs of the epochs after the first) with the ratios that
 matter: each row against `local` in the same run, default security against
 --insecure, dist_sync 2w2s against dist_allreduce 2w, dist_async and
-dist_ssp (bounded staleness, its default of 2 steps) against dist_sync. The runs go in rounds over every row, and each ratio is the
+dist_ssp (bounded staleness, its default of 2 steps) against dist_sync,
+dist_sync 2w2s R=1 (--server-replicas 1) against dist_sync 2w2s. The runs go in rounds over every row, and each ratio is the
 median over rounds of the ratio within a round (a slow spell of the machine
 then weighs on both sides of it). With --link=1gbit|10gbit every process
 runs in its own network namespace joined through a rate-limited bridge
@@ -395,8 +396,9 @@ def report(args, nets, rows, modes, cluster):
     # over dist_sync do the workers update by default (/servers: not).
     def runs(store, g):
         pull = split_gc(g)[1]
-        return not ((pull and store == "dist_allreduce") or
-                    (pull == "servers" and store != "dist_sync"))
+        base = store.split("+")[0]  # "dist_sync+r1": with server replicas
+        return not ((pull and base == "dist_allreduce") or
+                    (pull == "servers" and base != "dist_sync"))
     cells = [(net, name, mode) for net in nets for name in rows
              for mode in (["local"] if spec[name][0] == "local" else
                           modes + ["default+" + g for g in args.gcs
@@ -462,14 +464,14 @@ def report(args, nets, rows, modes, cluster):
             ssp_sync = ratio((net, "dist_ssp 2w2s", m), (net, "dist_sync 2w2s", m))
             replicated = ratio((net, "dist_sync 2w2s R=1", m), (net, "dist_sync 2w2s", m))
             parts = []
-            if replicated:
-                parts.append("dist_sync 2w2s R=1 / dist_sync 2w2s = %.2fx" % replicated)
             if sync_ar:
                 parts.append("dist_sync 2w2s / dist_allreduce 2w = %.2fx" % sync_ar)
             if async_sync:
                 parts.append("dist_async 2w2s / dist_sync 2w2s = %.2fx" % async_sync)
             if ssp_sync:
                 parts.append("dist_ssp 2w2s / dist_sync 2w2s = %.2fx" % ssp_sync)
+            if replicated:
+                parts.append("dist_sync 2w2s R=1 / dist_sync 2w2s = %.2fx" % replicated)
             if parts:
                 print("  %s: %s" % (m, "; ".join(parts)))
         print()

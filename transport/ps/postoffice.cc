@@ -332,6 +332,7 @@ Status PostofficeImpl::Start() {
     me->set_port(port_);
     me->set_num_workers(config_.num_workers);
     me->set_num_servers(config_.num_servers);
+    me->set_server_replicas(config_.server_replicas);
     me->set_pid(getpid());
     me->set_token(token());
     me->set_same_host(van_->SameHostAddress());

@@ -57,6 +57,53 @@ TEST(PostofficeTest, StartAssignsRanksByAddressAndFinalizes) {
 
 // Servers and workers connect to the other role and the scheduler only:
 // no server-server or worker-worker connection (n^2 at scale).
+TEST(PostofficeTest, DisagreeingServerReplicasAreRejected) {
+  InprocJobOptions o;
+  o.startup_timeout_s = 1;
+  InprocJob job(o);
+  StatusOr<Postoffice*> sched = job.AddNode(job.ConfigFor(Role::kScheduler));
+  ASSERT_TRUE(sched.ok());
+  NodeConfig odd = job.ConfigFor(Role::kWorker);
+  odd.server_replicas = 1;
+  StatusOr<Postoffice*> w = job.AddNode(odd);
+  ASSERT_TRUE(w.ok());
+  std::thread scheduler([&] { EXPECT_FALSE((*sched)->Start().ok()); });
+  Status s = (*w)->Start();
+  scheduler.join();
+  EXPECT_EQ(s.code(), Status::Code::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("KVTRAIN_SERVER_REPLICAS"));
+  EXPECT_THAT(s.message(), HasSubstr("rejected"));
+}
+
+// With server replicas R a server also connects to the servers within R
+// ranks of its own (5 servers, R = 1: its two neighbours in the ring).
+TEST(PostofficeTest, ServersWithReplicasConnectToTheirNeighbours) {
+  InprocJobOptions o;
+  o.num_servers = 5;
+  o.num_workers = 1;
+  o.server_replicas = 1;
+  InprocJob job(o);
+  ASSERT_TRUE(job.CreateAll().ok());
+  ASSERT_TRUE(job.StartAll().ok());
+  std::set<std::pair<int, int>> servers;
+  for (const auto& [from, to] : job.net()->connections()) {
+    int a = -1, b = -1;
+    for (int r = 0; r < 5; ++r) {
+      if (job.server(r)->port() == from) a = r;
+      if (job.server(r)->port() == to) b = r;
+    }
+    if (a >= 0 && b >= 0) servers.insert({a, b});
+  }
+  std::set<std::pair<int, int>> want;
+  for (int r = 0; r < 5; ++r) {
+    want.insert({r, (r + 1) % 5});
+    want.insert({r, (r + 4) % 5});
+  }
+  EXPECT_EQ(servers, want);
+  EXPECT_TRUE(job.FinalizeAll().ok());
+  EXPECT_TRUE(job.Failures().empty());
+}
+
 TEST(PostofficeTest, NodesConnectToTheOtherRoleAndTheSchedulerOnly) {
   InprocJobOptions o;
   o.num_servers = 2;

@@ -108,6 +108,11 @@ void SchedulerCore::OnRegister(const std::string& token, const Message& msg) {
           std::to_string(info.num_workers()) + " and " + env::kNumServer + "=" +
           std::to_string(info.num_servers()) + " but the scheduler with " +
           std::to_string(cfg.num_workers) + " and " + std::to_string(cfg.num_servers);
+  } else if (info.server_replicas() != cfg.server_replicas) {
+    why = "it was started with " + std::string(env::kServerReplicas) + "=" +
+          std::to_string(info.server_replicas()) + " but the scheduler with " +
+          std::to_string(cfg.server_replicas) +
+          " (every node must keep the same copies of the servers' keys)";
   }
   if (why.empty()) why = roster_.Add(Entry(info, token));
   if (why == net::Roster::kRepeat) return;
