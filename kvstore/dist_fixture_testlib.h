@@ -128,6 +128,13 @@ class RequestTap {
   int64_t requests_ = 0;
 };
 
+// Row ids as an int64 tensor.
+inline Tensor Ids(const std::vector<int64_t>& ids) {
+  Tensor t = Tensor::Empty(Shape({static_cast<int64_t>(ids.size())}), DType::kInt64);
+  for (size_t i = 0; i < ids.size(); ++i) t.data<int64_t>()[i] = ids[i];
+  return t;
+}
+
 inline Tensor Filled(int64_t n, float v) {
   Tensor t = Tensor::Empty({n});
   CHECK(t.Fill(v).ok());

@@ -20,6 +20,7 @@ namespace kvtrain {
 namespace {
 
 using kv_test::DistFixture;
+using kv_test::Ids;
 using testing::HasSubstr;
 
 struct Outcome {
@@ -136,12 +137,6 @@ TEST(DistKVStoreReplicaTest, CopiesSumInRankOrder) {
     return Status::OK();
   });
   EXPECT_TRUE(s.ok()) << s;
-}
-
-Tensor Ids(const std::vector<int64_t>& ids) {
-  Tensor t = Tensor::Empty(Shape({static_cast<int64_t>(ids.size())}), DType::kInt64);
-  for (size_t i = 0; i < ids.size(); ++i) t.data<int64_t>()[i] = ids[i];
-  return t;
 }
 
 // A row-sparse table (Adam, rows created as pushed) through the same:

@@ -305,19 +305,24 @@ void ServerHandler::Advance(KeyState* st, uint64_t key, ps::KVServer* server) {
     // never lost), as do later steps.
     const Tensor grad = !forward_ ? Tensor() : st->first.defined() ? st->first : st->merge;
     CompleteStep(st, key, server);
-    proto::ReplicaUpdate r;
-    r.set_step(st->step);
-    st->forwarding = true;
-    const bool sent = Forward(st, key, proto::KV_SYNC, r, grad, [this, st, key, server] {
-      st->forwarding = false;
-      FinishStep(st, key, server);
-      if (AdmitLater(st, key, server)) Advance(st, key, server);
-    });
-    if (sent) return;
-    st->forwarding = false;
+    if (PassOn(st, key, grad, server)) return;
     FinishStep(st, key, server);
     if (!AdmitLater(st, key, server)) return;
   }
+}
+
+bool ServerHandler::PassOn(KeyState* st, uint64_t key, const Tensor& grad,
+                           ps::KVServer* server) {
+  proto::ReplicaUpdate r;
+  r.set_step(st->step);
+  st->forwarding = true;
+  const bool sent = Forward(st, key, proto::KV_SYNC, r, grad, [this, st, key, server] {
+    st->forwarding = false;
+    FinishStep(st, key, server);
+    if (AdmitLater(st, key, server)) Advance(st, key, server);
+  });
+  if (!sent) st->forwarding = false;
+  return sent;
 }
 
 bool ServerHandler::AdmitLater(KeyState* st, uint64_t key, ps::KVServer* server) {
@@ -642,16 +647,7 @@ void ServerHandler::ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs&
   server->Respond(meta);
   // If this copy serves the range now (a late update of the lost primary),
   // its own copies get the update too before the answers go.
-  proto::ReplicaUpdate again;
-  again.set_step(st->step);
-  st->forwarding = true;
-  const bool sent = Forward(st, key, proto::KV_SYNC, again, grad, [this, st, key, server] {
-    st->forwarding = false;
-    FinishStep(st, key, server);
-    if (AdmitLater(st, key, server)) Advance(st, key, server);
-  });
-  if (sent) return;
-  st->forwarding = false;
+  if (PassOn(st, key, grad, server)) return;
   FinishStep(st, key, server);
   if (AdmitLater(st, key, server)) Advance(st, key, server);
 }

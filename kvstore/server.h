@@ -201,6 +201,12 @@ class ServerHandler {
       REQUIRES(st->mu);
   void FinishStep(KeyState* st, uint64_t key, ps::KVServer* server) REQUIRES(st->mu);
   void Advance(KeyState* st, uint64_t key, ps::KVServer* server) REQUIRES(st->mu);
+  // With server replicas, the step just completed (its update `grad`) goes
+  // to the range's other copies when this server is its primary, and its
+  // answers and the steps queued after it follow once they hold it. False:
+  // nothing sent; the caller finishes the step at once.
+  bool PassOn(KeyState* st, uint64_t key, const Tensor& grad, ps::KVServer* server)
+      REQUIRES(st->mu);
   // Admits the pushes queued for the next step: true when that completes it.
   bool AdmitLater(KeyState* st, uint64_t key, ps::KVServer* server) REQUIRES(st->mu);
   // Forwarder's call for one update; `then` runs under st->mu once every

@@ -24,11 +24,7 @@ namespace {
 
 using kv_test::DistFixture;
 
-Tensor Ids(const std::vector<int64_t>& ids) {
-  Tensor t = Tensor::Empty(Shape({static_cast<int64_t>(ids.size())}), DType::kInt64);
-  for (size_t i = 0; i < ids.size(); ++i) t.data<int64_t>()[i] = ids[i];
-  return t;
-}
+using kv_test::Ids;
 
 Tensor Rows(size_t n, int64_t width, float v) {
   Tensor t = Tensor::Empty(Shape({static_cast<int64_t>(n), width}));

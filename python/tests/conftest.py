@@ -53,5 +53,24 @@ def script(tmp_path):
     return write
 
 
+def processes_with(marker, role, rank=None):
+    """PIDs of the job's processes of `role` (and `rank`) started with
+    --env KVTRAIN_TEST_MARKER=<marker>."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if (b"KVTRAIN_TEST_MARKER=" + marker.encode()) in env and \
+                (b"DMLC_ROLE=" + role.encode()) in env and \
+                (rank is None or ("DMLC_RANK=%d" % rank).encode() in env):
+            found.append(int(pid))
+    return found
+
+
 def lines_with(out, prefix):
     return [l for l in out.splitlines() if prefix in l]

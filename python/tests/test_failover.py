@@ -11,26 +11,11 @@ import time
 
 import pytest
 
-from conftest import JOB_ENV, PY, ROOT, TRAIN_MNIST_PY, launch, start_launch
+from conftest import JOB_ENV, PY, ROOT, TRAIN_MNIST_PY, launch, processes_with, start_launch
 
 torch = pytest.importorskip("torch")
 
 TORCH_MNIST = os.path.join(ROOT, "examples", "python", "train_torch_mnist.py")
-
-
-def server_pid(marker, rank):
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if (b"KVTRAIN_TEST_MARKER=" + marker.encode()) in env and b"DMLC_ROLE=server" in env \
-                and ("DMLC_RANK=%d" % rank).encode() in env:
-            return int(pid)
-    return None
 
 
 def run(program, flags, prefix, replicas, kill_at=None):
@@ -52,9 +37,9 @@ def run(program, flags, prefix, replicas, kill_at=None):
             if kill_at in line or not line:
                 break
         assert kill_at in out[-1], "no progress:\n" + "".join(out)
-        pid = server_pid(marker, 1)
-        assert pid, "server 1 not found"
-        os.kill(pid, signal.SIGKILL)
+        pids = processes_with(marker, "server", 1)
+        assert len(pids) == 1, "server 1: %s" % pids
+        os.kill(pids[0], signal.SIGKILL)
         rest, _ = p.communicate(timeout=240)
     finally:
         if p.poll() is None:

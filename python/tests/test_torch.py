@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")  # Debian's python3-torch (tools/setup.sh)
 
 import kvtrain as kt  # noqa: E402
 import kvtrain.torch as kvt  # noqa: E402
-from conftest import JOB_ENV, PY, ROOT, launch, lines_with, start_launch  # noqa: E402
+from conftest import JOB_ENV, PY, ROOT, launch, lines_with, processes_with, start_launch  # noqa: E402
 
 TORCH_MNIST = os.path.join(ROOT, "examples", "python", "train_torch_mnist.py")
 
@@ -223,22 +223,6 @@ def test_resume_is_bit_identical(tmp_path):
     assert sorted(a) == sorted(b)
     for name in a:
         assert torch.equal(a[name], b[name]), name
-
-
-def processes_with(marker, role):
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if (b"KVTRAIN_TEST_MARKER=" + marker.encode()) in env and \
-                (b"DMLC_ROLE=" + role.encode()) in env:
-            found.append(int(pid))
-    return found
 
 
 @pytest.mark.parametrize("role", ["worker", "server"])

@@ -25,6 +25,20 @@ using ::testing::HasSubstr;
 
 constexpr auto kLong = std::chrono::seconds(20);
 
+// Starts `job`'s scheduler and a node of config `odd`, which the scheduler
+// refuses: its Start's error (checked to be an abort naming the refusal).
+Status StartRejected(InprocJob* job, const NodeConfig& odd) {
+  StatusOr<Postoffice*> sched = job->AddNode(job->ConfigFor(Role::kScheduler));
+  StatusOr<Postoffice*> w = job->AddNode(odd);
+  if (!sched.ok() || !w.ok()) return Status::Internal("nodes not created");
+  std::thread scheduler([&] { EXPECT_FALSE((*sched)->Start().ok()); });
+  Status s = (*w)->Start();
+  scheduler.join();
+  EXPECT_EQ(s.code(), Status::Code::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("rejected"));
+  return s;
+}
+
 TEST(PostofficeTest, StartAssignsRanksByAddressAndFinalizes) {
   InprocJobOptions o;
   o.num_servers = 3;
@@ -61,18 +75,10 @@ TEST(PostofficeTest, DisagreeingServerReplicasAreRejected) {
   InprocJobOptions o;
   o.startup_timeout_s = 1;
   InprocJob job(o);
-  StatusOr<Postoffice*> sched = job.AddNode(job.ConfigFor(Role::kScheduler));
-  ASSERT_TRUE(sched.ok());
   NodeConfig odd = job.ConfigFor(Role::kWorker);
   odd.server_replicas = 1;
-  StatusOr<Postoffice*> w = job.AddNode(odd);
-  ASSERT_TRUE(w.ok());
-  std::thread scheduler([&] { EXPECT_FALSE((*sched)->Start().ok()); });
-  Status s = (*w)->Start();
-  scheduler.join();
-  EXPECT_EQ(s.code(), Status::Code::kAborted);
-  EXPECT_THAT(s.message(), HasSubstr("KVTRAIN_SERVER_REPLICAS"));
-  EXPECT_THAT(s.message(), HasSubstr("rejected"));
+  const Status s = StartRejected(&job, odd);
+  EXPECT_THAT(s.message(), HasSubstr("KVTRAIN_SERVER_REPLICAS=1"));
 }
 
 // With server replicas R a server also connects to the servers within R
@@ -327,18 +333,10 @@ TEST(PostofficeTest, MismatchedJobShapeIsRejected) {
   InprocJobOptions o;
   o.startup_timeout_s = 1;
   InprocJob job(o);
-  StatusOr<Postoffice*> sched = job.AddNode(job.ConfigFor(Role::kScheduler));
-  ASSERT_TRUE(sched.ok());
   NodeConfig odd = job.ConfigFor(Role::kWorker);
   odd.num_workers = 3;
-  StatusOr<Postoffice*> w = job.AddNode(odd);
-  ASSERT_TRUE(w.ok());
-  std::thread scheduler([&] { EXPECT_FALSE((*sched)->Start().ok()); });
-  Status s = (*w)->Start();
-  scheduler.join();
-  EXPECT_EQ(s.code(), Status::Code::kAborted);
+  const Status s = StartRejected(&job, odd);
   EXPECT_THAT(s.message(), HasSubstr("DMLC_NUM_WORKER=3"));
-  EXPECT_THAT(s.message(), HasSubstr("rejected"));
 }
 
 TEST(PostofficeTest, StrangersAndGarbageAreDroppedAndTheJobGoesOn) {
