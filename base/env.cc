@@ -45,6 +45,11 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
       {env::kStartupTimeout, "60",
        "Seconds the scheduler waits for every node to register before the "
        "job fails naming who is missing."},
+      {env::kServerReplicas, "0",
+       "Copies of each server's key range on the next servers "
+       "(`launch.py --server-replicas`): the job goes on when that many "
+       "servers die. Less than `DMLC_NUM_SERVER`; every node of a job must "
+       "have the same."},
       {env::kNumThreads, "cores available to the process",
        "CPU threads for operators and BLAS. `tracker/launch.py --launcher "
        "local` sets it, unless it or `OMP_NUM_THREADS` is set: cores / workers "

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 namespace kvtrain {
@@ -46,6 +47,44 @@ class CrossEntropy : public Metric {
   }
 };
 
+// e to the mean negative log-likelihood of the rows; rows labelled
+// `ignore` are left out (kNone: none is).
+class Perplexity : public Metric {
+ public:
+  static constexpr int kNone = -1000000;
+  explicit Perplexity(int ignore) : Metric("perplexity"), ignore_(ignore) {}
+  Status Update(const Tensor& labels, const Tensor& probs, int pad) override;
+  double Get() const override { return count() ? std::exp(Metric::Get()) : 0.0; }
+
+ private:
+  const int ignore_;
+};
+
+// Binary F1 of the argmax, class 1 positive: per batch, averaged over the
+// batches (macro, MXNet's default), or over every row seen (micro).
+class F1 : public Metric {
+ public:
+  explicit F1(bool micro) : Metric("f1"), micro_(micro) {}
+  Status Update(const Tensor& labels, const Tensor& probs, int pad) override;
+  double Get() const override {
+    if (!micro_) return Metric::Get();
+    return Score(tp_, fp_, fn_);
+  }
+  void Reset() override {
+    Metric::Reset();
+    tp_ = fp_ = fn_ = 0;
+  }
+
+ private:
+  static double Score(int64_t tp, int64_t fp, int64_t fn) {
+    const double precision = tp + fp > 0 ? static_cast<double>(tp) / (tp + fp) : 0;
+    const double recall = tp + fn > 0 ? static_cast<double>(tp) / (tp + fn) : 0;
+    return precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0;
+  }
+  const bool micro_;
+  int64_t tp_ = 0, fp_ = 0, fn_ = 0;
+};
+
 // MXNet's regression metrics: one value per batch, the mean of the rows'
 // squared (or absolute) errors, rooted for rmse; Get averages the batches.
 class Regression : public Metric {
@@ -67,14 +106,28 @@ const float* HostFloats(const Tensor& t, std::vector<float>* copy) {
   return copy->data();
 }
 
-}  // namespace
-
-Status Metric::Update(const Tensor& labels, const Tensor& probs, int pad) {
+// Labels (batch) against class scores (batch, classes).
+Status CheckClassBatch(const std::string& name, const Tensor& labels, const Tensor& probs) {
   if (probs.ndim() != 2 || labels.ndim() != 1 || labels.dim(0) != probs.dim(0)) {
-    return Status::InvalidArgument("metric " + name() + ": labels " +
+    return Status::InvalidArgument("metric " + name + ": labels " +
                                    labels.shape().ToString() + " do not match predictions " +
                                    probs.shape().ToString());
   }
+  return Status::OK();
+}
+
+Status CheckLabel(const std::string& name, int label, int classes) {
+  if (label < 0 || label >= classes) {
+    return Status::InvalidArgument("metric " + name + ": label " + std::to_string(label) +
+                                   " is not a class 0.." + std::to_string(classes - 1));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status Metric::Update(const Tensor& labels, const Tensor& probs, int pad) {
+  KV_RETURN_IF_ERROR(CheckClassBatch(name(), labels, probs));
   std::vector<float> label_copy, prob_copy;
   const float* l = HostFloats(labels, &label_copy);
   const float* p = HostFloats(probs, &prob_copy);
@@ -82,13 +135,52 @@ Status Metric::Update(const Tensor& labels, const Tensor& probs, int pad) {
   const int64_t rows = probs.dim(0) - std::max(0, pad);
   for (int64_t r = 0; r < rows; ++r) {
     const int label = static_cast<int>(l[r]);
-    if (label < 0 || label >= classes) {
-      return Status::InvalidArgument("metric " + name_ + ": label " +
-                                     std::to_string(label) + " is not a class 0.." +
-                                     std::to_string(classes - 1));
-    }
+    KV_RETURN_IF_ERROR(CheckLabel(name_, label, classes));
     Add(Row(label, p + r * classes, classes));
   }
+  return Status::OK();
+}
+
+Status Perplexity::Update(const Tensor& labels, const Tensor& probs, int pad) {
+  KV_RETURN_IF_ERROR(CheckClassBatch(name(), labels, probs));
+  std::vector<float> label_copy, prob_copy;
+  const float* l = HostFloats(labels, &label_copy);
+  const float* p = HostFloats(probs, &prob_copy);
+  const int classes = static_cast<int>(probs.dim(1));
+  const int64_t rows = probs.dim(0) - std::max(0, pad);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int label = static_cast<int>(l[r]);
+    if (label == ignore_) continue;
+    KV_RETURN_IF_ERROR(CheckLabel(name(), label, classes));
+    Add(-std::log(std::max(p[r * classes + label], 1e-10f)));
+  }
+  return Status::OK();
+}
+
+Status F1::Update(const Tensor& labels, const Tensor& probs, int pad) {
+  KV_RETURN_IF_ERROR(CheckClassBatch(name(), labels, probs));
+  if (probs.dim(1) != 2) {
+    return Status::InvalidArgument("metric f1 is for two classes (class 1 positive); the "
+                                   "predictions " + probs.shape().ToString() + " have " +
+                                   std::to_string(probs.dim(1)));
+  }
+  std::vector<float> label_copy, prob_copy;
+  const float* l = HostFloats(labels, &label_copy);
+  const float* p = HostFloats(probs, &prob_copy);
+  const int64_t rows = probs.dim(0) - std::max(0, pad);
+  int64_t tp = 0, fp = 0, fn = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int label = static_cast<int>(l[r]);
+    KV_RETURN_IF_ERROR(CheckLabel(name(), label, 2));
+    const bool predicted = p[r * 2 + 1] > p[r * 2];
+    tp += predicted && label == 1;
+    fp += predicted && label == 0;
+    fn += !predicted && label == 1;
+  }
+  tp_ += tp;
+  fp_ += fp;
+  fn_ += fn;
+  Add(Score(tp, fp, fn));
   return Status::OK();
 }
 
@@ -126,6 +218,18 @@ StatusOr<std::unique_ptr<Metric>> CreateMetric(const std::string& spec) {
   if (spec == "mse") return std::unique_ptr<Metric>(new Regression(Regression::kMse, "mse"));
   if (spec == "rmse") return std::unique_ptr<Metric>(new Regression(Regression::kRmse, "rmse"));
   if (spec == "mae") return std::unique_ptr<Metric>(new Regression(Regression::kMae, "mae"));
+  if (spec == "f1") return std::unique_ptr<Metric>(new F1(/*micro=*/false));
+  if (spec == "f1:micro") return std::unique_ptr<Metric>(new F1(/*micro=*/true));
+  if (spec == "perplexity") return std::unique_ptr<Metric>(new Perplexity(Perplexity::kNone));
+  const std::string ppl = "perplexity:";
+  if (spec.rfind(ppl, 0) == 0) {
+    const std::string l = spec.substr(ppl.size());
+    char* end = nullptr;
+    const long ignore = l.empty() ? 0 : std::strtol(l.c_str(), &end, 10);
+    if (!l.empty() && *end == '\0' && ignore > Perplexity::kNone && ignore < 1000000) {
+      return std::unique_ptr<Metric>(new Perplexity(static_cast<int>(ignore)));
+    }
+  }
   const std::string topk = "top_k_accuracy:";
   if (spec.rfind(topk, 0) == 0) {
     const std::string k = spec.substr(topk.size());
@@ -135,7 +239,8 @@ StatusOr<std::unique_ptr<Metric>> CreateMetric(const std::string& spec) {
     }
   }
   return Status::InvalidArgument("unknown metric \"" + spec +
-                                 "\": expected accuracy, top_k_accuracy:K, cross-entropy, nll-loss, mse, rmse "
+                                 "\": expected accuracy, top_k_accuracy:K, cross-entropy, nll-loss, "
+                                 "perplexity, perplexity:IGNORED_LABEL, f1, f1:micro, mse, rmse "
                                  "or mae");
 }
 

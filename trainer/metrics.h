@@ -1,6 +1,7 @@
 // Evaluation metrics over (label, prediction) batches: accuracy, top-k
-// accuracy and cross-entropy over class scores; mean squared error, its root
-// and mean absolute error over regression outputs. Padded rows of a batch
+// accuracy, cross-entropy, perplexity and (two classes) F1 over class
+// scores; mean squared error, its root and mean absolute error over
+// regression outputs. Padded rows of a batch
 // are ignored. For binary
 // classification over a whole evaluation set: AUC and log-loss.
 #ifndef KVTRAIN_TRAINER_METRICS_H_
@@ -23,15 +24,15 @@ class Metric {
   // `labels`: (batch) class ids; `probs`: (batch, classes) probabilities.
   // The last `pad` rows are ignored.
   virtual Status Update(const Tensor& labels, const Tensor& probs, int pad = 0);
-  void Reset() {
+  virtual void Reset() {
     sum_ = 0;
     count_ = 0;
   }
   // "accuracy", "top_k_accuracy_5", "cross-entropy", "mse".
   const std::string& name() const { return name_; }
-  // The mean over the rows (regression metrics: the batches) seen since
-  // Reset (0 before any).
-  double Get() const { return count_ ? sum_ / count_ : 0.0; }
+  // The mean over the rows (regression metrics and macro F1: the batches)
+  // seen since Reset (0 before any); perplexity: e to that mean.
+  virtual double Get() const { return count_ ? sum_ / count_ : 0.0; }
   int64_t count() const { return count_; }
 
  protected:
@@ -51,6 +52,10 @@ class Metric {
 
 // "accuracy" (or "acc"), "top_k_accuracy:K", "cross-entropy" (or "ce"),
 // "nll-loss" (or "nll_loss": cross-entropy under MXNet's other name);
+// "perplexity" (e to the mean of -log p(label), p at least 1e-10) or
+// "perplexity:L" (rows labelled L left out); "f1" (two classes, class 1
+// positive: each batch's F1 of the argmax, averaged over batches, MXNet's
+// macro average) or "f1:micro" (the F1 of every row seen);
 // "mse", "rmse", "mae": predictions (batch, 1) against labels (batch), each
 // batch's mean (for rmse its root) averaged over batches, as MXNet does.
 // An unknown name is an error listing the known ones.

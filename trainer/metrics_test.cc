@@ -59,6 +59,43 @@ TEST(MetricsTest, RegressionMetricsAverageBatchMeans) {
   EXPECT_FALSE(mse->Update(labels, Tensor::FromVector(std::vector<float>(8, 0), {4, 2})).ok());
 }
 
+TEST(MetricsTest, PerplexityIsEToTheMeanNegativeLogLikelihood) {
+  auto ppl = std::move(CreateMetric("perplexity")).value();
+  ASSERT_TRUE(ppl->Update(Labels(), Probs()).ok());
+  EXPECT_EQ(ppl->name(), "perplexity");
+  EXPECT_NEAR(ppl->Get(), std::exp(-(std::log(0.7) + std::log(0.4) + std::log(0.3)) / 3), 1e-6);
+  // Rows labelled 2 left out (MXNet's ignore_label).
+  auto some = std::move(CreateMetric("perplexity:2")).value();
+  ASSERT_TRUE(some->Update(Labels(), Probs()).ok());
+  EXPECT_NEAR(some->Get(), std::exp(-(std::log(0.7) + std::log(0.3)) / 2), 1e-6);
+  EXPECT_FALSE(CreateMetric("perplexity:x").ok());
+}
+
+TEST(MetricsTest, F1MacroAveragesBatchesMicroCountsRows) {
+  auto macro = std::move(CreateMetric("f1")).value();
+  auto micro = std::move(CreateMetric("f1:micro")).value();
+  // Batch 1: predictions 1, 1, 0, 0 for labels 1, 0, 1, 0: tp 1, fp 1, fn 1.
+  const Tensor p1 = Tensor::FromVector({0.2f, 0.8f, 0.4f, 0.6f, 0.9f, 0.1f, 0.7f, 0.3f}, {4, 2});
+  const Tensor l1 = Tensor::FromVector({1, 0, 1, 0}, {4});
+  // Batch 2: predictions 1, 1 for labels 1, 1: tp 2.
+  const Tensor p2 = Tensor::FromVector({0.1f, 0.9f, 0.3f, 0.7f}, {2, 2});
+  const Tensor l2 = Tensor::FromVector({1, 1}, {2});
+  for (Metric* m : {macro.get(), micro.get()}) {
+    ASSERT_TRUE(m->Update(l1, p1).ok());
+    ASSERT_TRUE(m->Update(l2, p2).ok());
+  }
+  EXPECT_DOUBLE_EQ(macro->Get(), (0.5 + 1.0) / 2);
+  // Every row: tp 3, fp 1, fn 1: precision = recall = 0.75.
+  EXPECT_DOUBLE_EQ(micro->Get(), 0.75);
+  micro->Reset();
+  EXPECT_EQ(micro->Get(), 0);
+  // Not two classes, or a label outside them: errors naming the metric.
+  const Status three = macro->Update(Labels(), Probs());
+  EXPECT_FALSE(three.ok());
+  EXPECT_NE(three.message().find("metric f1 is for two classes"), std::string::npos);
+  EXPECT_FALSE(macro->Update(Tensor::FromVector({2, 0}, {2}), p2).ok());
+}
+
 TEST(MetricsTest, PaddedRowsAreIgnored) {
   StatusOr<std::unique_ptr<Metric>> acc = CreateMetric("accuracy");
   ASSERT_TRUE(acc.ok());
@@ -68,9 +105,9 @@ TEST(MetricsTest, PaddedRowsAreIgnored) {
 }
 
 TEST(MetricsTest, Errors) {
-  EXPECT_EQ(CreateMetric("f1").status().message(),
-            "unknown metric \"f1\": expected accuracy, top_k_accuracy:K, cross-entropy, "
-            "nll-loss, mse, rmse or mae");
+  EXPECT_EQ(CreateMetric("mcc").status().message(),
+            "unknown metric \"mcc\": expected accuracy, top_k_accuracy:K, cross-entropy, "
+            "nll-loss, perplexity, perplexity:IGNORED_LABEL, f1, f1:micro, mse, rmse or mae");
   EXPECT_FALSE(CreateMetric("top_k_accuracy:0").ok());
   auto acc = std::move(CreateMetric("acc")).value();
   EXPECT_FALSE(acc->Update(Tensor::FromVector({0, 1}, {2}), Probs()).ok());

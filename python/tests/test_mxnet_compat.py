@@ -530,6 +530,27 @@ def test_regression_metrics_in_fit_and_alone():
                                [(5 + 1) / 2, (np.sqrt(5) + 1) / 2, (1.5 + 1) / 2], rtol=1e-6)
 
 
+def test_f1_and_perplexity_as_mxnet_computes_them():
+    # Two batches of two-class scores: F1 of the argmax, class 1 positive.
+    batches = [(np.array([1, 0, 1, 0.0]), np.array([[0.2, 0.8], [0.4, 0.6], [0.9, 0.1], [0.7, 0.3]])),
+               (np.array([1, 1.0]), np.array([[0.1, 0.9], [0.3, 0.7]]))]
+    macro, micro = mx.metric.create("f1"), mx.metric.F1(average="micro")
+    ppl = mx.metric.Perplexity(ignore_label=None)
+    for label, pred in batches:
+        for m in (macro, micro, ppl):
+            m.update([mx.nd.array(label)], [mx.nd.array(pred)])
+    assert macro.get() == ("f1", pytest.approx((0.5 + 1.0) / 2))
+    assert micro.get() == ("f1", pytest.approx(0.75))  # tp 3, fp 1, fn 1
+    nll = -np.mean(np.log([0.8, 0.4, 0.1, 0.7, 0.9, 0.7]))
+    assert ppl.get() == ("perplexity", pytest.approx(np.exp(nll), rel=1e-6))
+    # MXNet's ignore_label leaves those rows out.
+    some = mx.metric.Perplexity(ignore_label=0)
+    some.update([mx.nd.array(batches[0][0])], [mx.nd.array(batches[0][1])])
+    assert some.get()[1] == pytest.approx(np.exp(-np.mean(np.log([0.8, 0.1]))), rel=1e-6)
+    with pytest.raises(ValueError, match="metric f1 is for two classes"):
+        macro.update([mx.nd.array([0, 1, 2.0])], [mx.nd.array(np.eye(3))])
+
+
 def test_leaky_relu_clip_and_softmax_train_and_round_trip():
     rng = np.random.RandomState(1)
     x = rng.randn(256, 6).astype(np.float32)

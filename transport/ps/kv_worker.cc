@@ -499,7 +499,7 @@ Status KVWorker::Impl::Wait(int64_t ts, Duration timeout, PullResult* result) {
       auto i = pending_.find(ts);
       return i == pending_.end() || i->second.copying == 0;
     });
-    Erase(pending_.find(ts));
+    if (auto left = pending_.find(ts); left != pending_.end()) Erase(left);
     os << " (cancelled: a later answer is dropped)";
     return Status::DeadlineExceeded(os.str());
   }

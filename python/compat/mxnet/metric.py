@@ -115,6 +115,30 @@ class MAE(_Trainer):
         super().__init__("mae", name, **kwargs)
 
 
+class Perplexity(_Trainer):
+    """e to the mean negative log-likelihood; rows labelled `ignore_label`
+    are left out."""
+
+    def __init__(self, ignore_label=None, axis=-1, name="perplexity", **kwargs):
+        if axis not in (-1, 1):
+            raise NotInKvtrain("Perplexity(axis=%r)" % (axis,),
+                               "kvtrain takes the classes on the last axis of (batch, classes)")
+        spec = "perplexity" if ignore_label is None else "perplexity:%d" % int(ignore_label)
+        super().__init__(spec, name, **kwargs)
+        self.ignore_label = ignore_label
+
+
+class F1(_Trainer):
+    """Binary F1 of the argmax (class 1 positive): 'macro' averages each
+    update's F1, 'micro' counts every row."""
+
+    def __init__(self, name="f1", average="macro", **kwargs):
+        if average not in ("macro", "micro"):
+            raise ValueError("F1: average must be 'macro' or 'micro', got %r" % (average,))
+        super().__init__("f1" if average == "macro" else "f1:micro", name, **kwargs)
+        self.average = average
+
+
 class CustomMetric(EvalMetric):
     """feval(label, pred) on numpy arrays: a value, or (sum, count)."""
 
@@ -173,9 +197,9 @@ _BY_NAME = {
     "acc": Accuracy, "accuracy": Accuracy, "top_k_accuracy": TopKAccuracy,
     "top_k_acc": TopKAccuracy, "ce": CrossEntropy, "cross-entropy": CrossEntropy,
     "nll_loss": NegativeLogLikelihood, "nll-loss": NegativeLogLikelihood,
-    "mse": MSE, "rmse": RMSE, "mae": MAE,
+    "mse": MSE, "rmse": RMSE, "mae": MAE, "f1": F1, "perplexity": Perplexity,
 }
-_NOT_HERE = ("f1", "mcc", "perplexity", "pearsonr", "pcc", "loss", "torch", "caffe")
+_NOT_HERE = ("mcc", "pearsonr", "pcc", "loss", "torch", "caffe")
 
 
 def create(metric, *args, **kwargs):
@@ -194,7 +218,7 @@ def create(metric, *args, **kwargs):
     if name in _NOT_HERE:
         raise NotInKvtrain("metric %r" % metric,
                            "kvtrain has accuracy, top_k_accuracy, cross-entropy, nll_loss, "
-                           "mse, rmse, mae and CustomMetric")
+                           "perplexity, f1, mse, rmse, mae and CustomMetric")
     if name not in _BY_NAME:
         raise ValueError("metric.create: unknown metric %r (known: %s)"
                          % (metric, ", ".join(sorted(_BY_NAME))))
@@ -214,6 +238,7 @@ def trainer_specs(metric):
         else:
             raise NotInKvtrain("a %s in Module.fit" % type(m).__name__,
                                "fit computes accuracy, top_k_accuracy, cross-entropy, "
-                               "nll_loss, mse, rmse and mae; score the model with predict() "
+                               "nll_loss, perplexity, f1, mse, rmse and mae; score the model "
+                               "with predict() "
                                "and the metric")
     return out
