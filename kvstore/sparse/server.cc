@@ -100,7 +100,7 @@ void SparseServer::Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
   auto st = std::make_unique<KeyState>(std::move(table).value());
   st->sync = info.mode() != proto::KV_ASYNC;
   st->pushed.assign(static_cast<size_t>(num_workers_), false);
-  if (ordered_sum_) st->parts.resize(static_cast<size_t>(num_workers_));
+  if (replicated_) st->parts.resize(static_cast<size_t>(num_workers_));
   keys_.emplace(data.key(0), std::move(st));
   server->Respond(meta);
 }
@@ -200,7 +200,7 @@ bool SparseServer::Admit(KeyState* st, const Deferred& push, ps::KVServer* serve
                                                     " twice"));
     return false;
   }
-  if (ordered_sum_) {
+  if (replicated_) {
     st->parts[static_cast<size_t>(rank)] = push;  // added in CompleteStep
   } else {
     st->sum.Add(ids, n, rows);
@@ -212,7 +212,7 @@ bool SparseServer::Admit(KeyState* st, const Deferred& push, ps::KVServer* serve
 }
 
 void SparseServer::CompleteStep(KeyState* st, ps::KVServer* server) {
-  if (ordered_sum_) {
+  if (replicated_) {
     for (Deferred& d : st->parts) {
       const int64_t* ids;
       const float* rows;
@@ -257,7 +257,7 @@ void SparseServer::AnswerPull(KeyState* st, const Deferred& pull, ps::KVServer* 
   }
   const size_t bytes = n * static_cast<size_t>(st->table->width()) * sizeof(float);
   ps::SendBuffer out = server->NewAnswerBuffer(pull.meta, bytes);
-  st->table->Read(ids, n, reinterpret_cast<float*>(out.data));
+  st->table->Read(ids, n, reinterpret_cast<float*>(out.data), /*use=*/!replicated_);
   server->Respond(pull.meta, ps::KVPairs::From({pull.data.key(0)}, out.blob));
 }
 

@@ -36,13 +36,15 @@ class SparseServer {
   static constexpr int64_t kSyncWindow = 16;
 
   // `optimizer`: the server's optimizer now (null: none set).
-  // `ordered_sum`: a dist_sync step adds its pushes' rows in worker rank
-  // order, not as they arrive, so that every copy of a key range (server
-  // replicas) sums, creates rows and saves them alike, bit for bit.
+  // `replicated` (server replicas): every copy of a key range must hold
+  // its tables bit for bit alike, so a dist_sync step adds its pushes' rows
+  // in worker rank order, not as they arrive, and reads (which only the
+  // range's primary answers) do not count as a use of a row: its recency
+  // (LRU cap, expiry) counts updates only.
   SparseServer(int num_workers, std::function<std::shared_ptr<Optimizer>()> optimizer,
-               bool ordered_sum = false)
+               bool replicated = false)
       : num_workers_(num_workers),
-        ordered_sum_(ordered_sum),
+        replicated_(replicated),
         optimizer_(std::move(optimizer)) {}
 
   // Handles a KV_SPARSE_* request (data: one server key).
@@ -68,7 +70,7 @@ class SparseServer {
     int64_t step = 0;                       // sync: completed steps
     RowSum sum;                             // sync: this step's rows
     std::vector<bool> pushed;               // sync: by worker rank
-    std::vector<Deferred> parts;            // sync, ordered_sum_: pushes by rank
+    std::vector<Deferred> parts;            // sync, replicated_: pushes by rank
     int num_pushed = 0;
     std::multimap<int64_t, Deferred> later;  // sync: pushes of later steps
     std::vector<Deferred> pulls;             // sync: answered after a step
@@ -94,7 +96,7 @@ class SparseServer {
   KeyState* Find(uint64_t key) EXCLUDES(mu_);
 
   const int num_workers_;
-  const bool ordered_sum_;
+  const bool replicated_;
   const std::function<std::shared_ptr<Optimizer>()> optimizer_;
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);

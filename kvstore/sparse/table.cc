@@ -258,7 +258,7 @@ Status Table::UseRule(const Optimizer* optimizer) {
   return Status::OK();
 }
 
-void Table::Read(const int64_t* ids, size_t n, float* out) {
+void Table::Read(const int64_t* ids, size_t n, float* out, bool use) {
   for (size_t i = 0; i < n; ++i) {
     float* dst = out + static_cast<int64_t>(i) * width_;
     const uint32_t* slot = index_.Find(ids[i]);
@@ -266,7 +266,7 @@ void Table::Read(const int64_t* ids, size_t n, float* out) {
       InitialRow(ids[i], dst);
       continue;
     }
-    Touch(*slot);
+    if (use) Touch(*slot);
     std::memcpy(dst, Weights(*slot), static_cast<size_t>(width_) * sizeof(float));
   }
 }

@@ -74,9 +74,9 @@ class Table {
 
   // Copies the rows of `ids` (n, any order, repeats allowed) into
   // out[n x width]: the held row, or the initial value of one not held.
-  // Counts as a use of the held rows (recency, expiry). Ids must have
-  // passed CheckIds.
-  void Read(const int64_t* ids, size_t n, float* out);
+  // With `use`, counts as a use of the held rows (recency, expiry). Ids
+  // must have passed CheckIds.
+  void Read(const int64_t* ids, size_t n, float* out, bool use = true);
 
   // One update of the table: `ids` unique, `grads` n x width. With an
   // optimizer (the spec's own, else `optimizer`, which may be null), each
