@@ -50,7 +50,8 @@ StatusOr<InitializerOptions> ParseInitializer(const std::string& text) {
     return Status::InvalidArgument("initializer \"" + text + "\": " + why +
                                    " (expected uniform[:scale], "
                                    "normal[:sigma], xavier[:uniform|"
-                                   "gaussian[:avg|in|out[:magnitude]]] or constant:value)");
+                                   "gaussian[:avg|in|out[:magnitude]]], "
+                                   "orthogonal[:gain[:uniform|gaussian]] or constant:value)");
   };
   auto number = [&](const std::string& s, float* out) {
     char* end = nullptr;
@@ -81,6 +82,23 @@ StatusOr<InitializerOptions> ParseInitializer(const std::string& text) {
       return bad("constant needs one finite value");
     }
     o.value = static_cast<float>(v);
+    return o;
+  }
+  if (parts[0] == "orthogonal") {
+    o.type = InitializerOptions::Type::kOrthogonal;
+    if (parts.size() > 3) return bad("too many fields");
+    if (parts.size() > 1 && !number(parts[1], &o.gain)) {
+      return bad("\"" + parts[1] + "\" is not a positive number");
+    }
+    if (parts.size() > 2) {
+      if (parts[2] == "uniform") {
+        o.distribution = InitializerOptions::Distribution::kUniform;
+      } else if (parts[2] == "gaussian") {
+        o.distribution = InitializerOptions::Distribution::kGaussian;
+      } else {
+        return bad("unknown distribution \"" + parts[2] + "\"");
+      }
+    }
     return o;
   }
   if (parts[0] != "xavier") return bad("unknown type \"" + parts[0] + "\"");
@@ -157,18 +175,61 @@ Status Initializer::Fill(const std::string& name, Tensor* t) const {
     scale = std::sqrt(o.magnitude / std::max(fan, 1.0));
     gaussian = o.distribution == InitializerOptions::Distribution::kGaussian;
   }
-  std::vector<float> v(n);
+  if (o.type == InitializerOptions::Type::kOrthogonal) {
+    gaussian = o.distribution == InitializerOptions::Distribution::kGaussian;
+    scale = 1;
+  }
+  std::vector<double> d(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     if (!gaussian) {
-      v[i] = static_cast<float>(scale * (2 * Uniform01(stream, i) - 1));
+      d[i] = scale * (2 * Uniform01(stream, i) - 1);
       continue;
     }
     // Box-Muller on the element's own pair of draws.
     const double u1 = Uniform01(stream, 2 * i), u2 = Uniform01(stream, 2 * i + 1);
-    v[i] = static_cast<float>(scale * std::sqrt(-2 * std::log(u1)) *
-                              std::cos(2 * M_PI * u2));
+    d[i] = scale * std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2);
   }
+  if (o.type == InitializerOptions::Type::kOrthogonal) {
+    const Shape& s = t->shape();
+    if (s.ndim() < 2) {
+      return Status::InvalidArgument(
+          "initializer: orthogonal needs a weight of 2 or more dimensions, but " + name +
+          " is " + s.ToString());
+    }
+    KV_RETURN_IF_ERROR(Orthonormalize(s[0], n / s[0], &d));
+    for (double& x : d) x *= o.gain;
+  }
+  std::vector<float> v(d.begin(), d.end());
   return CopyIn(v, t);
+}
+
+Status Initializer::Orthonormalize(int64_t rows, int64_t cols, std::vector<double>* m) {
+  // The shorter side's vectors (rows of a wide matrix, columns of a tall
+  // one) made orthonormal by modified Gram-Schmidt, twice over for
+  // precision: Q of the random matrix's QR, as SVD's U or V would be.
+  const bool by_rows = rows <= cols;
+  const int64_t k = by_rows ? rows : cols, len = by_rows ? cols : rows;
+  auto at = [&](int64_t vec, int64_t j) -> double& {
+    return by_rows ? (*m)[static_cast<size_t>(vec * cols + j)]
+                   : (*m)[static_cast<size_t>(j * cols + vec)];
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int64_t a = 0; a < k; ++a) {
+      for (int64_t b = 0; b < a; ++b) {
+        double dot = 0;
+        for (int64_t j = 0; j < len; ++j) dot += at(a, j) * at(b, j);
+        for (int64_t j = 0; j < len; ++j) at(a, j) -= dot * at(b, j);
+      }
+      double norm = 0;
+      for (int64_t j = 0; j < len; ++j) norm += at(a, j) * at(a, j);
+      norm = std::sqrt(norm);
+      if (!(norm > 1e-12)) {
+        return Status::Internal("initializer: orthogonal drew dependent vectors");
+      }
+      for (int64_t j = 0; j < len; ++j) at(a, j) /= norm;
+    }
+  }
+  return Status::OK();
 }
 
 }  // namespace kvtrain

@@ -1,4 +1,5 @@
-// Weight initializers: uniform, normal, Xavier and constant, seeded and deterministic
+// Weight initializers: uniform, normal, Xavier, orthogonal and constant, seeded and
+// deterministic
 // (an array's values depend only on the seed, its name and its shape, not on
 // the order arrays are initialised in or the device they live on).
 #ifndef KVTRAIN_OPS_INITIALIZER_H_
@@ -6,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "tensor/tensor.h"
@@ -13,7 +15,7 @@
 namespace kvtrain {
 
 struct InitializerOptions {
-  enum class Type { kUniform, kNormal, kXavier, kConstant };
+  enum class Type { kUniform, kNormal, kXavier, kConstant, kOrthogonal };
   enum class Distribution { kUniform, kGaussian };
   enum class Factor { kAvg, kIn, kOut };
 
@@ -31,13 +33,19 @@ struct InitializerOptions {
   float magnitude = 3.0f;
   // kConstant: every weight is `value` (MXNet's Zero, One, Constant).
   float value = 0.0f;
+  // kOrthogonal: the weight as a matrix (shape[0], the rest) is `gain`
+  // times one with orthonormal rows (or columns, when it has more rows than
+  // columns), made from random values drawn as `distribution` says (MXNet's
+  // Orthogonal, whose scale defaults to sqrt(2)).
+  float gain = 1.41421356f;
   // Seed of every array's stream.
   uint64_t seed = 0;
 };
 
 // Parses "uniform", "uniform:0.1", "normal:0.01", "xavier",
 // "xavier:gaussian:in:2" (distribution, factor, magnitude; each optional),
-// "constant:V" (any finite V).
+// "constant:V" (any finite V), "orthogonal", "orthogonal:GAIN",
+// "orthogonal:GAIN:uniform|gaussian".
 StatusOr<InitializerOptions> ParseInitializer(const std::string& text);
 
 // Immutable after Create; thread-safe.
@@ -56,6 +64,9 @@ class Initializer {
 
  private:
   explicit Initializer(const InitializerOptions& o) : options_(o) {}
+  // The rows (rows <= cols) or the columns of the row-major matrix `m`
+  // made orthonormal.
+  static Status Orthonormalize(int64_t rows, int64_t cols, std::vector<double>* m);
 
   InitializerOptions options_;
 };

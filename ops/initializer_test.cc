@@ -99,10 +99,11 @@ TEST_F(InitializerTest, ParseAndErrors) {
   o = ParseInitializer("normal:0.05");
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o->sigma, 0.05f);
-  EXPECT_EQ(ParseInitializer("orthogonal").status().message(),
-            "initializer \"orthogonal\": unknown type \"orthogonal\" (expected "
+  EXPECT_EQ(ParseInitializer("glorot").status().message(),
+            "initializer \"glorot\": unknown type \"glorot\" (expected "
             "uniform[:scale], normal[:sigma], xavier[:uniform|gaussian[:avg|"
-            "in|out[:magnitude]]] or constant:value)");
+            "in|out[:magnitude]]], orthogonal[:gain[:uniform|gaussian]] or "
+            "constant:value)");
   // Constant: any finite value for weights; biases keep their own rule.
   o = ParseInitializer("constant:-0.5");
   ASSERT_TRUE(o.ok()) << o.status();
@@ -122,6 +123,51 @@ TEST_F(InitializerTest, ParseAndErrors) {
   Tensor v = Tensor::Zeros({5});
   EXPECT_EQ(init->Init("v_weight", &v).message(),
             "initializer: xavier needs a weight of 2 or more dimensions, but "
+            "v_weight is (5)");
+}
+
+// Orthogonal: a wide weight has orthonormal rows times the gain, a tall one
+// (more rows than the rest) orthonormal columns; a 4-d kernel counts as
+// (out, in * kh * kw).
+TEST_F(InitializerTest, OrthogonalRowsOrColumns) {
+  for (const std::string spec : {"orthogonal", "orthogonal:1:gaussian"}) {
+    auto o = ParseInitializer(spec);
+    ASSERT_TRUE(o.ok()) << o.status();
+    auto init = Initializer::Create(*o);
+    const float gain = o->gain;
+    struct Case {
+      Shape shape;
+      int64_t rows, cols;
+    };
+    for (const Case& c : {Case{Shape({3, 8}), 3, 8}, Case{Shape({8, 3}), 8, 3},
+                          Case{Shape({4, 2, 2, 2}), 4, 8}}) {
+      Tensor w = Tensor::Zeros(c.shape);
+      ASSERT_TRUE(init->Init("fc_weight", &w).ok());
+      const std::vector<float> m = w.ToVector();
+      const bool by_rows = c.rows <= c.cols;
+      const int64_t k = by_rows ? c.rows : c.cols, len = by_rows ? c.cols : c.rows;
+      auto at = [&](int64_t vec, int64_t j) {
+        return by_rows ? m[vec * c.cols + j] : m[j * c.cols + vec];
+      };
+      for (int64_t a = 0; a < k; ++a) {
+        for (int64_t b = 0; b <= a; ++b) {
+          double dot = 0;
+          for (int64_t j = 0; j < len; ++j) dot += double{at(a, j)} * at(b, j);
+          EXPECT_NEAR(dot, a == b ? gain * gain : 0.0, 1e-5)
+              << spec << " " << c.shape.ToString() << " " << a << "," << b;
+        }
+      }
+    }
+  }
+  auto o = ParseInitializer("orthogonal:2");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->gain, 2.0f);
+  EXPECT_FALSE(ParseInitializer("orthogonal:-1").ok());
+  EXPECT_FALSE(ParseInitializer("orthogonal:1:poisson").ok());
+  auto init = Initializer::Create(*o);
+  Tensor v = Tensor::Zeros({5});
+  EXPECT_EQ(init->Init("v_weight", &v).message(),
+            "initializer: orthogonal needs a weight of 2 or more dimensions, but "
             "v_weight is (5)");
 }
 

@@ -33,3 +33,16 @@ class Xavier(Initializer):
     def __init__(self, rnd_type="uniform", factor_type="avg", magnitude=3, seed=0):
         super(Xavier, self).__init__(
             "xavier:%s:%s:%r" % (rnd_type, factor_type, float(magnitude)), seed)
+
+
+class Orthogonal(Initializer):
+    """A weight seen as (shape[0], the rest) gets orthonormal rows (or
+    columns, when taller than wide) times `scale`, from random values drawn
+    'uniform' or 'normal' (MXNet's Orthogonal)."""
+
+    def __init__(self, scale=1.414, rand_type="uniform", seed=0):
+        if rand_type not in ("uniform", "normal"):
+            raise ValueError("Orthogonal: rand_type %r (uniform, normal)" % (rand_type,))
+        super(Orthogonal, self).__init__(
+            "orthogonal:%r:%s" % (float(scale), "uniform" if rand_type == "uniform" else "gaussian"),
+            seed)

@@ -274,14 +274,13 @@ def test_mxnet_train_mnist_checkpoints_resumes_and_reads_only(workdir):
     assert re.search(r"^Epoch\[2\] Train-accuracy", out, re.M) and "Epoch[1]" not in out
     code, out = train_mnist(workdir, "--test-io", "1", "--disp-batches", "10", *small)
     assert code == 0 and "Batch [29]\tSpeed:" in out, out[-2000:]
-    for init in ("xavier", "msra", "normal", "uniform", "zero", "one"):
+    for init in ("xavier", "msra", "normal", "uniform", "zero", "one", "orthogonal"):
         code, out = train_mnist(workdir, "--num-epochs", "1", "--initializer", init, *small)
         assert code == 0 and validation(out), (init, out[-2000:])
 
 
 @pytest.mark.parametrize("flags,named", [
     (["--monitor", "10"], "mx.mon.Monitor is not available"),
-    (["--initializer", "orthogonal"], "mx.init.Orthogonal is not available"),
     (["--network", "lenet", "--add_stn"], "mx.sym.SpatialTransformer is not available"),
     (["--optimizer", "rmsprop"], "optimizer 'rmsprop' is not available"),
 ])
@@ -549,6 +548,22 @@ def test_f1_and_perplexity_as_mxnet_computes_them():
     assert some.get()[1] == pytest.approx(np.exp(-np.mean(np.log([0.8, 0.1]))), rel=1e-6)
     with pytest.raises(ValueError, match="metric f1 is for two classes"):
         macro.update([mx.nd.array([0, 1, 2.0])], [mx.nd.array(np.eye(3))])
+
+
+def test_orthogonal_initializer_gives_orthonormal_rows_times_its_scale():
+    net = mx.sym.FullyConnected(mx.sym.FullyConnected(mx.sym.Variable("data"), num_hidden=4,
+                                                      name="fc1"), num_hidden=12, name="fc2")
+    mod = mx.mod.Module(mx.sym.SoftmaxOutput(net, name="softmax"))
+    mod.bind(data_shapes=[("data", (8, 10))], label_shapes=[("softmax_label", (8,))])
+    mod.init_params(mx.init.Orthogonal(scale=2.0, rand_type="normal"))
+    arg, _ = mod.get_params()
+    w1, w2 = arg["fc1_weight"].asnumpy(), arg["fc2_weight"].asnumpy()
+    # (4, 10): orthonormal rows; (12, 4): orthonormal columns; both times 2.
+    np.testing.assert_allclose(w1 @ w1.T, 4 * np.eye(4), atol=1e-4)
+    np.testing.assert_allclose(w2.T @ w2, 4 * np.eye(4), atol=1e-4)
+    assert np.all(arg["fc1_bias"].asnumpy() == 0)
+    with pytest.raises(ValueError, match="rand_type"):
+        mx.init.Orthogonal(rand_type="poisson")
 
 
 def test_leaky_relu_clip_and_softmax_train_and_round_trip():

@@ -51,7 +51,11 @@ class One(Constant):
         super().__init__(1.0)
 
 
-Orthogonal = missing_class("mx.init.Orthogonal", "use Xavier or MSRAPrelu")
+class Orthogonal(_kt.init.Orthogonal):
+    def __init__(self, scale=1.414, rand_type="uniform"):
+        super().__init__(scale, rand_type)
+
+
 Mixed = missing_class("mx.init.Mixed",
                       "one initializer for all weights; pass arg_params for the rest")
 Load = missing_class("mx.init.Load", "pass arg_params (mx.model.load_checkpoint) to fit")
