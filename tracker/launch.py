@@ -33,6 +33,9 @@ EXAMPLES = """examples:
   tracker/launch.py -n 2 -H hosts --sync-dst-dir /tmp/kvtrain \\
       train_mnist --network lenet --kv-store dist_sync
 
+  # each server's keys also on the next server: the job outlives a dead server
+  tracker/launch.py -n 2 -s 3 --server-replicas 1 ./train_mnist --kv-store dist_sync
+
   # pick the NIC every node advertises, log the control plane
   DMLC_INTERFACE=eth1 PS_VERBOSE=1 tracker/launch.py -n 2 -s 2 ...
 

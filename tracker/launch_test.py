@@ -284,6 +284,11 @@ class ArgsTest(unittest.TestCase):
                       self.error_of(["-n", "1", "--env", "x", "true"]))
         self.assertIn("--ssh-strict-host-keys works with --launcher ssh only",
                       self.error_of(["-n", "1", "--ssh-strict-host-keys", "true"]))
+        self.assertIn("--server-replicas must be 0 or less than -s (2), got 2",
+                      self.error_of(["-n", "1", "-s", "2", "--server-replicas", "2", "true"]))
+        self.assertIn("--server-replicas works with --launcher local and ssh",
+                      self.error_of(["-n", "1", "-s", "2", "--server-replicas", "1",
+                                     "--launcher", "mpi", "-H", "hosts", "true"]))
 
     def test_defaults(self):
         a = launch.parse_args(["-n", "3", "prog", "--kv-store", "dist_sync"])

@@ -137,6 +137,37 @@ class SupervisorOutputTest(unittest.TestCase):
         self.assertEqual(threading.active_count(), 1)
 
 
+class ToleranceTest(unittest.TestCase):
+    """With server replicas the job goes on without up to that many servers;
+    one failure more ends it."""
+
+    def run_job(self, tolerate, failing_servers):
+        out = io.BytesIO()
+        sup = supervisor.Supervisor(out=out, grace_seconds=2)
+        sup.tolerate = {"server": tolerate}
+        for rank in range(3):
+            code = 9 if rank < failing_servers else 0
+            sup.start(supervisor.Proc("server", rank,
+                                      [sys.executable, "-c", "raise SystemExit(%d)" % code],
+                                      dict(os.environ)))
+        sup.start(supervisor.Proc("worker", 0, [sys.executable, "-c", "print('done')"],
+                                  dict(os.environ)))
+        return sup.run(timeout=60), out.getvalue().decode()
+
+    def test_up_to_the_replicas_fail_and_the_job_ends_well(self):
+        code, out = self.run_job(tolerate=2, failing_servers=2)
+        self.assertEqual(code, 0, out)
+        for rank in (0, 1):
+            self.assertIn("server %d failed with exit code 9; the job goes on without it" % rank,
+                          out)
+
+    def test_one_more_ends_the_job(self):
+        code, out = self.run_job(tolerate=1, failing_servers=2)
+        self.assertNotEqual(code, 0, out)
+        self.assertIn("the job goes on without it", out)
+        self.assertIn("failed with exit code 9; stopped every other process", out)
+
+
 class DescribeExitTest(unittest.TestCase):
     def test_forms(self):
         self.assertEqual(supervisor.describe_exit(3), "exit code 3")
