@@ -7,7 +7,7 @@
 
 #include <gflags/gflags.h>
 
-DEFINE_string(optimizer, "sgd", "sgd, nag, adam, adagrad or ftrl");
+DEFINE_string(optimizer, "sgd", "sgd, nag, adam, adagrad, ftrl or rmsprop");
 DEFINE_double(lr, 0.05, "learning rate");
 DEFINE_double(momentum, 0.9, "momentum (sgd, nag)");
 DEFINE_double(wd, 0.0001, "weight decay");
@@ -85,11 +85,11 @@ StatusOr<proto::OptimizerSpec> OptimizerFromFlags(int64_t batches_per_epoch) {
   const std::map<std::string, proto::OptimizerSpec::Type> types = {
       {"sgd", proto::OptimizerSpec::SGD}, {"nag", proto::OptimizerSpec::NAG},
       {"adam", proto::OptimizerSpec::ADAM}, {"adagrad", proto::OptimizerSpec::ADAGRAD},
-      {"ftrl", proto::OptimizerSpec::FTRL}};
+      {"ftrl", proto::OptimizerSpec::FTRL}, {"rmsprop", proto::OptimizerSpec::RMSPROP}};
   auto it = types.find(FLAGS_optimizer);
   if (it == types.end()) {
     return Status::InvalidArgument("--optimizer=" + FLAGS_optimizer +
-                                   ": expected sgd, nag, adam, adagrad or ftrl");
+                                   ": expected sgd, nag, adam, adagrad, ftrl or rmsprop");
   }
   spec.set_type(it->second);
   spec.set_learning_rate(static_cast<float>(FLAGS_lr));

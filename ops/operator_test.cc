@@ -20,7 +20,8 @@ TEST(OperatorRegistryTest, KnowsEveryOperator) {
         "Embedding", "Flatten", "FullyConnected", "LinearRegressionOutput",
         "Pooling", "Reshape", "SoftmaxOutput", "elemwise_add", "elemwise_mul",
         "elemwise_sub", "sgd_update", "sgd_mom_update", "nag_mom_update",
-        "adam_update", "adagrad_update", "ftrl_update", "_CrossDeviceCopy"}) {
+        "adam_update", "adagrad_update", "ftrl_update", "rmsprop_update",
+        "_CrossDeviceCopy"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), op), names.end()) << op;
   }
 }
@@ -35,7 +36,8 @@ TEST(OperatorRegistryTest, UnknownOperatorListsTheKnownOnes) {
             "Embedding, Flatten, FullyConnected, LeakyReLU, LinearRegressionOutput, "
             "Pooling, Reshape, SoftmaxOutput, adagrad_update, adam_update, clip, "
             "elemwise_add, elemwise_mul, elemwise_sub, ftrl_update, identity, "
-            "nag_mom_update, sgd_mom_update, sgd_update, softmax, stop_gradient");
+            "nag_mom_update, rmsprop_update, sgd_mom_update, sgd_update, softmax, "
+            "stop_gradient");
 }
 
 TEST(OperatorRegistryTest, IdentityAndNames) {

@@ -113,6 +113,9 @@ Status CheckSpec(const OptimizerSpec& s) {
   if (s.has_beta() && !(s.beta() >= 0 && std::isfinite(s.beta()))) {
     return Bad("beta " + Num(s.beta()) + " must be >= 0");
   }
+  if (s.has_gamma1() && !(s.gamma1() >= 0 && s.gamma1() < 1)) {
+    return Bad("gamma1 " + Num(s.gamma1()) + " must be in [0, 1)");
+  }
   return CheckSchedule(s.lr_schedule());
 }
 
@@ -132,6 +135,9 @@ Optimizer::Optimizer(const OptimizerSpec& spec) : spec_(spec) {
     case OptimizerSpec::FTRL:
       rule_ = UpdateRule::kFtrl;
       break;
+    case OptimizerSpec::RMSPROP:
+      rule_ = UpdateRule::kRmsProp;
+      break;
     default:
       rule_ = spec.momentum() > 0 ? UpdateRule::kSgdMom : UpdateRule::kSgd;
       break;
@@ -148,6 +154,7 @@ Optimizer::Optimizer(const OptimizerSpec& spec) : spec_(spec) {
                       : (rule_ == UpdateRule::kAdaGrad ? 1e-7f : 1e-8f);
   base_.lamda1 = spec.has_lamda1() ? spec.lamda1() : 0.01f;
   base_.beta = spec.has_beta() ? spec.beta() : 1.0f;
+  base_.gamma1 = spec.has_gamma1() ? spec.gamma1() : 0.9f;
 }
 
 StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(

@@ -15,6 +15,7 @@ enum class UpdateRule : int {
   kAdam = 3,     // state: mean, var
   kAdaGrad = 4,  // state: history
   kFtrl = 5,     // state: z, n
+  kRmsProp = 6,  // state: mean square
 };
 
 // Scalars of one update step (see proto/optimizer.proto for the formulas).
@@ -29,6 +30,7 @@ struct UpdateParams {
   float epsilon = 1e-8f;
   float lamda1 = 0.01f;         // FTRL
   float beta = 1.0f;            // FTRL
+  float gamma1 = 0.9f;          // RMSProp
 };
 
 // Number of state arrays `rule` keeps per weight.

@@ -61,6 +61,15 @@ void UpdateRange(UpdateRule rule, const UpdateParams& p, int64_t b, int64_t e,
         w[i] -= lr * (g / std::sqrt(s0[i] + eps) + wd * w[i]);
       }
       break;
+    case UpdateRule::kRmsProp: {
+      const float g1 = p.gamma1;
+      for (int64_t i = b; i < e; ++i) {
+        const float gw = g_at(i) + wd * w[i];
+        s0[i] = (1.0f - g1) * gw * gw + g1 * s0[i];
+        w[i] -= lr * gw / std::sqrt(s0[i] + eps);
+      }
+      break;
+    }
     case UpdateRule::kFtrl: {
       const float l1 = p.lamda1, beta = p.beta;
       for (int64_t i = b; i < e; ++i) {
@@ -146,7 +155,10 @@ StatusOr<std::unique_ptr<Operator>> UpdateOp::CreateFor(UpdateRule rule,
   if (rule == UpdateRule::kSgdMom || rule == UpdateRule::kNag) {
     KV_RETURN_IF_ERROR(r.Float("momentum", &momentum, 0, 1, 0));
   }
-  double lamda1 = 0.01, beta = 1;
+  double lamda1 = 0.01, beta = 1, gamma1 = 0.9;
+  if (rule == UpdateRule::kRmsProp) {
+    KV_RETURN_IF_ERROR(r.Float("gamma1", &gamma1, 0, 0.999999, 0.9));
+  }
   if (rule == UpdateRule::kFtrl) {
     KV_RETURN_IF_ERROR(r.Float("lamda1", &lamda1, 0, 1e9, 0.01));
     KV_RETURN_IF_ERROR(r.Float("beta", &beta, 0, 1e9, 1));
@@ -166,6 +178,7 @@ StatusOr<std::unique_ptr<Operator>> UpdateOp::CreateFor(UpdateRule rule,
   p.epsilon = static_cast<float>(eps);
   p.lamda1 = static_cast<float>(lamda1);
   p.beta = static_cast<float>(beta);
+  p.gamma1 = static_cast<float>(gamma1);
   return std::unique_ptr<Operator>(std::move(op));
 }
 
@@ -179,6 +192,8 @@ std::vector<std::string> UpdateOp::ListAuxiliaryStates() const {
       return {"history"};
     case UpdateRule::kFtrl:
       return {"z", "n"};
+    case UpdateRule::kRmsProp:
+      return {"n"};
     default:
       return {"momentum"};
   }
@@ -217,5 +232,6 @@ KV_REGISTER_OP("nag_mom_update", UpdateOp::Create<UpdateRule::kNag>);
 KV_REGISTER_OP("adam_update", UpdateOp::Create<UpdateRule::kAdam>);
 KV_REGISTER_OP("adagrad_update", UpdateOp::Create<UpdateRule::kAdaGrad>);
 KV_REGISTER_OP("ftrl_update", UpdateOp::Create<UpdateRule::kFtrl>);
+KV_REGISTER_OP("rmsprop_update", UpdateOp::Create<UpdateRule::kRmsProp>);
 
 }  // namespace kvtrain

@@ -45,6 +45,12 @@ __global__ void UpdateKernel(UpdateRule rule, UpdateParams p, int64_t n,
         s0[i] += g * g;
         w[i] -= p.lr * (g / sqrtf(s0[i] + p.epsilon) + p.wd * w[i]);
         break;
+      case UpdateRule::kRmsProp: {
+        const float gw = g + p.wd * w[i];
+        s0[i] = (1.0f - p.gamma1) * gw * gw + p.gamma1 * s0[i];
+        w[i] -= p.lr * gw / sqrtf(s0[i] + p.epsilon);
+        break;
+      }
       case UpdateRule::kFtrl: {
         const float n_new = s1[i] + g * g;
         s0[i] += g - (sqrtf(n_new) - sqrtf(s1[i])) / p.lr * w[i];

@@ -74,6 +74,14 @@ struct Ref {
                                : ((m > 0 ? l1 : -l1) - m) / ((beta + std::sqrt(v)) / lr + wd);
         break;
       }
+      case OptimizerSpec::RMSPROP: {
+        const double g1 = s.has_gamma1() ? s.gamma1() : 0.9;
+        const double eps = s.has_epsilon() ? s.epsilon() : 1e-8;
+        const double gw = g + wd * w;
+        v = (1 - g1) * gw * gw + g1 * v;
+        w -= lr * gw / std::sqrt(v + eps);
+        break;
+      }
       default:
         v += g * g;
         w -= lr * (g / std::sqrt(v + 1e-7) + wd * w);
@@ -130,6 +138,19 @@ TEST_F(OptimizerTest, EachRuleMatchesReference) {
   ftrl.set_beta(0.5f);
   ftrl.set_weight_decay(0.1f);
   ExpectMatchesReference(ftrl);
+  OptimizerSpec rmsprop = Spec(OptimizerSpec::RMSPROP, 0.01f);
+  ExpectMatchesReference(rmsprop);
+  rmsprop.set_gamma1(0.5f);
+  rmsprop.set_epsilon(1e-4f);
+  rmsprop.set_weight_decay(0.01f);
+  rmsprop.set_clip_gradient(0.5f);
+  ExpectMatchesReference(rmsprop);
+  OptimizerSpec bad = Spec(OptimizerSpec::RMSPROP, 0.01f);
+  bad.set_gamma1(1.0f);
+  const auto refused = Optimizer::Create(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("gamma1 1 must be in [0, 1)"), std::string::npos)
+      << refused.status();
 }
 
 TEST_F(OptimizerTest, BadSpecsAreRejected) {

@@ -94,11 +94,12 @@ py::bytes OptimizerSpec(const std::string& name, const py::dict& params) {
       {"nag", proto::OptimizerSpec::NAG},
       {"adam", proto::OptimizerSpec::ADAM},
       {"adagrad", proto::OptimizerSpec::ADAGRAD},
-      {"ftrl", proto::OptimizerSpec::FTRL}};
+      {"ftrl", proto::OptimizerSpec::FTRL},
+      {"rmsprop", proto::OptimizerSpec::RMSPROP}};
   auto t = kTypes.find(name);
   if (t == kTypes.end()) {
     throw StatusError{Status::InvalidArgument(
-        "optimizer \"" + name + "\": expected sgd, nag, adam, adagrad or ftrl")};
+        "optimizer \"" + name + "\": expected sgd, nag, adam, adagrad, ftrl or rmsprop")};
   }
   proto::OptimizerSpec spec;
   spec.set_type(t->second);
@@ -132,6 +133,8 @@ py::bytes OptimizerSpec(const std::string& name, const py::dict& params) {
       spec.set_lamda1(number());
     } else if (key == "beta") {
       spec.set_beta(number());
+    } else if (key == "gamma1") {
+      spec.set_gamma1(number());
     } else if (key == "lr_scheduler") {
       if (v.is_none()) continue;
       py::dict s = v.attr("_spec")();

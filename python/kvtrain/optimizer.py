@@ -1,4 +1,4 @@
-"""Optimizers: sgd, nag, adam, adagrad, ftrl. An optimizer is a specification (the
+"""Optimizers: sgd, nag, adam, adagrad, ftrl, rmsprop. An optimizer is a specification (the
 protobuf OptimizerSpec) that the store applies, on the parameter servers for
 dist stores: it is sent as that message, never pickled.
 
@@ -8,13 +8,13 @@ dist stores: it is sent as that message, never pickled.
 
 from . import _lib
 
-NAMES = ("sgd", "nag", "adam", "adagrad", "ftrl")
+NAMES = ("sgd", "nag", "adam", "adagrad", "ftrl", "rmsprop")
 
 
 class Optimizer(object):
     """`name` and its parameters: learning_rate, momentum (sgd, nag), wd,
     rescale_grad, clip_gradient, beta1, beta2, epsilon (adam, adagrad),
-    lamda1, beta (ftrl), lr_scheduler (kvtrain.lr_scheduler). Checked at once: a bad value is a
+    lamda1, beta (ftrl), gamma1 (rmsprop), lr_scheduler (kvtrain.lr_scheduler). Checked at once: a bad value is a
     ValueError naming it."""
 
     def __init__(self, name, **params):
@@ -56,3 +56,8 @@ def Ftrl(**params):
     """FTRL-proximal (lamda1: L1 strength, beta), the CTR models' usual
     choice for row-sparse tables."""
     return Optimizer("ftrl", **params)
+
+
+def RMSProp(**params):
+    """Non-centred RMSProp: gamma1 (the mean square's decay, 0.9), epsilon."""
+    return Optimizer("rmsprop", **params)

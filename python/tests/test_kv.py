@@ -68,6 +68,18 @@ def test_sgd_optimizer_applies_on_push(kv):
     np.testing.assert_allclose(out, [9, 9])  # 10 - 0.5 * 2
 
 
+def test_rmsprop_applies_on_push(kv):
+    kv.set_optimizer(kt.optimizer.RMSProp(learning_rate=0.1, gamma1=0.5, epsilon=1e-6))
+    kv.init("w", np.full((2,), 1, np.float32))
+    for _ in range(2):
+        kv.push("w", np.full((2,), 2, np.float32))
+    out = np.zeros((2,), np.float32)
+    kv.pull("w", out=out)
+    # n = 0.5 * 4 = 2, then 0.5 * 4 + 0.5 * 2 = 3; w -= 0.1 * 2 / sqrt(n + eps).
+    want = 1 - 0.2 / np.sqrt(2 + 1e-6) - 0.2 / np.sqrt(3 + 1e-6)
+    np.testing.assert_allclose(out, [want, want], rtol=1e-6)
+
+
 def test_optimizer_states_save_and_load(kv, tmp_path):
     kv.set_optimizer(kt.optimizer.create("sgd", learning_rate=0.1, momentum=0.9,
                                          rescale_grad=1.0))
@@ -132,8 +144,10 @@ def test_optimizer_specs_are_checked():
         kt.optimizer.create("sgd", momentum=1.5)
     with pytest.raises(ValueError, match=r'"lerning_rate" is unknown'):
         kt.optimizer.create("sgd", lerning_rate=0.1)
-    with pytest.raises(ValueError, match=r"expected sgd, nag, adam, adagrad or ftrl"):
-        kt.optimizer.create("rmsprop")
+    with pytest.raises(ValueError, match=r"expected sgd, nag, adam, adagrad, ftrl or rmsprop"):
+        kt.optimizer.create("signum")
+    with pytest.raises(ValueError, match=r"gamma1 1\.5 must be in \[0, 1\)"):
+        kt.optimizer.create("rmsprop", gamma1=1.5)
     with pytest.raises(ValueError, match=r"steps .* must increase"):
         kt.lr_scheduler.MultiFactorScheduler([5, 3], 0.1)
     opt = kt.optimizer.create("adam", learning_rate=0.01, beta1=0.8,

@@ -149,8 +149,12 @@ def test_optimizers_take_mxnets_names_arguments_and_defaults():
     sgd = mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, wd=1e-4, multi_precision=True,
                            param_idx2name={0: "w"})
     assert sgd._kvtrain.params == {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}
-    with pytest.raises(NotInKvtrain, match="optimizer 'rmsprop'"):
-        mx.optimizer.create("rmsprop")
+    rmsprop = mx.optimizer.create("rmsprop", gamma1=0.95, gamma2=0.9, epsilon=1e-7)
+    assert rmsprop._kvtrain.params == {"learning_rate": 0.001, "gamma1": 0.95, "epsilon": 1e-7}
+    with pytest.raises(NotInKvtrain, match="centered=True"):
+        mx.optimizer.create("rmsprop", centered=True)
+    with pytest.raises(NotInKvtrain, match="optimizer 'signum'"):
+        mx.optimizer.create("signum")
     with pytest.raises(TypeError, match="'sgd' got argument\\(s\\) it does not take: beta1"):
         mx.optimizer.create("sgd", beta1=0.9)
     with pytest.raises(NotInKvtrain, match="mx.optimizer.register"):
@@ -277,12 +281,15 @@ def test_mxnet_train_mnist_checkpoints_resumes_and_reads_only(workdir):
     for init in ("xavier", "msra", "normal", "uniform", "zero", "one", "orthogonal"):
         code, out = train_mnist(workdir, "--num-epochs", "1", "--initializer", init, *small)
         assert code == 0 and validation(out), (init, out[-2000:])
+    code, out = train_mnist(workdir, "--num-epochs", "2", "--optimizer", "rmsprop", "--lr",
+                            "0.001", *small)
+    assert code == 0 and validation(out)[-1] > 0.6, out[-2000:]
 
 
 @pytest.mark.parametrize("flags,named", [
     (["--monitor", "10"], "mx.mon.Monitor is not available"),
     (["--network", "lenet", "--add_stn"], "mx.sym.SpatialTransformer is not available"),
-    (["--optimizer", "rmsprop"], "optimizer 'rmsprop' is not available"),
+    (["--optimizer", "signum"], "optimizer 'signum' is not available"),
 ])
 def test_mxnet_features_kvtrain_lacks_stop_the_script_naming_them(workdir, flags, named):
     code, out = train_mnist(workdir, "--num-epochs", "1", "--num-examples", "1000",

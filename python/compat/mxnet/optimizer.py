@@ -9,7 +9,7 @@ from .base import NotInKvtrain
 
 # MXNet's defaults where they are not kvtrain's.
 _DEFAULT_LR = {"sgd": 0.01, "nag": 0.01, "adam": 0.001, "adagrad": 0.01, "ftrl": 0.1,
-               "test": 0.01}
+               "rmsprop": 0.001, "test": 0.01}
 # Arguments that only name or describe parameters: accepted, not used.
 _DESCRIPTIVE = {"param_idx2name", "sym", "param_dict", "begin_num_update", "aggregate_num",
                 "use_fused_step"}
@@ -25,9 +25,11 @@ _ARGS = {
                 "lr_scheduler"},
     "ftrl": {"learning_rate", "lamda1", "beta", "wd", "rescale_grad", "clip_gradient",
              "lr_scheduler"},
+    "rmsprop": {"learning_rate", "gamma1", "gamma2", "epsilon", "centered", "clip_weights",
+                "wd", "rescale_grad", "clip_gradient", "lr_scheduler", "multi_precision"},
     "test": {"learning_rate", "wd", "rescale_grad", "multi_precision", "lr_scheduler"},
 }
-_NOT_HERE = ("rmsprop", "signum", "signsgd", "ftml", "dcasgd", "sgld", "adadelta", "adamax",
+_NOT_HERE = ("signum", "signsgd", "ftml", "dcasgd", "sgld", "adadelta", "adamax",
              "nadam", "lamb", "lars", "lbsgd", "adabelief", "adamw", "lans", "groupadagrad")
 
 
@@ -38,7 +40,7 @@ class Optimizer(object):
         name = name.lower()
         if name in _NOT_HERE:
             raise NotInKvtrain("optimizer %r" % name,
-                               "kvtrain has sgd, nag, adam, adagrad, ftrl and test")
+                               "kvtrain has sgd, nag, adam, adagrad, ftrl, rmsprop and test")
         if name not in _ARGS:
             raise ValueError("optimizer %r: unknown (MXNet's names kvtrain runs: %s)"
                              % (name, ", ".join(sorted(_ARGS))))
@@ -60,6 +62,13 @@ class Optimizer(object):
               and v is not None}
         if "eps" in kw:
             kw["epsilon"] = kw.pop("eps")
+        if self.name == "rmsprop":
+            if kw.pop("centered", False):
+                raise NotInKvtrain("rmsprop with centered=True (Graves' variant)",
+                                   "use centered=False, the default")
+            if kw.pop("clip_weights", None) is not None:
+                raise NotInKvtrain("rmsprop's clip_weights", "leave it unset")
+            kw.pop("gamma2", None)  # the centred variant's momentum only
         if self.name == "test":
             # MXNet's test rule, w += rescale_grad * g, is SGD with rate 1
             # and the rescale negated: w -= 1 * (-rescale_grad * g).
