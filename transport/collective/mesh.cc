@@ -113,6 +113,7 @@ Mesh::Mesh(int rank, int size, const MeshOptions& options, void* ctx)
   for (int i = 0; i < size; ++i) peers_.push_back(std::make_unique<Peer>());
   failed_.assign(size, "");
   said_bye_.assign(size, false);
+  bye_reason_.assign(size, std::string());
   liveness_.SetWatched(rank, false);
   std::vector<int> everyone(size);
   for (int i = 0; i < size; ++i) everyone[i] = i;
@@ -296,8 +297,10 @@ StatusOr<std::unique_ptr<Payload>> Mesh::Recv(int peer, MsgKind kind,
       }
     }
     if (said_bye_[peer]) {
-      return Status::Unavailable(PeerName(peer) +
-                                 " has left (closed its communicator)");
+      // It may have left because a rank died that this one has not
+      // noticed yet: its bye says so.
+      return Status::Unavailable(PeerName(peer) + " has left (closed its communicator)" +
+                                 (bye_reason_[peer].empty() ? "" : ": " + bye_reason_[peer]));
     }
     if (cv_.wait_until(l, deadline) == std::cv_status::timeout &&
         Clock::now() >= deadline) {
@@ -333,15 +336,20 @@ void Mesh::Close() {
     if (closed_) return;
     closed_ = true;
   }
+  // Leaving after a rank died: the bye names it, so that a rank that has
+  // not noticed yet reports the death, not only this departure.
+  std::string reason;
   {
     std::lock_guard<std::mutex> l(mu_);
     closing_ = true;
+    for (int p = 0; p < size_ && reason.empty(); ++p) reason = failed_[p];
   }
+  if (reason.size() > kMaxByeReason) reason.resize(kMaxByeReason);
   cv_.notify_all();
   if (thread_.joinable()) {
     for (int p = 0; p < size_; ++p) {
       if (p != rank_ && PeerStatus(p).ok()) {
-        SendRaw(p, MsgKind::kBye, 0, 0, nullptr, 0, true);
+        SendRaw(p, MsgKind::kBye, 0, 0, reason.data(), reason.size(), true);
       }
     }
     WaitReleased(Clock::now() + std::chrono::seconds(2));

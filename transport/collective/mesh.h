@@ -200,6 +200,8 @@ class Mesh {
   // Why each peer is failed (dead, or cut off); "" = alive.
   std::vector<std::string> failed_ GUARDED_BY(mu_);
   std::vector<bool> said_bye_ GUARDED_BY(mu_);
+  // Why a peer left, when a failure made it (its bye's body).
+  std::vector<std::string> bye_reason_ GUARDED_BY(mu_);
   bool closing_ GUARDED_BY(mu_) = false;
   // Last-heard clocks and drops; Check and HeartbeatDue on RecvLoop only.
   net::PeerLiveness liveness_;

@@ -87,6 +87,9 @@ Drop Mesh::Deliver(const Decoded& d, std::unique_ptr<Payload> body) {
     std::lock_guard<std::mutex> l(mu_);
     if (d.kind == MsgKind::kBye) {
       said_bye_[d.peer] = true;
+      if (body != nullptr && body->size() > 0) {
+        bye_reason_[d.peer].assign(static_cast<const char*>(body->data()), body->size());
+      }
       liveness_.SaidGoodbye(d.peer);
     } else {
       verdict = inbox_.Push(d.peer, d.kind, d.group, d.tag, std::move(body));

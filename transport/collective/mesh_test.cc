@@ -318,6 +318,29 @@ TEST(MeshTest, AFloodPastTheQueueLimitCutsThePeerOff) {
   }
 }
 
+// A rank that leaves after another failed says why in its bye: a rank still
+// waiting on it learns of the failure it had not noticed itself.
+TEST(MeshTest, AByeNamesTheFailureItsSenderLeftFor) {
+  MeshOptions o;
+  o.limits.max_messages_per_peer = 10;
+  Trio t(o);
+  for (int i = 0; i < 20; ++i) {
+    t.raw.Send(t.to0, {Header(MsgKind::kUser, 2, kWorld, 0), std::string(10, 'x')});
+  }
+  AwaitDropped(t.mesh[0].get(), 20);
+  ASSERT_FALSE(t.mesh[0]->PeerStatus(2).ok());
+  t.mesh[0]->Close();
+  auto got = t.mesh[1]->Recv(0, MsgKind::kUser, kWorld, 0,
+                             Clock::now() + kLong);
+  ASSERT_EQ(got.status().code(), Status::Code::kUnavailable) << got.status();
+  const std::string m = got.status().message();
+  EXPECT_NE(m.find("rank 0 (127.0.0.1:"), std::string::npos) << m;
+  EXPECT_NE(m.find("has left (closed its communicator): rank 2 (127.0.0.1:"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("was cut off"), std::string::npos) << m;
+}
+
 TEST(MeshTest, LeftoversOfFinishedCollectivesAreDropped) {
   Trio t;
   t.raw.Send(t.to0, {Header(MsgKind::kCollective, 2, kWorld, 3), "late"});

@@ -178,13 +178,15 @@ Decoded DecodeMeshMessage(const WireFrames& in, int rank, int size) {
   }
   const bool control = d.kind == MsgKind::kHello ||
                        d.kind == MsgKind::kHeartbeat || d.kind == MsgKind::kBye;
-  if (control && (h.group != 0 || h.tag != 0 || !in.frame[2].empty())) {
+  const size_t body_limit = d.kind == MsgKind::kBye ? kMaxByeReason : 0;
+  if (control && (h.group != 0 || h.tag != 0 || in.frame[2].size() > body_limit)) {
     return Dropped(d, Drop::kMalformed,
                    "a hello, heartbeat or bye with group " +
                        std::to_string(h.group) + ", tag " +
                        std::to_string(h.tag) + " and " +
                        std::to_string(in.frame[2].size()) +
-                       " bytes (expected 0, 0 and 0)");
+                       " bytes (expected 0, 0 and 0; a bye's reason up to " +
+                       std::to_string(kMaxByeReason) + ")");
   }
   if (!control && h.group == 0) {
     return Dropped(d, Drop::kUnknownGroup,

@@ -33,12 +33,14 @@ enum class MsgKind : uint32_t {
   kCollective = 1,  // all-reduce, broadcast, barrier, split
   kHello = 2,       // connection handshake
   kHeartbeat = 3,
-  kBye = 4,   // the sender is leaving cleanly
+  kBye = 4,   // the sender is leaving; body: why, if it failed (kMaxByeReason)
   kLane = 5,  // sealed-lane setup (mesh_lane.cc): tag kLaneOffer or kLaneAck
 };
 
 // kLane's tags: an offer and its answer (net/lane_setup.h: the lane id and
 // key the sender will seal with; the lane id and the receiver's lane port).
+// A bye's body at most: the failure that made its sender leave, if any.
+inline constexpr size_t kMaxByeReason = 1024;
 inline constexpr uint64_t kLaneOffer = 1;
 inline constexpr uint64_t kLaneAck = 2;
 
