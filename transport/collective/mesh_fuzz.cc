@@ -46,7 +46,9 @@ void CheckAccepted(const Decoded& d, const WireFrames& in, int rank, int size) {
   }
   const bool control =
       d.kind != MsgKind::kUser && d.kind != MsgKind::kCollective;
-  CHECK(!control || (d.group == 0 && d.tag == 0 && in.frame[2].empty()));
+  // A bye may say why its sender left (kMaxByeReason bytes at most).
+  const size_t body_limit = d.kind == MsgKind::kBye ? kMaxByeReason : 0;
+  CHECK(!control || (d.group == 0 && d.tag == 0 && in.frame[2].size() <= body_limit));
   CHECK(control || d.group != 0);
 }
 
