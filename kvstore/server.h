@@ -56,9 +56,10 @@ class ServerHandler {
   // `key_base`: the first key of this server's range; a key less it is the
   // StateKey (keys.h) its optimizer state goes under.
   // `ordered_sum`: a dist_sync step sums its pushes in worker rank order,
-  // not as they arrive, so that every copy of a key range (server
-  // replicas) sums bit for bit alike (with one or two workers both orders
-  // give the same bits, and pushes are summed as they arrive).
+  // not as they arrive, so that a step the workers send again to a new
+  // primary after a failover sums to the bits the lost one passed on, or
+  // would have (with one or two workers both orders give the same bits,
+  // and pushes are summed as they arrive).
   ServerHandler(int num_workers, uint64_t key_base, bool ordered_sum = false)
       : num_workers_(num_workers),
         key_base_(key_base),
