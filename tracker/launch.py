@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Starts a kvtrain job: a scheduler on this host, then servers and workers
 locally, over ssh, through mpirun or through Slurm's srun. Stops the whole
-job when any process fails or on Ctrl-C, and says which process failed and
-how; if launch.py itself is killed, every process it started gets SIGTERM."""
+job when any process fails (unless --max-restarts starts a dead worker again
+or --server-replicas lets the job go on without a server) or on Ctrl-C, and
+says which process failed and how; if launch.py itself is killed, every
+process it started gets SIGTERM."""
 
 import argparse
 import os
@@ -35,6 +37,9 @@ EXAMPLES = """examples:
 
   # each server's keys also on the next server: the job outlives a dead server
   tracker/launch.py -n 2 -s 3 --server-replicas 1 ./train_mnist --kv-store dist_sync
+
+  # a worker that dies is started again (up to 3 times per rank) and rejoins
+  tracker/launch.py -n 4 -s 2 --max-restarts 3 ./train_mnist --kv-store dist_sync
 
   # pick the NIC every node advertises, log the control plane
   DMLC_INTERFACE=eth1 PS_VERBOSE=1 tracker/launch.py -n 2 -s 2 ...
@@ -115,6 +120,12 @@ def parse_args(argv):
                     help="keep each server's keys on R more servers, so that the job "
                     "goes on when up to R servers die (default 0: a dead server ends "
                     "the job); local and ssh launchers; docs/reliability.md")
+    ap.add_argument("--max-restarts", type=int, default=0, metavar="K",
+                    help="a worker that dies (non-zero exit or signal) is started again, "
+                    "same rank, same host, same command and environment, up to K times "
+                    "per rank; the restarted worker rejoins the running job (default 0: "
+                    "a dead worker ends the job); local and ssh launchers; "
+                    "docs/launching.md")
     ap.add_argument("--insecure", action="store_true",
                     help="no CURVE security (plain ZeroMQ): anyone who can reach "
                     "the job's ports can join it; also KVTRAIN_INSECURE=1")
@@ -157,6 +168,12 @@ def parse_args(argv):
     if args.server_replicas > 0 and args.launcher not in ("local", "ssh"):
         problems.append("--server-replicas works with --launcher local and ssh (mpirun "
                         "and srun end every process of a role when one dies)")
+    if args.max_restarts < 0:
+        problems.append("--max-restarts must be 0 or more, got %d" % args.max_restarts)
+    if args.max_restarts > 0 and args.launcher not in ("local", "ssh"):
+        problems.append("--max-restarts works with --launcher local and ssh (mpirun "
+                        "and srun end every rank of a job when one dies, so they cannot "
+                        "start one again)")
     if args.sync_dst_dir and args.launcher != "ssh":
         problems.append("--sync-dst-dir works with --launcher ssh only")
     if args.ssh_strict_host_keys and args.launcher != "ssh":
@@ -190,6 +207,12 @@ class Launcher:
             # The job goes on without up to that many servers; whether their
             # keys still have a copy, the job's nodes decide (and end it if not).
             self.sup.tolerate["server"] = a.server_replicas
+        if a.max_restarts > 0:
+            # Every node learns that a worker may come back (the servers
+            # wait for it instead of ending the job), and each restart is
+            # launch.py's to make.
+            self.spec.env_all["KVTRAIN_WORKER_RESTARTS"] = str(a.max_restarts)
+            self.sup.restarts["worker"] = a.max_restarts
         self.spec.check_names()
         self.strict_host_keys = (a.ssh_strict_host_keys or
                                  launchers.strict_host_keys_requested(self.spec.environ))

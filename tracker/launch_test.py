@@ -2,8 +2,10 @@
 scheduler address, argument checks, ssh and rsync command lines (the
 processes it starts: supervisor_test.py)."""
 
+import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -210,6 +212,23 @@ class SshCommandLineTest(unittest.TestCase):
                                     "KVTRAIN_SSH_STRICT_HOST_KEYS='maybe': expected 1 or 0"):
             on({off: "maybe"})
 
+    def test_a_restarted_process_runs_through_ssh_on_the_same_host(self):
+        spec = self.spec()
+        spec.env_worker = {"KVT_W": "w"}
+        (proc,) = launchers.ssh_procs(spec, [("worker", 0, hostfile.Host("h1", 2222))],
+                                      ["-i", "key"], "/w dir")
+        again = proc.again({"KVTRAIN_RESTART": "2"})
+        self.assertEqual((again.role, again.rank, again.host, again.remote),
+                         ("worker", 0, "h1", True))
+        self.assertEqual(again.argv, proc.argv)
+        self.assertEqual(again.env, proc.env)
+        # The new variable travels in the script, with everything the first had.
+        self.assertEqual(again.stdin_data,
+                         proc.stdin_data.replace("  export KVT_W=w\n",
+                                                 "  export KVTRAIN_RESTART=2\n  export KVT_W=w\n"))
+        self.assertNotIn("KVTRAIN_RESTART", proc.stdin_data)
+        self.assertNotIn("KVTRAIN_RESTART", " ".join(again.argv))
+
     def test_rsync_command_line(self):
         calls = []
         orig_run, orig_which = launchers.subprocess.run, launchers.shutil.which
@@ -289,6 +308,40 @@ class ArgsTest(unittest.TestCase):
         self.assertIn("--server-replicas works with --launcher local and ssh",
                       self.error_of(["-n", "1", "-s", "2", "--server-replicas", "1",
                                      "--launcher", "mpi", "-H", "hosts", "true"]))
+        self.assertIn("--max-restarts must be 0 or more, got -1",
+                      self.error_of(["-n", "1", "--max-restarts", "-1", "true"]))
+        for launcher in ("mpi", "slurm"):
+            err = " ".join(self.error_of(["-n", "1", "--max-restarts", "1", "--launcher",
+                                          launcher, "-H", "hosts", "true"]).split())
+            self.assertIn("--max-restarts works with --launcher local and ssh (mpirun and "
+                          "srun end every rank of a job when one dies, so they cannot start "
+                          "one again)", err)
+        # 0 is every launcher's default.
+        self.assertEqual(launch.parse_args(["-n", "1", "--launcher", "mpi", "true"])
+                         .max_restarts, 0)
+
+    def prepared(self, argv):
+        """A local Launcher after prepare() (nothing started)."""
+        launcher = launch.Launcher(launch.parse_args(argv))
+        self.addCleanup(shutil.rmtree, launcher.port_dir, ignore_errors=True)
+        launcher.sup.out = io.BytesIO()  # its log lines
+        launcher.prepare()
+        launcher.spec.root_port = 9091
+        return launcher
+
+    def test_max_restarts_reach_every_process_and_the_supervisor(self):
+        launcher = self.prepared(["-n", "2", "-s", "1", "--max-restarts", "3", "true"])
+        self.assertEqual(launcher.sup.restarts, {"worker": 3})
+        self.assertEqual(launcher.sup.tolerate, {})  # servers are not restarted
+        for role in ("scheduler", "server", "worker"):
+            self.assertEqual(launcher.spec.role_env(role, 0)["KVTRAIN_WORKER_RESTARTS"], "3",
+                             role)
+        for proc in launcher.procs():
+            self.assertEqual(proc.env["KVTRAIN_WORKER_RESTARTS"], "3", proc.name)
+        launcher = self.prepared(["-n", "2", "-s", "1", "true"])
+        self.assertEqual(launcher.sup.restarts, {})
+        for proc in launcher.procs():
+            self.assertNotIn("KVTRAIN_WORKER_RESTARTS", proc.env, proc.name)
 
     def test_defaults(self):
         a = launch.parse_args(["-n", "3", "prog", "--kv-store", "dist_sync"])

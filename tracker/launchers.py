@@ -300,6 +300,23 @@ def remote_script(env, workdir, command):
         "kvtrain_job\n")
 
 
+class SshProc(Proc):
+    """A server or worker run through ssh: `argv` and `env` are ssh's, the
+    process's own variables (`remote_env`) travel in the script on ssh's
+    stdin, so a restart with more variables needs a new script."""
+
+    def __init__(self, role, rank, argv, env, host, remote_env, workdir, command):
+        super().__init__(role, rank, argv, env, host=host,
+                         stdin_data=remote_script(remote_env, workdir, command), remote=True)
+        self.remote_env = remote_env
+        self.workdir = workdir
+        self.command = command
+
+    def again(self, extra_env):
+        return SshProc(self.role, self.rank, list(self.argv), dict(self.env), self.host,
+                       {**self.remote_env, **extra_env}, self.workdir, self.command)
+
+
 def ssh_procs(spec, placement, ssh_args, workdir, strict_host_keys=False):
     procs = []
     for role, rank, host in placement:
@@ -314,10 +331,8 @@ def ssh_procs(spec, placement, ssh_args, workdir, strict_host_keys=False):
         elif "DMLC_NODE_HOST" not in explicit:
             env.pop("DMLC_NODE_HOST", None)
         argv = ssh_base(host, ssh_args, strict_host_keys) + ["bash", "-s"]
-        local_env = dict(os.environ)
-        procs.append(Proc(role, rank, argv, local_env, host=host.name,
-                          stdin_data=remote_script(env, workdir, spec.command),
-                          remote=True))
+        procs.append(SshProc(role, rank, argv, dict(os.environ), host.name, env, workdir,
+                             spec.command))
     return procs
 
 

@@ -1,7 +1,7 @@
 """The local launcher with real processes (a stand-in job that checks in with
-its scheduler): success, output prefixes, environment, failure teardown,
-Ctrl-C, --timeout, launch.py itself SIGKILLed, and no process left behind in
-any case."""
+its scheduler): success, output prefixes, environment, failure teardown, a
+dead worker started again (--max-restarts), Ctrl-C, --timeout, launch.py
+itself SIGKILLed, and no process left behind in any case."""
 
 import os
 import resource
@@ -97,6 +97,31 @@ class LocalLaunchTest(unittest.TestCase):
                       "process", out)
         self.assertIn("launch.py: last lines of worker 1:", out)
         self.assertIn("launch.py:   | failing on purpose", out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_max_restarts_starts_a_dead_worker_again(self):
+        code, out = launch(["-n", "2", "-s", "1", "--max-restarts", "1"] + self.job(
+            "--die-first-run", "worker:1", "--print-env", "KVTRAIN_WORKER_RESTARTS",
+            "--print-env", "KVTRAIN_RESTART", "--print-env", "DMLC_RANK"))
+        self.assertEqual(code, 0, out)
+        self.assertIn("launch.py: worker 1 failed with signal SIGKILL; starting it again "
+                      "(restart 1 of 1)", out)
+        for role, rank in (("server", 0), ("worker", 0), ("worker", 1)):
+            self.assertIn("[%s %d] KVTRAIN_WORKER_RESTARTS=1" % (role, rank), out)
+        self.assertEqual(out.count("[worker 1] KVTRAIN_RESTART=<unset>"), 1, out)
+        self.assertEqual(out.count("[worker 1] KVTRAIN_RESTART=1"), 1, out)
+        self.assertEqual(out.count("[worker 1] DMLC_RANK=1"), 2, out)
+        self.assertEqual(out.count("[server 0] KVTRAIN_RESTART=<unset>"), 1, out)
+        self.assertIn("[worker 1] worker 1 done", out)
+        self.assertIn("[scheduler 0] scheduler: all 3 nodes checked in", out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+        # Without --max-restarts the same death ends the job.
+        code, out = launch(["-n", "2", "-s", "1"] + self.job(
+            "--die-first-run", "worker:1", "--print-env", "KVTRAIN_WORKER_RESTARTS"))
+        self.assertNotEqual(code, 0, out)
+        self.assertIn("launch.py: worker 1 failed with signal SIGKILL; stopped every other "
+                      "process", out)
+        self.assertIn("[worker 0] KVTRAIN_WORKER_RESTARTS=<unset>", out)
         self.assertEqual(wait_no_processes(self.marker), [])
 
     def test_the_others_may_end_on_their_own_after_a_failure(self):

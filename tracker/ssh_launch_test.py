@@ -2,8 +2,9 @@
 port): a 2x2 job, --sync-dst-dir with one host for four processes, env and
 DMLC_NODE_HOST on the remote side, a directory and arguments full of shell
 syntax, a variable name that is not one, the host-key policy, an unreachable
-host, a failing and a SIGKILLed remote worker, SIGINT, and launch.py itself
-SIGKILLed — with no process left behind."""
+host, a failing and a SIGKILLed remote worker, one started again
+(--max-restarts), SIGINT, and launch.py itself SIGKILLed — with no process
+left behind."""
 
 import json
 import os
@@ -262,6 +263,19 @@ class SshLaunchTest(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 30)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("worker 1 on 127.0.0.1 failed with exit code 137 (SIGKILL)", out)
+        self.assertEqual(wait_no_processes(self.marker), [])
+
+    def test_max_restarts_starts_a_dead_remote_worker_again(self):
+        code, out = launch(self.base() + ["--max-restarts", "2"] + self.job(
+            "--die-first-run", "worker:0", "--print-env", "KVTRAIN_WORKER_RESTARTS",
+            "--print-env", "KVTRAIN_RESTART", "--print-env", "DMLC_NODE_HOST"))
+        self.assertEqual(code, 0, out)
+        self.assertIn("launch.py: worker 0 on 127.0.0.1 failed with exit code 137 (SIGKILL); "
+                      "starting it again (restart 1 of 2)", out)
+        self.assertEqual(out.count("[worker 0] KVTRAIN_RESTART=1"), 1, out)
+        self.assertEqual(out.count("[worker 0] DMLC_NODE_HOST=127.0.0.1"), 2, out)
+        self.assertIn("[server 1] KVTRAIN_WORKER_RESTARTS=2", out)
+        self.assertIn("[worker 0] worker 0 done", out)
         self.assertEqual(wait_no_processes(self.marker), [])
 
     def test_sigint_leaves_nothing_running(self):

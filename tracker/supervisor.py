@@ -16,6 +16,10 @@ import time
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
+# A process started again after its predecessor of the same role and rank
+# failed gets how many times that rank has been started again (1, 2, ...).
+RESTART_VAR = "KVTRAIN_RESTART"
+
 
 def _find_prctl():
     """libc's prctl, looked up once here: the child after fork only calls it."""
@@ -85,6 +89,9 @@ class Proc:
         self.remote = remote
         self.popen = None
         self.last_lines = collections.deque(maxlen=20)
+        # How many processes of this role and rank failed and were started
+        # again before this one.
+        self.restart = 0
 
     @property
     def name(self):
@@ -97,6 +104,12 @@ class Proc:
     @property
     def returncode(self):
         return self.popen.returncode if self.popen else None
+
+    def again(self, extra_env):
+        """A new, unstarted Proc that runs this one's command again: same
+        role, rank, host and stdin, its environment plus `extra_env`."""
+        return type(self)(self.role, self.rank, list(self.argv), {**self.env, **extra_env},
+                          host=self.host, stdin_data=self.stdin_data, remote=self.remote)
 
 
 class Supervisor:
@@ -117,6 +130,9 @@ class Supervisor:
         # ({"server": R} with server replicas); those that did.
         self.tolerate = {}
         self.lost = []
+        # How many times a failed process of a role is started again, per
+        # rank, before its failure ends the job ({"worker": K}).
+        self.restarts = {}
         self._stop_reason = None
         # Every open stdout/stderr pipe; data: (Proc, its partial line).
         self._streams = selectors.DefaultSelector()
@@ -129,6 +145,11 @@ class Supervisor:
         """Starts `proc` in its own session (teardown signals its group);
         call from the main thread: the child gets SIGTERM when the thread
         that started it ends (die_with_launcher)."""
+        self._spawn(proc)
+        self.procs.append(proc)
+        return proc
+
+    def _spawn(self, proc):
         proc.popen = subprocess.Popen(
             proc.argv, env=proc.env, start_new_session=True,
             preexec_fn=die_with_launcher(),
@@ -140,8 +161,6 @@ class Supervisor:
         for stream in (proc.popen.stdout, proc.popen.stderr):
             os.set_blocking(stream.fileno(), False)
             self._streams.register(stream, selectors.EVENT_READ, (proc, bytearray()))
-        self.procs.append(proc)
-        return proc
 
     def pump(self, timeout):
         """Waits up to `timeout` s for output and writes every complete line
@@ -195,6 +214,10 @@ class Supervisor:
                 return 130 if "SIGINT" in self._stop_reason else 143
             failed = next((p for p in self.procs
                            if p not in self.lost and p.popen.poll() not in (None, 0)), None)
+            if failed and failed.restart < self.restarts.get(failed.role, 0):
+                if self._restart(failed):
+                    continue
+                return self._fail(failed)
             if failed and self.tolerate.get(failed.role, 0) > 0:
                 self.tolerate[failed.role] -= 1
                 self.lost.append(failed)
@@ -212,8 +235,36 @@ class Supervisor:
                 return 124
             self.pump(0.05)
 
+    def _restart(self, failed):
+        """Starts `failed` again in its place in self.procs (its output
+        keeps its label); False when the new process cannot be started."""
+        n = failed.restart + 1
+        where = " on %s" % failed.host if failed.remote else ""
+        self.log("%s%s failed with %s; starting it again (restart %d of %d)"
+                 % (failed.name, where, describe_exit(failed.returncode, failed.remote),
+                    n, self.restarts[failed.role]))
+        # Whatever the dead process left in its group would outlive it (and
+        # could hold its pipes); a remote wrapper's stdin is no longer watched.
+        if failed.popen.stdin:
+            try:
+                failed.popen.stdin.close()
+            except OSError:
+                pass
+        _signal_group(failed.popen, signal.SIGKILL)
+        proc = failed.again({RESTART_VAR: str(n)})
+        proc.restart = n
+        try:
+            self._spawn(proc)
+        except OSError as e:
+            self.log("cannot start %s again: %s" % (failed.name, e))
+            return False
+        self.procs[self.procs.index(failed)] = proc
+        return True
+
     def _fail(self, failed):
         how = describe_exit(failed.returncode, failed.remote)
+        if failed.restart:
+            how += " (after %d restart%s)" % (failed.restart, "s" if failed.restart > 1 else "")
         end = time.monotonic() + self.SETTLE_SECONDS
         while time.monotonic() < end and any(p.popen.poll() is None for p in self.procs):
             self.pump(0.05)

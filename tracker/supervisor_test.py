@@ -1,9 +1,11 @@
 """Unit tests of how the launcher runs its processes: the remote script's
 quoting and exit code, the parent-death signal, the supervisor's output
-lines, exit descriptions, and the tests' read_until."""
+lines, servers it lets go and workers it starts again, exit descriptions,
+and the tests' read_until."""
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -166,6 +168,136 @@ class ToleranceTest(unittest.TestCase):
         self.assertNotEqual(code, 0, out)
         self.assertIn("the job goes on without it", out)
         self.assertIn("failed with exit code 9; stopped every other process", out)
+
+
+class RestartTest(unittest.TestCase):
+    """A worker that fails is started again, same rank and environment plus
+    KVTRAIN_RESTART, up to the restarts of its role; the others go on."""
+
+    # Prints its run and rank, then fails as argv[2] says: "first" dies by
+    # SIGKILL on its first run only, "always" exits 3 on every run.
+    WORKER = ("import os, sys\n"
+              "print('run', os.environ.get('KVTRAIN_RESTART', '<unset>'), 'rank',\n"
+              "      os.environ['DMLC_RANK'], os.environ['KVT_EXTRA'], flush=True)\n"
+              "if sys.argv[2] == 'always':\n"
+              "    raise SystemExit(3)\n"
+              "if 'KVTRAIN_RESTART' not in os.environ:\n"
+              "    os.kill(os.getpid(), 9)\n"
+              "with open(sys.argv[1], 'w') as f:\n"
+              "    f.write('back')\n")
+    # Started once, runs until the restarted worker writes to the FIFO.
+    SERVER = ("import sys\n"
+              "print('up', flush=True)\n"
+              "with open(sys.argv[1]) as f:\n"
+              "    print('heard', f.read(), flush=True)\n")
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="kvtrain-restart-")
+        self.fifo = os.path.join(self.tmp, "fifo")
+        os.mkfifo(self.fifo)
+        for name, text in (("worker.py", self.WORKER), ("server.py", self.SERVER)):
+            with open(os.path.join(self.tmp, name), "w") as f:
+                f.write(text)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def run_job(self, restarts, how, timeout=60):
+        out = io.BytesIO()
+        sup = supervisor.Supervisor(out=out, grace_seconds=2)
+        sup.restarts = {"worker": restarts}
+        env = dict(os.environ, KVT_EXTRA="extra")
+        env.pop("KVTRAIN_RESTART", None)
+        sup.start(supervisor.Proc("server", 0, [sys.executable,
+                                                os.path.join(self.tmp, "server.py"), self.fifo],
+                                  dict(env, DMLC_RANK="0")))
+        sup.start(supervisor.Proc("worker", 0, [sys.executable, "-c", "print('fine')"],
+                                  dict(env, DMLC_RANK="0")))
+        sup.start(supervisor.Proc("worker", 1, [sys.executable,
+                                                os.path.join(self.tmp, "worker.py"),
+                                                self.fifo, how],
+                                  dict(env, DMLC_RANK="1")))
+        return sup, sup.run(timeout=timeout), out.getvalue().decode()
+
+    def test_a_worker_killed_once_is_started_again_and_the_job_ends_well(self):
+        sup, code, out = self.run_job(1, "first")
+        self.assertEqual(code, 0, out)
+        lines = out.splitlines()
+        self.assertEqual([l for l in lines if l.startswith("launch.py:")],
+                         ["launch.py: worker 1 failed with signal SIGKILL; starting it "
+                          "again (restart 1 of 1)"])
+        # Same rank and environment, under the same label; the first run's
+        # line is not lost.
+        self.assertIn("[worker 1] run <unset> rank 1 extra", lines)
+        self.assertIn("[worker 1] run 1 rank 1 extra", lines)
+        # The server was not started again: it heard from the new worker.
+        self.assertEqual(lines.count("[server 0] up"), 1, out)
+        self.assertIn("[server 0] heard back", lines)
+        # The new process took the dead one's place.
+        self.assertEqual([(p.role, p.rank, p.restart, p.returncode) for p in sup.procs],
+                         [("server", 0, 0, 0), ("worker", 0, 0, 0), ("worker", 1, 1, 0)])
+        self.assertEqual(sup.procs[2].env["KVTRAIN_RESTART"], "1")
+
+    def test_restarts_used_up_end_the_job_naming_them(self):
+        sup, code, out = self.run_job(1, "always")
+        self.assertEqual(code, 3, out)
+        lines = out.splitlines()
+        self.assertEqual([l for l in lines if "starting it again" in l],
+                         ["launch.py: worker 1 failed with exit code 3; starting it again "
+                          "(restart 1 of 1)"])
+        self.assertEqual([l for l in lines if l.startswith("[worker 1] run")],
+                         ["[worker 1] run <unset> rank 1 extra", "[worker 1] run 1 rank 1 extra"])
+        self.assertIn("launch.py: worker 1 failed with exit code 3 (after 1 restart); stopped "
+                      "every other process", lines)
+        # The last lines are the last run's.
+        self.assertEqual(lines[-1], "launch.py:   | run 1 rank 1 extra")
+        self.assertIsNotNone(sup.procs[0].returncode)  # the server was stopped
+
+    def test_more_restarts_than_one(self):
+        sup, code, out = self.run_job(2, "always")
+        self.assertEqual(code, 3, out)
+        self.assertIn("(restart 2 of 2)", out)
+        self.assertNotIn("(restart 3", out)
+        self.assertIn("worker 1 failed with exit code 3 (after 2 restarts); stopped", out)
+        self.assertEqual(out.count("[worker 1] run"), 3, out)
+
+    def test_without_restarts_a_dead_worker_ends_the_job(self):
+        sup, code, out = self.run_job(0, "first")
+        self.assertNotEqual(code, 0, out)
+        self.assertNotIn("starting it again", out)
+        self.assertIn("launch.py: worker 1 failed with signal SIGKILL; stopped every other "
+                      "process", out)
+        self.assertNotIn("after", out)
+
+    def test_only_failed_processes_of_the_role_are_started_again(self):
+        out = io.BytesIO()
+        sup = supervisor.Supervisor(out=out, grace_seconds=2)
+        sup.restarts = {"worker": 2}
+        sup.start(supervisor.Proc("worker", 0, [sys.executable, "-c", "print('once')"],
+                                  dict(os.environ)))
+        sup.start(supervisor.Proc("server", 0, [sys.executable, "-c", "raise SystemExit(5)"],
+                                  dict(os.environ)))
+        code = sup.run(timeout=60)
+        text = out.getvalue().decode()
+        self.assertEqual(code, 5, text)
+        self.assertNotIn("starting it again", text)
+        self.assertEqual(text.count("[worker 0] once"), 1, text)
+        self.assertIn("server 0 failed with exit code 5; stopped every other process", text)
+
+    def test_a_remote_process_is_named_with_its_host(self):
+        out = io.BytesIO()
+        sup = supervisor.Supervisor(out=out, grace_seconds=2)
+        sup.restarts = {"worker": 1}
+        # A wrapper's exit code carries the remote signal as 128+N.
+        sup.start(supervisor.Proc("worker", 2, [sys.executable, "-c", "raise SystemExit(137)"],
+                                  dict(os.environ), host="node7", remote=True))
+        self.assertEqual(sup.run(timeout=60), 137)
+        text = out.getvalue().decode()
+        self.assertIn("launch.py: worker 2 on node7 failed with exit code 137 (SIGKILL); "
+                      "starting it again (restart 1 of 1)\n", text)
+        self.assertIn("launch.py: worker 2 on node7 failed with exit code 137 (SIGKILL) "
+                      "(after 1 restart); stopped every other process\n", text)
+        self.assertEqual((sup.procs[0].host, sup.procs[0].remote), ("node7", True))
 
 
 class DescribeExitTest(unittest.TestCase):

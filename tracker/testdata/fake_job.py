@@ -81,10 +81,12 @@ def node(args):
     if args.report_key:
         report_key()
     print("stderr line from %s %d" % (role, rank), file=sys.stderr, flush=True)
+    me = "%s:%d" % (role, rank)
+    if me in args.die_first_run and "KVTRAIN_RESTART" not in os.environ:
+        os.kill(os.getpid(), signal.SIGKILL)
     c = socket.create_connection((os.environ["DMLC_PS_ROOT_URI"],
                                   int(os.environ["DMLC_PS_ROOT_PORT"])))
     c.recv(16)
-    me = "%s:%d" % (role, rank)
     if me in args.fail:
         print("failing on purpose", flush=True)
         sys.exit(args.fail_code)
@@ -114,6 +116,9 @@ def main():
     ap.add_argument("--leave", action="append", default=[],
                     help="role:rank: exits 1 on its own 0.3 s after the start, its last line "
                          "left in stdout's buffer (as a node that reports a peer's failure)")
+    ap.add_argument("--die-first-run", action="append", default=[], metavar="ROLE:RANK",
+                    help="dies by SIGKILL before checking in, unless started again by "
+                         "the launcher (KVTRAIN_RESTART set)")
     ap.add_argument("--report-key", action="store_true",
                     help="print how the job key arrived and its digest")
     args = ap.parse_args()
