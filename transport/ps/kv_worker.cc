@@ -131,12 +131,15 @@ class KVWorker::Impl : public Customer {
   // With server replicas: a slice's timestamp -> its request's.
   std::unordered_map<int64_t, int64_t> alias_ GUARDED_BY(mu_);
   int64_t next_ts_ GUARDED_BY(mu_) = 1;
-  // The last server lost, when, and whether the first answer re-sent
-  // since is still to be reported.
+  // The last server lost, when, and whether the first answer since to a
+  // request it held up is still to be reported: a re-sent slice's, or,
+  // when nothing was re-sent (the lost server was a copy its primary
+  // waited on), any request's in flight then (timestamp below held_below_).
   std::string lost_name_ GUARDED_BY(mu_);
   Clock::time_point lost_at_ GUARDED_BY(mu_);
   Duration lost_silent_ GUARDED_BY(mu_){};
   bool report_resumed_ GUARDED_BY(mu_) = false;
+  int64_t held_below_ GUARDED_BY(mu_) = 0;
   KVWorker::Losses losses_ GUARDED_BY(mu_);
   LogRateLimiter log_;
 };
@@ -411,7 +414,7 @@ void KVWorker::Impl::Accept(Message&& msg) {
     }
     Pending& p = it->second;
     p.slices[s].answered = true;
-    if (p.slices[s].resent && report_resumed_) {
+    if (report_resumed_ && (p.slices[s].resent || ts < held_below_)) {
       report_resumed_ = false;
       const double since_known = std::chrono::duration<double>(Clock::now() - lost_at_).count();
       const double since_silent = since_known + std::chrono::duration<double>(lost_silent_).count();
@@ -562,7 +565,9 @@ void KVWorker::Impl::PeerLost(int id) {
       lost_silent_ = std::chrono::nanoseconds(
           std::max<int64_t>(0, NowNs() - t->liveness().last_heard_ns(t->IndexOf(id))));
     }
-    report_resumed_ = true;
+    report_resumed_ = false;
+    held_below_ = 0;
+    bool in_flight = false;
     std::vector<int64_t> touched;
     // In the order they were first sent.
     std::vector<int64_t> order;
@@ -571,6 +576,7 @@ void KVWorker::Impl::PeerLost(int id) {
     for (int64_t ts : order) {
       Pending& p = pending_.at(ts);
       if (p.done) continue;
+      in_flight = true;
       for (Slice& sl : p.slices) {
         if (sl.answered || sl.server != id) continue;
         // To the range's new primary: the pull, and the push unless it
@@ -598,6 +604,8 @@ void KVWorker::Impl::PeerLost(int id) {
         resend.back().second.meta.set_resent(true);
       }
     }
+    report_resumed_ = in_flight;
+    if (resend.empty()) held_below_ = next_ts_;
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
     for (int64_t ts : touched) {
