@@ -50,6 +50,14 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "(`launch.py --server-replicas`): the job goes on when that many "
        "servers die. Less than `DMLC_NUM_SERVER`; every node of a job must "
        "have the same."},
+      {env::kWorkerRestarts, "0",
+       "How many times the launcher starts a dead worker again "
+       "(`launch.py --max-restarts`); above 0 the job waits for a dead "
+       "worker to come back instead of ending, and the servers keep each "
+       "key's previous value for it."},
+      {env::kRejoinTimeout, "60",
+       "Seconds the job waits for a dead worker to come back "
+       "(KVTRAIN_WORKER_RESTARTS > 0) before it ends naming the worker."},
       {env::kNumThreads, "cores available to the process",
        "CPU threads for operators and BLAS. `tracker/launch.py --launcher "
        "local` sets it, unless it or `OMP_NUM_THREADS` is set: cores / workers "

@@ -59,6 +59,8 @@ inline constexpr char kJobId[] = "KVTRAIN_JOB_ID";
 // Backups of each server's key range on the next servers (launch.py
 // --server-replicas; docs/reliability.md).
 inline constexpr char kServerReplicas[] = "KVTRAIN_SERVER_REPLICAS";
+inline constexpr char kWorkerRestarts[] = "KVTRAIN_WORKER_RESTARTS";
+inline constexpr char kRejoinTimeout[] = "KVTRAIN_REJOIN_TIMEOUT";
 // All-reduce groups (dist_allreduce): rank and size from MPI launchers, the
 // rendezvous address, gradient buckets.
 inline constexpr char kOmpiRank[] = "OMPI_COMM_WORLD_RANK";

@@ -8,7 +8,8 @@ default security and again with --insecure, and prints samples/s per row
 matter: each row against `local` in the same run, default security against
 --insecure, dist_sync 2w2s against dist_allreduce 2w, dist_async and
 dist_ssp (bounded staleness, its default of 2 steps) against dist_sync,
-dist_sync 2w2s R=1 (--server-replicas 1) against dist_sync 2w2s. The runs go in rounds over every row, and each ratio is the
+dist_sync 2w2s R=1 (--server-replicas 1) and K=1 (--max-restarts 1: the servers
+keep each key's previous value) against dist_sync 2w2s. The runs go in rounds over every row, and each ratio is the
 median over rounds of the ratio within a round (a slow spell of the machine
 then weighs on both sides of it). With --link=1gbit|10gbit every process
 runs in its own network namespace joined through a rate-limited bridge
@@ -47,12 +48,15 @@ ROWS = [
     ("dist_sync 2w2s", "dist_sync", 2, 2),
     # Each server's keys also on the other server (--server-replicas 1).
     ("dist_sync 2w2s R=1", "dist_sync+r1", 2, 2),
+    # Dead workers waited for and started again (--max-restarts 1).
+    ("dist_sync 2w2s K=1", "dist_sync+k1", 2, 2),
     ("dist_async 2w2s", "dist_async", 2, 2),
     ("dist_ssp 2w2s", "dist_ssp", 2, 2),
     ("dist_allreduce 2w", "dist_allreduce", 2, 0),
 ]
 ROW_KEYS = {"local": "local", "sync1w1s": "dist_sync 1w1s",
             "sync2w1s": "dist_sync 2w1s", "sync2w2s": "dist_sync 2w2s", "sync2w2sr1": "dist_sync 2w2s R=1",
+            "sync2w2sk1": "dist_sync 2w2s K=1",
             "async2w2s": "dist_async 2w2s", "ssp2w2s": "dist_ssp 2w2s",
             "allreduce2w": "dist_allreduce 2w"}
 LINKS = {"loopback": None, "1gbit": 1e9, "10gbit": 10e9}
@@ -172,6 +176,10 @@ class Job:
             store, replicas = store.split("+r")
             train[train.index("--kv-store") + 1] = store
             argv += ["--server-replicas", replicas]
+        if "+k" in store:  # "dist_sync+k1": dead workers started again
+            store, restarts = store.split("+k")
+            train[train.index("--kv-store") + 1] = store
+            argv += ["--max-restarts", restarts]
         if not secure:
             argv.append("--insecure")
         if self.cluster:
@@ -463,6 +471,7 @@ def report(args, nets, rows, modes, cluster):
             async_sync = ratio((net, "dist_async 2w2s", m), (net, "dist_sync 2w2s", m))
             ssp_sync = ratio((net, "dist_ssp 2w2s", m), (net, "dist_sync 2w2s", m))
             replicated = ratio((net, "dist_sync 2w2s R=1", m), (net, "dist_sync 2w2s", m))
+            restartable = ratio((net, "dist_sync 2w2s K=1", m), (net, "dist_sync 2w2s", m))
             parts = []
             if sync_ar:
                 parts.append("dist_sync 2w2s / dist_allreduce 2w = %.2fx" % sync_ar)
@@ -472,6 +481,8 @@ def report(args, nets, rows, modes, cluster):
                 parts.append("dist_ssp 2w2s / dist_sync 2w2s = %.2fx" % ssp_sync)
             if replicated:
                 parts.append("dist_sync 2w2s R=1 / dist_sync 2w2s = %.2fx" % replicated)
+            if restartable:
+                parts.append("dist_sync 2w2s K=1 / dist_sync 2w2s = %.2fx" % restartable)
             if parts:
                 print("  %s: %s" % (m, "; ".join(parts)))
         print()

@@ -12,7 +12,7 @@ out=$(/usr/bin/python3 "$here/dist_train_bench.py" --train "$train" --launch tra
       --gc none,2bit,2bit/fp16,2bit/servers 2>&1)
 echo "$out"
 for row in "local" "dist_sync 1w1s" "dist_sync 2w1s" "dist_sync 2w2s" "dist_sync 2w2s R=1" \
-           "dist_async 2w2s" "dist_ssp 2w2s" "dist_allreduce 2w"; do
+           "dist_sync 2w2s K=1" "dist_async 2w2s" "dist_ssp 2w2s" "dist_allreduce 2w"; do
   grep -q "^$row *|" <<< "$out" || { echo "no table row for $row"; exit 1; }
 done
 grep -q "default/insecure" <<< "$out" || { echo "no default/insecure column"; exit 1; }
@@ -24,6 +24,8 @@ grep -q "default: .*dist_ssp 2w2s / dist_sync 2w2s = [0-9.]*x" <<< "$out" ||
   { echo "no dist_ssp vs dist_sync line"; exit 1; }
 grep -q "default: .*dist_sync 2w2s R=1 / dist_sync 2w2s = [0-9.]*x" <<< "$out" ||
   { echo "no server replicas vs none line"; exit 1; }
+grep -q "default: .*dist_sync 2w2s K=1 / dist_sync 2w2s = [0-9.]*x" <<< "$out" ||
+  { echo "no worker restarts vs none line"; exit 1; }
 # Every figure is a measured rate, not a dash or zero.
 if grep -E "^dist_sync 1w1s *\| *(-|0) " <<< "$out"; then echo "no rate measured"; exit 1; fi
 grep -qE "^dist_sync 2w2s *\| *[0-9]+ +1.00x( \| *[0-9]+ +[0-9.]+x){3}$" \

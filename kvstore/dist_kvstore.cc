@@ -113,6 +113,7 @@ DistKVStore::DistKVStore(const std::string& type, ps::Postoffice* po,
       settings_(settings),
       sync_(type != "dist_async" && type != "dist_ssp"),
       device_reduce_(type == "dist_device_sync"),
+      rejoining_(po->role() == Role::kWorker && po->incarnation() > 0),
       placement_(po->num_servers(), settings.bigarray_bound,
                  settings.piece_bytes / 4, settings.pieces_per_slice) {
   if (type == "dist_ssp") staleness_ = kDefaultSspStaleness;
@@ -249,6 +250,11 @@ Status DistKVStore::Init(const std::vector<Key>& keys,
     }
     for (size_t i = 0; i < groups.size(); ++i) info_.emplace(groups[i].id, std::move(infos[i]));
   }
+  if (rejoining_) {
+    // The servers hold the job's values: where is the job?
+    KV_RETURN_IF_ERROR(AskSteps());
+    return Barrier();
+  }
   if (rank() == 0) {
     // One request per piece: a server takes one key per request.
     Pending pending;
@@ -270,6 +276,57 @@ Status DistKVStore::Init(const std::vector<Key>& keys,
   }
   // Everyone returns once rank 0's values are on the servers.
   return Barrier();
+}
+
+Status DistKVStore::AskSteps() {
+  if (compressor_.type() != proto::GradientCompression::NONE) {
+    return Status::FailedPrecondition(
+        po_->name() + " was started again, but the job compresses gradients: each worker's "
+        "error feedback died with it, so it cannot go on where the job is (restarts need "
+        "gradient compression off)");
+  }
+  std::vector<uint64_t> keys;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, ki] : info_) {
+      keys.insert(keys.end(), ki.server_keys.begin(), ki.server_keys.end());
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  ps::RequestOptions opts;
+  opts.head = proto::KV_STEPS;
+  opts.body = RequestBody(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, 0, "");
+  KV_ASSIGN_OR_RETURN(int64_t ts, worker_->Pull(ps::Blob::FromVector(std::move(keys)), opts));
+  ps::PullResult result;
+  KV_RETURN_IF_ERROR(worker_->Wait(ts, settings_.timeout, &result)
+                         .Annotate("asking the servers where the job is"));
+  std::map<uint64_t, int64_t> step_of;
+  for (const ps::KVPairs& part : result.parts) {
+    const size_t n = std::min(part.num_keys(), part.vals.size() / sizeof(int64_t));
+    for (size_t i = 0; i < n; ++i) step_of[part.key(i)] = part.vals.as<int64_t>()[i];
+  }
+  // The job is at the least step of the keys the workers push; a key no
+  // worker pushed yet (-1) starts at 0.
+  int64_t least = -1;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, ki] : info_) {
+    for (uint64_t k : ki.server_keys) {
+      const int64_t step = step_of.count(k) ? step_of[k] : -1;
+      if (step >= 0 && (least < 0 || step < least)) least = step;
+    }
+  }
+  if (least < 0) least = 0;
+  for (auto& [id, ki] : info_) {
+    bool touched = false;
+    for (uint64_t k : ki.server_keys) touched = touched || (step_of.count(k) && step_of[k] >= 0);
+    ki.pushes = touched ? least : 0;
+  }
+  exact_pulls_.store(true);
+  if (resume_step_.exchange(least) != least) {
+    LOG(WARNING) << po_->name() << ": started again; the job is at step " << least
+                 << ", this worker goes on from step " << least + 1;
+  }
+  return Status::OK();
 }
 
 StatusOr<DistKVStore::KeyInfo*> DistKVStore::Lookup(const KeyGroup& g,

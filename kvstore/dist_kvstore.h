@@ -88,6 +88,14 @@ class DistKVStore : public KVStore {
   AsyncOptions async_options() const override;
   StatusOr<StalenessReport> TakeStalenessReport() override;
   std::pair<int64_t, double> TakeServerLosses() override;
+  // A worker started again (its postoffice's incarnation > 0): Init sends
+  // no values (the servers hold the job's) but asks each key's step
+  // (KV_STEPS); the keys' step counters go on from the least, the step it
+  // returns. Its first pulls take the values after exactly that step
+  // (RequestInfo.exact), its first pushes may repeat the dead process's
+  // (RequestInfo.replay); SetOptimizer and LoadOptimizerStates change
+  // nothing on the servers.
+  int64_t ResumeStep() const override { return resume_step_.load(); }
   // Row-sparse keys (dist_kvstore_sparse.cc): one request per call to
   // the servers that hold the call's rows (dist_sync pushes: to every
   // server, so that each counts every worker's push).
@@ -188,6 +196,9 @@ class DistKVStore : public KVStore {
   // The key's metadata, checking that `shape` matches its Init shape.
   StatusOr<KeyInfo*> Lookup(const KeyGroup& g, const std::string& what)
       EXCLUDES(mu_);
+  // A worker started again: the steps of its keys on the servers; every
+  // key's counter goes on from the least (resume_step_).
+  Status AskSteps() EXCLUDES(mu_);
   StatusOr<Tensor> Reduce(const std::vector<Tensor>& values);
   // Every push, pull and push-pull: adds one key's (push `values`, reduced,
   // and/or pull into `outs`) to the open bucket, piece by piece, sending a
@@ -232,6 +243,12 @@ class DistKVStore : public KVStore {
   const bool sync_;
   const bool device_reduce_;
   bool finalized_ = false;
+  // Started again to take a dead worker's place (ResumeStep).
+  const bool rejoining_;
+  std::atomic<int64_t> resume_step_{-1};
+  // Until its first push: its pulls read the values after exactly each
+  // key's step (RequestInfo.exact).
+  std::atomic<bool> exact_pulls_{false};
   KeyTable keys_;
   Compressor compressor_;
   // SetOptimizer was called: the servers hold weights.

@@ -196,6 +196,16 @@ Status DistKVStore::FlushBucket() {
   }
   proto::RequestInfo info;
   SetMode(&info);
+  if (const int64_t resume = resume_step_.load(); resume >= 0 && sync_) {
+    // A worker started again: it first reads the values the job had after
+    // the step it goes on from, then pushes that step's successor, which
+    // its dead process may have pushed in part.
+    if (b->kind == Bucket::Kind::kPull && exact_pulls_.load()) info.set_exact(true);
+    if (b->push()) {
+      exact_pulls_.store(false);
+      if (b->entries[0].step == resume + 1) info.set_replay(true);
+    }
+  }
   ps::RequestOptions opts;
   opts.head = b->push() ? proto::KV_PUSH : proto::KV_PULL;
   opts.body = info.SerializeAsString();

@@ -31,7 +31,8 @@ Status DistKVStore::SetOptimizer(const proto::OptimizerSpec& spec) {
   server_optimizer_ = true;
   // Every worker keeps its own velocities (2bit momentum correction).
   const proto::OptimizerSpec applied = CorrectMomentum(spec);
-  if (rank() == 0) {
+  // A worker started again: the servers hold the optimizer and its state.
+  if (rank() == 0 && !rejoining_) {
     ps::RequestOptions opts;
     opts.head = proto::KV_SET_OPTIMIZER;
     opts.body = RequestBody(proto::KV_SYNC_UNSPECIFIED, 0, "",
@@ -86,6 +87,12 @@ StatusOr<std::vector<std::string>> DistKVStore::AskEveryServer(proto::KVCommand 
 Status DistKVStore::LoadOptimizerStates(const std::string& path) {
   KV_RETURN_IF_ERROR(CheckWorker("LoadOptimizerStates"));
   KV_RETURN_IF_ERROR(FlushBucket());
+  if (rejoining_) {
+    // The servers' states are the job's now, later than any file's.
+    LOG(INFO) << po_->name() << ": started again: the servers keep their optimizer states ("
+              << path << " not loaded)";
+    return Status::OK();
+  }
   KV_ASSIGN_OR_RETURN(std::vector<std::string> states, ReadStatesFile(path));
   if (static_cast<int>(states.size()) != po_->num_servers()) {
     return Status::InvalidArgument(path + " holds the optimizer states of " +
@@ -130,6 +137,7 @@ Status DistKVStore::RunServer() {
     ServerRanges* h = handler.get();
     ps::KVServerOptions opts;
     opts.handler_threads = settings_.server_threads;
+    opts.on_worker_back = [h](int rank) { h->ForgetWorker(rank); };
     KV_ASSIGN_OR_RETURN(
         server, ps::KVServer::Create(
                     po_, 0,

@@ -42,6 +42,11 @@ StatusOr<DistKVStore::TableInfo*> DistKVStore::LookupTable(const Key& key) {
 Status DistKVStore::InitRowSparse(const Key& key, const proto::SparseTableSpec& spec) {
   KV_RETURN_IF_ERROR(CheckWorker("InitRowSparse"));
   KV_RETURN_IF_ERROR(FlushBucket());
+  if (rejoining_) {
+    return Status::FailedPrecondition(
+        po_->name() + " was started again, but workers that come back do not yet go on with "
+        "row-sparse tables (" + key.ToString() + "): run the job without --max-restarts");
+  }
   const std::string name = key.ToString();
   KV_RETURN_IF_ERROR(sparse::CheckSpec(name, spec));
   KV_ASSIGN_OR_RETURN(const uint64_t id, keys_.Id(key));

@@ -159,6 +159,11 @@ class KVStore {
   // since the last call and the pauses their deaths cost it, in seconds.
   // Zeros for other stores and jobs without losses.
   virtual std::pair<int64_t, double> TakeServerLosses() { return {0, 0.0}; }
+  // A worker started again in a running job (launch.py --max-restarts):
+  // after its Init, the steps the job completed without it, from which it
+  // goes on (Fit positions its data there); -1 in a process of the job's
+  // first start, and for other stores.
+  virtual int64_t ResumeStep() const { return -1; }
 
   // Sets the keys' initial values. Dist types: rank 0's values win, and
   // every worker returns only when they are on the servers. A key may be

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <utility>
 
 #include "base/trace.h"
@@ -66,6 +67,7 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
     case proto::KV_LOAD_STATES: return LoadStates(meta, data, server);
     case proto::KV_ASYNC_STATS: return AsyncStats(meta, server);
     case proto::KV_REPLICA: return ApplyReplica(meta, data, info, server);
+    case proto::KV_STEPS: return Steps(meta, data, info, server);
     case proto::KV_SPARSE_INIT:
     case proto::KV_SPARSE_PUSH:
     case proto::KV_SPARSE_PULL:
@@ -360,6 +362,21 @@ bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* serv
     }
     return false;
   }
+  if (push.info().replay() &&
+      (step == st->step || (step == st->step + 1 && !st->forwarding && st->pushed[rank]))) {
+    // A worker started again pushes the step its dead process pushed
+    // already: answered with the step's result, not summed twice.
+    if (step == st->step && !st->forwarding) {
+      if (push.meta().pull) {
+        Answer(push, st, push.data.key(0), server);
+      } else {
+        Ack(push, server);
+      }
+    } else {
+      (push.meta().pull ? st->pulls : st->acks).push_back(push);
+    }
+    return false;
+  }
   if (step <= st->step) {
     Fail(push,
          KeyError(Status::Code::kInvalidArgument, st->name,
@@ -437,6 +454,13 @@ bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* serv
 
 void ServerHandler::CompleteStep(KeyState* st, uint64_t key,
                                  ps::KVServer* server) {
+  if (keep_previous_) {
+    // A response may still be sending the last one (zero-copy).
+    if (!st->previous.defined() || st->previous.storage().use_count() > 1) {
+      st->previous = Tensor::Empty(st->value.shape());
+    }
+    CHECK(st->previous.CopyFrom(st->value).ok());
+  }
   Status s;
   if (st->first.defined()) {
     // One push this step: update straight from the received message.
@@ -652,6 +676,77 @@ void ServerHandler::ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs&
   if (AdmitLater(st, key, server)) Advance(st, key, server);
 }
 
+void ServerHandler::Steps(const ps::RequestMeta& meta, const ps::KVPairs& data,
+                          const proto::RequestInfo& info, ps::KVServer* server) {
+  const size_t n = data.num_keys();
+  const int rank = meta.sender_rank;
+  if (n == 0 || rank < 0 || rank >= num_workers_) {
+    server->RespondError(meta, Status::InvalidArgument(
+                                   "a question for keys' steps from " + meta.sender_name +
+                                   ", which is no worker, or without keys"));
+    return;
+  }
+  std::vector<int64_t> steps;
+  for (size_t i = 0; i < n; ++i) {
+    KeyState* st = FindOrRespond(data.key(i), meta, server);
+    if (st == nullptr) return;
+    std::lock_guard<std::mutex> lock(st->mu);
+    // -1: no worker ever pushed it (a key only read, or not yet trained).
+    const bool untouched = info.mode() == proto::KV_ASYNC
+                               ? st->updates == 0
+                               : st->step == 0 && st->num_pushed == 0 && st->later.empty();
+    steps.push_back(untouched                         ? -1
+                    : info.mode() == proto::KV_ASYNC ? st->clock[static_cast<size_t>(rank)]
+                                                     : st->step);
+  }
+  ps::KVPairs answer;
+  answer.keys = data.keys;
+  answer.vals = ps::Blob::FromVector(std::move(steps));
+  server->Respond(meta, answer);
+}
+
+void ServerHandler::AnswerExact(KeyState* st, uint64_t key, const Deferred& d,
+                                ps::KVServer* server) {
+  const int64_t want = d.rec.step;
+  if (want == st->step) return Answer(d, st, key, server);
+  if (want + 1 == st->step && st->previous.defined()) {
+    // The value before the last step: answered as the value is.
+    std::swap(st->value, st->previous);
+    Answer(d, st, key, server);
+    std::swap(st->value, st->previous);
+    return;
+  }
+  Fail(d,
+       KeyError(Status::Code::kFailedPrecondition, st->name,
+                d.meta().sender_name + " asked for the value after step " +
+                    std::to_string(want) + " but this server is at step " +
+                    std::to_string(st->step) +
+                    (keep_previous_ ? " and keeps only the one before"
+                                    : " and keeps no earlier one (is " +
+                                          std::string(env::kWorkerRestarts) + " set?)")),
+       server);
+}
+
+void ServerHandler::ForgetWorker(int rank) {
+  std::vector<KeyState*> states;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, st] : keys_) states.push_back(st.get());
+  }
+  auto from = [rank](const Deferred& d) { return d.meta().sender_rank == rank; };
+  for (KeyState* st : states) {
+    std::lock_guard<std::mutex> lock(st->mu);
+    st->pulls.erase(std::remove_if(st->pulls.begin(), st->pulls.end(), from), st->pulls.end());
+    st->acks.erase(std::remove_if(st->acks.begin(), st->acks.end(), from), st->acks.end());
+    for (auto it = st->later.begin(); it != st->later.end();) {
+      it = from(it->second) ? st->later.erase(it) : std::next(it);
+    }
+    st->held.erase(std::remove_if(st->held.begin(), st->held.end(),
+                                  [&](const auto& h) { return from(h.first); }),
+                   st->held.end());
+  }
+}
+
 ServerRanges::ServerRanges(ps::Postoffice* po)
     : po_(po), ranges_(po->ServerKeyRanges()) {
   const int n = po->num_servers();
@@ -661,6 +756,7 @@ ServerRanges::ServerRanges(ps::Postoffice* po)
     handlers_.emplace(range, std::make_unique<ServerHandler>(
                                  po->num_workers(), ranges_[static_cast<size_t>(range)].begin,
                                  /*ordered_sum=*/replicas));
+    if (po->worker_restarts() > 0) handlers_.at(range)->KeepPreviousValues();
   }
   if (!replicas) return;
   // Requests to the other servers go out on the same application id: the
@@ -782,6 +878,10 @@ void ServerRanges::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
     default:
       return handlers_.at(po_->rank())->Handle(meta, data, server);
   }
+}
+
+void ServerRanges::ForgetWorker(int rank) {
+  for (auto& [range, h] : handlers_) h->ForgetWorker(rank);
 }
 
 std::string ServerRanges::SparseReport() {

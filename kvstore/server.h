@@ -82,6 +82,13 @@ class ServerHandler {
                                        std::function<void()> done)>;
   // Before the first request.
   void SetForwarder(Forwarder f) { forward_ = std::move(f); }
+  // Before the first request (KVTRAIN_WORKER_RESTARTS > 0): dist_sync keys
+  // keep their value before the last step, which a worker started again
+  // pulls (RequestInfo.exact) to compute that step's gradient again.
+  void KeepPreviousValues() { keep_previous_ = true; }
+  // Worker `rank` was started again: drop what its dead process asked and
+  // was not answered (its pushes already summed stay).
+  void ForgetWorker(int rank) EXCLUDES(mu_);
 
   // KV_SET_OPTIMIZER's work: `body` is the request's RequestInfo.
   Status InstallOptimizer(const std::string& body) EXCLUDES(mu_);
@@ -119,6 +126,7 @@ class ServerHandler {
     std::string name;          // the user's key, for messages
     Tensor value;              // float32 (n), CPU
     int64_t step = 0;          // sync: completed steps
+    Tensor previous;           // sync, KeepPreviousValues: after step - 1
     Tensor merge;              // sync: sum of this step's pushes
     Tensor first;              // sync: the step's only push so far, unsummed
                                // (a view of the received message: no copy)
@@ -153,6 +161,12 @@ class ServerHandler {
 
   void Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
             const proto::RequestInfo& info, ps::KVServer* server);
+  // KV_STEPS: each key's step (proto::KV_STEPS).
+  void Steps(const ps::RequestMeta& meta, const ps::KVPairs& data,
+             const proto::RequestInfo& info, ps::KVServer* server);
+  // A sync pull with RequestInfo.exact: the value after the record's step.
+  void AnswerExact(KeyState* st, uint64_t key, const Deferred& d, ps::KVServer* server)
+      REQUIRES(st->mu);
   // Every push, pull and push-pull (server_push_pull.cc): each key by its
   // own rules, as its KeyRecord says; one answer once every key is done.
   void Serve(const ps::RequestMeta& meta, const ps::KVPairs& data,
@@ -241,6 +255,7 @@ class ServerHandler {
   const uint64_t key_base_;
   const bool ordered_sum_;
   Forwarder forward_;
+  bool keep_previous_ = false;
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);
   std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);
@@ -268,6 +283,8 @@ class ServerRanges {
   void Handle(const ps::RequestMeta& meta, const ps::KVPairs& data, ps::KVServer* server);
   // The row-sparse tables' counters of every range held ("" if none).
   std::string SparseReport();
+  // Worker `rank` was started again (ServerHandler::ForgetWorker).
+  void ForgetWorker(int rank);
 
  private:
   // Whether this server is the first live copy of `range`.

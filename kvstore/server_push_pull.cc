@@ -167,6 +167,7 @@ void ServerHandler::ServeKey(KeyState* st, uint64_t key, const Deferred& pushed,
   if (!pushed.meta().push) {
     if (async) return AnswerAsync(st, key, pushed, server);
     const int64_t step = pushed.rec.step;
+    if (pushed.info().exact()) return AnswerExact(st, key, pushed, server);
     if (step <= st->step) return Answer(pushed, st, key, server);
     if (step > st->step + kSyncWindow) {
       return Fail(pushed,

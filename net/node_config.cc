@@ -105,6 +105,10 @@ StatusOr<NodeConfig> NodeConfig::FromEnv(const EnvLookup& env) {
         "and the job has " + std::string(env::kNumServer) + "=" + std::to_string(c.num_servers));
   }
   c.server_replicas = static_cast<int>(replicas);
+  KV_ASSIGN_OR_RETURN(int64_t restarts, GetIntVar(env, env::kWorkerRestarts, 0, 0, 1000000));
+  c.worker_restarts = static_cast<int>(restarts);
+  KV_ASSIGN_OR_RETURN(c.rejoin_timeout_s,
+                      GetSecondsVar(env, env::kRejoinTimeout, c.rejoin_timeout_s, 0.01, 86400));
   return c;
 }
 

@@ -55,6 +55,11 @@ struct NodeConfig {
   // the job survives the death of that many servers; 0: a dead server ends
   // the job. Less than num_servers.
   int server_replicas = 0;
+  // A dead worker is waited for, to be started again by the launcher
+  // (KVTRAIN_WORKER_RESTARTS > 0: `launch.py --max-restarts`), this many
+  // seconds (KVTRAIN_REJOIN_TIMEOUT); 0 restarts: a dead worker ends the job.
+  int worker_restarts = 0;
+  double rejoin_timeout_s = 60.0;
 
   // Parses and validates the whole contract from `env`.
   static StatusOr<NodeConfig> FromEnv(const EnvLookup& env);

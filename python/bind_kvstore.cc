@@ -404,6 +404,8 @@ void BindKVStore(py::module_& m) {
              d["staleness_lr"] = o.staleness_lr;
              return d;
            })
+      .def_property_readonly("resume_step",
+                             [](PyKVStore& s) { return s.kv()->ResumeStep(); })
       .def("server_losses",
            [](PyKVStore& s) {
              const auto [lost, pause] = s.kv()->TakeServerLosses();

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "base/trace.h"
 #include "tensor/cpu_threads.h"
@@ -244,6 +245,9 @@ struct Module::FitRun {
   Progress progress;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> loss_file{nullptr,
                                                             &std::fclose};
+  // The batches of the first epoch already trained (a worker started again
+  // goes on where the job is).
+  int64_t skip = 0;
 };
 
 Status Module::CheckFit(KVStore* kv, const FitOptions& o) const {
@@ -334,7 +338,20 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv,
     Module* m;
     ~DrainOnExit() { (void)m->Drain(); }
   } drain_on_exit{this};
-  for (int epoch = o.begin_epoch; epoch < o.num_epochs; ++epoch) {
+  int first = o.begin_epoch;
+  if (const int64_t done = kv->ResumeStep(); done > 0) {
+    // Started again in place of a dead worker: the job completed `done`
+    // steps; this worker goes on with the next batch of its part, as the
+    // dead one would have.
+    const int64_t batches = EpochBatches(run);
+    first += static_cast<int>(done / batches);
+    run.skip = done % batches;
+    LOG(INFO) << "worker " << kv->rank() << " goes on at epoch " << first << " batch "
+              << run.skip;
+    // At an epoch's end the dead one may have died before its checkpoint.
+    if (run.skip == 0) KV_RETURN_IF_ERROR(Checkpoint(first - 1, &run));
+  }
+  for (int epoch = first; epoch < o.num_epochs; ++epoch) {
     KV_RETURN_IF_ERROR(TrainEpoch(epoch, &run));
     KV_RETURN_IF_ERROR(EndEpoch(epoch, &run));
   }
@@ -369,15 +386,15 @@ Status Module::TrainEpoch(int epoch, FitRun* run) {
   KVStore* const kv = run->kv;
   run->metrics.Reset();
   KV_RETURN_IF_ERROR(run->train->StartEpoch(epoch));
-  // Workers of a synchronous store must run the same number of steps: as
-  // many as the largest part has.
-  const int64_t batches = o.epoch_size > 0     ? o.epoch_size
-                          : kv->lockstep() ? run->train->max_part_batches()
-                                               : run->train->num_batches();
+  const int64_t batches = EpochBatches(*run);
   if (run->report) run->progress.StartEpoch(epoch, batches);
   Batch batch;
   RowWriter rows;
-  for (int64_t n = 0; n < batches; ++n) {
+  const int64_t skip = std::exchange(run->skip, 0);
+  for (int64_t n = 0; n < skip; ++n) {
+    KV_RETURN_IF_ERROR(NextTrainBatch(run->train, epoch, &batch, &rows));
+  }
+  for (int64_t n = skip; n < batches; ++n) {
     if (o.stop && o.stop()) {
       return Status::Aborted("training stopped at epoch " +
                              std::to_string(epoch) + " batch " +
@@ -443,6 +460,22 @@ Status Module::EndEpoch(int epoch, FitRun* run) {
     store.emplace_back("failover-pause-seconds", pause);
   }
   if (run->report) run->progress.EndEpoch(run->metrics.Get(), validation, store);
+  KV_RETURN_IF_ERROR(Checkpoint(epoch, run));
+  if (o.epoch_end) KV_RETURN_IF_ERROR(o.epoch_end(epoch));
+  return Status::OK();
+}
+
+int64_t Module::EpochBatches(const FitRun& run) const {
+  // Workers of a synchronous store must run the same number of steps: as
+  // many as the largest part has.
+  return run.o.epoch_size > 0     ? run.o.epoch_size
+         : run.kv->lockstep() ? run.train->max_part_batches()
+                              : run.train->num_batches();
+}
+
+Status Module::Checkpoint(int epoch, FitRun* run) {
+  const FitOptions& o = run->o;
+  KVStore* const kv = run->kv;
   const bool checkpoint =
       !o.model_prefix.empty() && (epoch + 1) % o.checkpoint_period == 0;
   const std::string what = "checkpoint of epoch " + std::to_string(epoch + 1);
@@ -458,7 +491,6 @@ Status Module::EndEpoch(int epoch, FitRun* run) {
     KV_RETURN_IF_ERROR(
         SaveCheckpoint(o.model_prefix, epoch + 1, kv).Annotate(what));
   }
-  if (o.epoch_end) KV_RETURN_IF_ERROR(o.epoch_end(epoch));
   return Status::OK();
 }
 

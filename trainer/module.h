@@ -208,6 +208,11 @@ class Module {
   StatusOr<bool> PrepareFit(KVStore* kv, const FitOptions& o);
   Status TrainEpoch(int epoch, FitRun* run);
   Status EndEpoch(int epoch, FitRun* run);
+  // The checkpoint of `epoch` (0-based, the one just trained), if one is due.
+  Status Checkpoint(int epoch, FitRun* run);
+  // The number of batches of a training epoch (every worker's alike under
+  // a synchronous store).
+  int64_t EpochBatches(const FitRun& run) const;
   // The epoch's next batch, starting this worker's part over when it is
   // shorter than the epoch (an error if the data has no batch at all).
   Status NextTrainBatch(DataIter* train, int epoch, Batch* batch,

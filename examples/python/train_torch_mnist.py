@@ -91,16 +91,36 @@ def main(argv=None):
         opt.load_states("%s-%04d.states" % (a.model_prefix, a.load_epoch))
     loss_fn = nn.CrossEntropyLoss()
 
-    for epoch in range(a.load_epoch, a.num_epochs):
+    def save(epoch):
+        if a.model_prefix and kv.rank == 0:
+            torch.save({"model": model.state_dict(), "epoch": epoch + 1},
+                       "%s-%04d.pt" % (a.model_prefix, epoch + 1))
+            opt.save_states("%s-%04d.states" % (a.model_prefix, epoch + 1))
+
+    def next_batch(epoch):
+        b = train.next_batch()
+        if b is None:  # this part is shorter than the epoch: start it over
+            train.start_epoch(epoch)
+            b = train.next_batch()
+        return b
+
+    first, skip = a.load_epoch, 0
+    if kv.resume_step > 0:
+        # Started again in place of a dead worker (launch.py --max-restarts):
+        # go on with the batch of this part the job is at.
+        first += kv.resume_step // batches
+        skip = kv.resume_step % batches
+        if skip == 0 and first > a.load_epoch:
+            save(first - 1)  # the dead one may have died before it
+    for epoch in range(first, a.num_epochs):
         train.start_epoch(epoch)
+        for _ in range(skip):
+            next_batch(epoch)
         t0 = window = time.time()
         correct = seen = 0
         loss_sum = 0.0
-        for n in range(batches):
-            b = train.next_batch()
-            if b is None:  # this part is shorter than the epoch: start it over
-                train.start_epoch(epoch)
-                b = train.next_batch()
+        for n in range(skip, batches):
+            b = next_batch(epoch)
             x = torch.from_numpy(b.data[0])
             y = torch.from_numpy(b.label[0]).long()
             opt.zero_grad()
@@ -130,10 +150,8 @@ def main(argv=None):
         print("Epoch[%d] Train-accuracy=%f Train-cross-entropy=%f Validation-accuracy=%f%s "
               "Time cost=%.3f" % (epoch, correct / seen, loss_sum / seen, acc, stale, cost),
               flush=True)
-        if a.model_prefix and kv.rank == 0:
-            torch.save({"model": model.state_dict(), "epoch": epoch + 1},
-                       "%s-%04d.pt" % (a.model_prefix, epoch + 1))
-            opt.save_states("%s-%04d.states" % (a.model_prefix, epoch + 1))
+        save(epoch)
+        skip = 0
     opt.synchronize()  # dist_async: the servers' final model, the same on every worker
     print("Test accuracy=%.4f" % evaluate(model, test, flat))
     return 0

@@ -257,6 +257,14 @@ class KVStore(object):
         'held_seconds' (answers held for the slowest worker)}."""
         return self._handle.staleness_report()
 
+    @property
+    def resume_step(self):
+        """In a worker started again in place of a dead one (launch.py
+        --max-restarts), after its first init: the steps the job completed,
+        from which this worker goes on (a training loop skips that many
+        batches); -1 in a process of the job's first start."""
+        return self._handle.resume_step
+
     def server_losses(self):
         """With server replicas (launch.py --server-replicas): the servers
         this worker lost since the last call and the pauses their deaths cost

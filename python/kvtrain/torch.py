@@ -233,6 +233,10 @@ def broadcast_parameters(params, root_rank=0):
     if not keys:
         return
     kv.init(keys, arrays)
+    if kv.resume_step >= 0:
+        # A worker started again: its DistributedOptimizer pulled the job's
+        # current weights; rank 0's first values would undo that.
+        return
     kv.pull(keys, out=arrays)
     for t, arr in copies:
         with _torch.no_grad():

@@ -130,6 +130,13 @@ void PostofficeImpl::Handle(const std::string& token, Message&& msg) {
         return Drop(token, "NODE_LOST");
       }
       return LoseServer(c.nodes(0).id(), c.reason());
+    case wire::NODE_BACK:
+      if (scheduler_) {
+        if (c.nodes_size() != 1) return Drop(token, "NODE_BACK");
+        return scheduler_->OnBackTaken(from->id, c.nodes(0).id());
+      }
+      if (from->id != kSchedulerId || c.nodes_size() != 1) return Drop(token, "NODE_BACK");
+      return TakeBack(token, c.nodes(0));
     case wire::ABORT:
       if (!scheduler_ && from->id != kSchedulerId) {
         return Drop(token, "ABORT from a non-scheduler");
@@ -225,7 +232,49 @@ void PostofficeImpl::HandleNodeTable(const std::string& token,
       << NodeName(role(), my_rank, host_, port_) << ": assigned rank "
       << my_rank << " of " << (role() == Role::kServer ? servers : workers)
       << " " << RoleName(role()) << "s (job " << msg.meta.job_id() << ")";
+  for (int id : c.lost()) t->MarkLost(id);
+  if (c.incarnation() > 0) {
+    incarnation_.store(c.incarnation());
+    std::lock_guard<std::mutex> l(mu_);
+    // A worker started again passes the barriers the job has passed: its
+    // program enters them again on its way back to where the job is.
+    for (const auto& [groups, seq] : c.barriers_passed()) barrier_done_[groups] = seq;
+    LOG(WARNING) << NodeName(role(), my_rank, host_, port_)
+                 << ": rejoined the running job (started again, time " << c.incarnation() << ")";
+  }
   InstallTable(std::move(t), my_rank);
+}
+
+void PostofficeImpl::TakeBack(const std::string& token, const wire::NodeInfo& n) {
+  const NodeTable* t = table();
+  const NodeEntry* old = t->ById(n.id());
+  if (old == nullptr || old->role != Role::kWorker || n.role() != wire::WORKER ||
+      n.rank() != old->rank || n.id() != WorkerId(n.rank()) || n.token().empty()) {
+    return Drop(token, "NODE_BACK naming no worker of this job");
+  }
+  NodeEntry e = *old;
+  e.host = n.host();
+  e.port = n.port();
+  e.token = n.token();
+  e.same_host = n.same_host();
+  e.pid = n.pid();
+  e.name = NodeName(e.role, e.rank, e.host, e.port);
+  ReplaceNode(e);
+  // Servers talk to workers; a worker talks to no other worker.
+  if (role() == Role::kServer) {
+    van_->Disconnect(e.id);
+    const Status s = van_->Connect(e.id, e.host, e.port, e.same_host);
+    if (!s.ok()) return Fail(s.Annotate(name() + ": connecting to " + e.name), false);
+  }
+  {
+    std::lock_guard<std::recursive_mutex> l(customers_mu_);
+    for (auto& [app, c] : customers_) c->PeerBack(e.id);
+  }
+  LOG_IF(INFO, verbose() >= 1) << name() << ": took in " << e.name << ", started again";
+  Message ack;
+  ack.meta.set_command(wire::NODE_BACK);
+  ack.meta.mutable_control()->add_nodes()->set_id(e.id);
+  SendTo(kSchedulerId, &ack, kControlPriority);
 }
 
 namespace {
@@ -341,6 +390,7 @@ void PostofficeImpl::TimerLoop() {
       continue;
     }
     CheckPeers(now);
+    if (scheduler_) scheduler_->CheckAway();
     if (t->liveness().HeartbeatDue(now)) SendHeartbeats();
   }
 }
@@ -364,6 +414,12 @@ void PostofficeImpl::CheckPeers(int64_t now_ns) {
     const NodeEntry& e = t->nodes()[d.peer];
     if (e.role == Role::kServer && config_.server_replicas > 0) {
       LoseServer(e.id, d.why);
+      continue;
+    }
+    if (e.role == Role::kWorker && config_.worker_restarts > 0 && scheduler_) {
+      // The launcher starts it again: the job waits for it.
+      t->liveness().SetWatched(d.peer, false);
+      scheduler_->OnWorkerGone(e.id, net::DeathMessage(e.name, d.why));
       continue;
     }
     Fail(Status::Unavailable(net::DeathMessage(e.name, d.why)),

@@ -28,6 +28,8 @@ NodeConfig InprocJob::ConfigFor(Role role) const {
   c.heartbeat_timeout_s = options_.heartbeat_timeout_s;
   c.startup_timeout_s = options_.startup_timeout_s;
   c.server_replicas = options_.server_replicas;
+  c.worker_restarts = options_.worker_restarts;
+  c.rejoin_timeout_s = options_.rejoin_timeout_s;
   return c;
 }
 

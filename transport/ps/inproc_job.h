@@ -24,6 +24,9 @@ struct InprocJobOptions {
   int verbose = 0;
   // KVTRAIN_SERVER_REPLICAS.
   int server_replicas = 0;
+  // KVTRAIN_WORKER_RESTARTS, KVTRAIN_REJOIN_TIMEOUT.
+  int worker_restarts = 0;
+  double rejoin_timeout_s = 60.0;
   // The scheduler's (virtual) port.
   int root_port = 9000;
 };

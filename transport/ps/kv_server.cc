@@ -16,6 +16,7 @@ class KVServer::Impl : public Customer {
       : po_(po),
         app_id_(app_id),
         handler_(std::move(handler)),
+        on_worker_back_(options.on_worker_back),
         pool_(std::make_unique<HandlerPool>(options.handler_threads)) {}
 
   ~Impl() override {
@@ -28,6 +29,10 @@ class KVServer::Impl : public Customer {
   bool serves() const override { return true; }
   void Abort(const Status& /*reason*/) override {}
   void Accept(Message&& msg) override;
+  void PeerBack(int id) override {
+    const NodeEntry* e = po_->table() == nullptr ? nullptr : po_->table()->ById(id);
+    if (on_worker_back_ && e != nullptr && e->role == Role::kWorker) on_worker_back_(e->rank);
+  }
   Status Respond(const RequestMeta& req, const KVPairs& values);
   Status RespondError(const RequestMeta& req, const Status& error);
   SendBuffer NewAnswerBuffer(const RequestMeta& req, size_t size) {
@@ -40,6 +45,7 @@ class KVServer::Impl : public Customer {
   PostofficeImpl* const po_;
   const int app_id_;
   const RequestHandler handler_;
+  const std::function<void(int)> on_worker_back_;
   KVServer* owner_ = nullptr;
   std::unique_ptr<HandlerPool> pool_;
   LogRateLimiter log_;

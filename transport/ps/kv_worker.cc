@@ -42,8 +42,11 @@ const char* Kind(bool push, bool pull) {
 
 class KVWorker::Impl : public Customer {
  public:
+  // A process started again numbers its requests above its dead
+  // predecessors' (an answer still on its way to one is never taken for
+  // one of this process's).
   Impl(PostofficeImpl* po, int app_id)
-      : po_(po), app_id_(app_id) {}
+      : po_(po), app_id_(app_id), next_ts_((int64_t{po->incarnation()} << 40) + 1) {}
   ~Impl() override { po_->UnregisterCustomer(this); }
 
   int app_id() const override { return app_id_; }
@@ -130,7 +133,7 @@ class KVWorker::Impl : public Customer {
   std::unordered_map<int64_t, Pending> pending_ GUARDED_BY(mu_);
   // With server replicas: a slice's timestamp -> its request's.
   std::unordered_map<int64_t, int64_t> alias_ GUARDED_BY(mu_);
-  int64_t next_ts_ GUARDED_BY(mu_) = 1;
+  int64_t next_ts_ GUARDED_BY(mu_);
   // The last server lost, when, and whether the first answer since to a
   // request it held up is still to be reported: a re-sent slice's, or,
   // when nothing was re-sent (the lost server was a copy its primary

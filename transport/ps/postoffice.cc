@@ -126,6 +126,8 @@ std::vector<KeyRange> Postoffice::ServerKeyRanges() const {
 }
 bool Postoffice::OneHost() const { return impl_->one_host(); }
 int Postoffice::server_replicas() const { return impl_->server_replicas(); }
+int Postoffice::worker_restarts() const { return impl_->config().worker_restarts; }
+int Postoffice::incarnation() const { return impl_->incarnation(); }
 bool Postoffice::ServerLive(int rank) const { return impl_->ServerLive(rank); }
 int Postoffice::verbose() const { return impl_->verbose(); }
 
@@ -284,6 +286,26 @@ void PostofficeImpl::LoseServer(int id, const std::string& why) {
     for (auto& [app, c] : customers_) c->PeerLost(id);
   }
   if (scheduler_) scheduler_->OnLost(id, why);
+}
+
+void PostofficeImpl::ReplaceNode(const NodeEntry& back) {
+  const NodeTable* old = table();
+  if (old == nullptr || old->IndexOf(back.id) < 0) return;
+  std::vector<NodeEntry> entries = old->nodes();
+  entries[static_cast<size_t>(old->IndexOf(back.id))] = back;
+  auto t = std::make_unique<NodeTable>(std::move(entries), old->job_id(), liveness_options());
+  for (const NodeEntry& e : t->nodes()) {
+    if (old->Lost(e.id)) t->MarkLost(e.id);
+    // Watched as InstallTable chose; each clock starts now, and the new
+    // process gets the first-message allowance for its first word.
+    t->liveness().SetWatched(
+        t->IndexOf(e.id),
+        e.id != my_id() && !old->Lost(e.id) && (scheduler_ != nullptr || e.id == kSchedulerId));
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  retired_tables_.push_back(std::move(table_owned_));
+  table_owned_ = std::move(t);
+  table_.store(table_owned_.get());
 }
 
 void PostofficeImpl::SetFailureHandler(FailureHandler handler) {

@@ -31,6 +31,8 @@ Status PostofficeImpl::Barrier(int groups, Duration timeout) {
                                         ": Barrier needs a started node");
     }
     seq = ++barrier_entered_[groups];
+    // A worker started again: the job passed this one already.
+    if (seq <= barrier_done_[groups]) return Status::OK();
   }
   LOG_IF(INFO, verbose() >= 1) << name() << ": entering barrier over "
                                << GroupName(groups) << " #" << seq;

@@ -48,6 +48,10 @@ class Customer {
   // ranges (PostofficeImpl::LoseServer): send again what it left
   // unanswered. On the thread that noticed; may send.
   virtual void PeerLost(int /*id*/) {}
+  // Worker node `id` died and was started again (PostofficeImpl::TakeBack):
+  // forget what the dead process asked and was not answered (answers now
+  // reach the new process, which never asked). On the receive thread.
+  virtual void PeerBack(int /*id*/) {}
 };
 
 struct NodeEntry {
@@ -146,6 +150,13 @@ class PostofficeImpl {
   // customers re-send what it owed them, and the scheduler tells every
   // node; otherwise the job fails, naming the range left without a copy.
   void LoseServer(int id, const std::string& why);
+  // Worker `e.id` died and was started again (KVTRAIN_WORKER_RESTARTS): its
+  // entry becomes `e` (the new process's address and token) in a new node
+  // table; the old table stays alive, as readers may hold it.
+  void ReplaceNode(const NodeEntry& e) EXCLUDES(mu_);
+  // How many times this node's process was started again (0: the first);
+  // from its node table.
+  int incarnation() const { return incarnation_.load(); }
   // Null before the node table arrived.
   const NodeTable* table() const { return table_.load(); }
   // PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT as liveness options.
@@ -201,6 +212,9 @@ class PostofficeImpl {
   void Handle(const std::string& token, Message&& msg);
   void HandleBeforeTable(const std::string& token, Message&& msg);
   void HandleNodeTable(const std::string& token, const Message& msg);
+  // NODE_BACK from the scheduler: takes the restarted worker in (new
+  // table, connection, customers' PeerBack) and tells the scheduler.
+  void TakeBack(const std::string& token, const wire::NodeInfo& info);
   void DeliverData(Message&& msg) EXCLUDES(customers_mu_);
   void DeliverEarly() EXCLUDES(customers_mu_);
   void Drop(const std::string& token, const std::string& why);
@@ -222,7 +236,10 @@ class PostofficeImpl {
   std::atomic<int> rank_{0};
   std::atomic<int> my_id_{0};
   std::atomic<const NodeTable*> table_{nullptr};
-  std::unique_ptr<NodeTable> table_owned_;  // written once, under mu_
+  std::unique_ptr<NodeTable> table_owned_;  // under mu_
+  // Tables replaced by ReplaceNode (a table() reader may still hold one).
+  std::vector<std::unique_ptr<NodeTable>> retired_tables_ GUARDED_BY(mu_);
+  std::atomic<int> incarnation_{0};
   int64_t start_ns_ = 0;
 
   mutable std::mutex mu_;

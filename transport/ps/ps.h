@@ -243,6 +243,12 @@ class Postoffice {
   // KVTRAIN_SERVER_REPLICAS: each key range is also held by this many of
   // the next servers (docs/reliability.md).
   int server_replicas() const;
+  // KVTRAIN_WORKER_RESTARTS: a dead worker is waited for, to be started
+  // again (docs/reliability.md).
+  int worker_restarts() const;
+  // How many times this node's process was started again to take a dead
+  // one's place (0: the first).
+  int incarnation() const;
   // Whether server `rank` still takes part (false once it died in a job
   // with replicas); key range r is served by the first live server of
   // r, r+1, ..., r+server_replicas() (mod num_servers).
@@ -379,6 +385,10 @@ struct KVServerOptions {
   // transport's receive thread (lowest latency; a slow handler then delays
   // all traffic of this node).
   int handler_threads = 1;
+  // Worker `rank` died and was started again (KVTRAIN_WORKER_RESTARTS):
+  // forget what the dead process asked and is not yet answered. On the
+  // receive thread (handler threads may be running requests meanwhile).
+  std::function<void(int rank)> on_worker_back;
 };
 
 // Answers requests of one application id on a server. Thread-safe.

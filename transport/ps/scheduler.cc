@@ -95,6 +95,7 @@ void SchedulerCore::OnRegister(const std::string& token, const Message& msg) {
   // that it belongs elsewhere), then the roster's.
   std::string why;
   if (roster_.complete()) {
+    if (TryRejoin(token, info)) return;
   } else if (info.launch_job_id() != cfg.job_id) {
     auto shown = [](const std::string& id) {
       return id.empty() ? std::string("(unset)") : "\"" + id + "\"";
@@ -170,6 +171,7 @@ std::vector<NodeEntry> SchedulerCore::RankNodes() {
     e.pid = p.info.pid();
     e.name = NodeName(e.role, e.rank, e.host, e.port);
     po_->AliasConn(e.id, p.conn);
+    conn_of_[e.id] = p.conn;
     LOG_IF(INFO, po_->verbose() >= 1)
         << po_->name() << ": rank assigned: " << e.name << " (node id " << e.id
         << ", pid " << e.pid << ")";
@@ -244,6 +246,8 @@ bool SchedulerCore::MaybeEndBarrier(int groups, int64_t seq) {
       if (!it->second.count(id)) return false;
     }
     arrived_.erase(it);
+    int64_t& passed = passed_[groups];
+    if (seq > passed) passed = seq;
   }
   LOG_IF(INFO, po_->verbose() >= 1)
       << po_->name() << ": barrier over " << GroupName(groups) << " #" << seq
@@ -318,6 +322,144 @@ void SchedulerCore::OnLost(int id, const std::string& why) {
     any_finished = !finished_.empty();
   }
   if (any_finished) MaybeTerminate();
+}
+
+void SchedulerCore::OnWorkerGone(int id, const std::string& death) {
+  const NodeConfig& cfg = po_->config();
+  std::lock_guard<std::mutex> l(mu_);
+  if (finished_.count(id) || away_.count(id)) return;
+  away_[id] = {death, std::chrono::steady_clock::now()};
+  // One line per event in the job's output: the scheduler's.
+  LOG(WARNING) << po_->name() << ": " << death << "; the job waits up to "
+               << net::FormatSeconds(cfg.rejoin_timeout_s) << " for it to be started again ("
+               << env::kWorkerRestarts << "=" << cfg.worker_restarts << ", "
+               << env::kRejoinTimeout << ")";
+  // Its new process may have registered already.
+  std::vector<Parked> parked;
+  parked.swap(parked_);
+  for (const Parked& p : parked) {
+    if (AwayFor(p.info) < 0 || !TryRejoin(p.token, p.info)) parked_.push_back(p);
+  }
+}
+
+void SchedulerCore::CheckAway() {
+  const NodeConfig& cfg = po_->config();
+  std::string failure;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (std::chrono::duration<double>(now - it->since).count() <= cfg.rejoin_timeout_s) {
+        ++it;
+        continue;
+      }
+      Reject(it->info, "the job is running and no worker of it died for this one to take "
+                       "the place of (within " + net::FormatSeconds(cfg.rejoin_timeout_s) +
+                       ", " + env::kRejoinTimeout + ")");
+      it = parked_.erase(it);
+    }
+    for (const auto& [id, a] : away_) {
+      if (std::chrono::duration<double>(now - a.since).count() <= cfg.rejoin_timeout_s) continue;
+      failure = a.death + "; it was not started again within " +
+                net::FormatSeconds(cfg.rejoin_timeout_s) + " (" + env::kRejoinTimeout + ", " +
+                env::kWorkerRestarts + "=" + std::to_string(cfg.worker_restarts) + ")";
+      break;
+    }
+  }
+  if (!failure.empty()) po_->Fail(Status::Unavailable(failure), /*broadcast=*/true);
+}
+
+int SchedulerCore::AwayFor(const wire::NodeInfo& info) const {
+  if (info.rank() >= 0 && away_.count(WorkerId(info.rank()))) return WorkerId(info.rank());
+  if (info.rank() < 0 && away_.size() == 1) return away_.begin()->first;
+  return -1;
+}
+
+bool SchedulerCore::TryRejoin(const std::string& token, const wire::NodeInfo& info) {
+  const NodeConfig& cfg = po_->config();
+  if (info.role() != wire::WORKER || cfg.worker_restarts == 0) return false;
+  const int id = AwayFor(info);
+  if (id < 0) {
+    // Before the old process's death was noticed: it waits for that.
+    for (const Parked& p : parked_) {
+      if (p.token == token) return true;
+    }
+    if (info.rank() >= cfg.num_workers) return false;
+    parked_.push_back({token, info, std::chrono::steady_clock::now()});
+    LOG_IF(INFO, po_->verbose() >= 1)
+        << po_->name() << ": a worker at " << Addr(info)
+        << " registered while the job runs: waiting for the death of the one it replaces";
+    return true;
+  }
+  if (info.launch_job_id() != cfg.job_id || info.num_workers() != cfg.num_workers ||
+      info.num_servers() != cfg.num_servers || info.server_replicas() != cfg.server_replicas) {
+    Reject(info, "it would take the place of a dead worker but was started with another "
+                 "job's settings (" + std::string(env::kJobId) + ", " + env::kNumWorker + ", " +
+                 env::kNumServer + " or " + env::kServerReplicas + ")");
+    return true;
+  }
+  const NodeTable* t = po_->table();
+  const NodeEntry* old = t->ById(id);
+  const int conn = next_conn_++;
+  const Status s = po_->van()->Connect(conn, info.host(), info.port(), info.same_host());
+  if (!s.ok()) {
+    Reject(info, "the scheduler cannot connect to it: " + s.message());
+    return true;
+  }
+  NodeEntry e = *old;
+  e.host = info.host();
+  e.port = info.port();
+  e.token = info.token();
+  e.same_host = info.same_host();
+  e.pid = info.pid();
+  e.name = NodeName(e.role, e.rank, e.host, e.port);
+  po_->ReplaceNode(e);
+  po_->AliasConn(id, conn);
+  auto old_conn = conn_of_.find(id);
+  if (old_conn != conn_of_.end()) po_->van()->Disconnect(old_conn->second);
+  conn_of_[id] = conn;
+  const double away_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - away_[id].since).count();
+  away_.erase(id);
+  const int times = ++incarnation_[id];
+  LOG(WARNING) << po_->name() << ": " << e.name << " is back (started again, time " << times
+               << ") " << net::FormatSeconds(away_s) << " after its death was known";
+  std::set<int>& waiting = taking_in_[id];
+  waiting.clear();
+  wire::NodeInfo back = info;
+  back.set_id(id);
+  back.set_rank(e.rank);
+  for (int to : t->Members(kServerGroup | kWorkerGroup)) {
+    if (to == id) continue;
+    waiting.insert(to);
+    Message m;
+    m.meta.set_command(wire::NODE_BACK);
+    *m.meta.mutable_control()->add_nodes() = back;
+    po_->SendTo(to, &m, kControlPriority);
+  }
+  if (waiting.empty()) SendRejoinTable(id);
+  return true;
+}
+
+void SchedulerCore::OnBackTaken(int from, int id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = taking_in_.find(id);
+  if (it == taking_in_.end() || !it->second.erase(from) || !it->second.empty()) return;
+  SendRejoinTable(id);
+}
+
+void SchedulerCore::SendRejoinTable(int id) {
+  taking_in_.erase(id);
+  const NodeTable* t = po_->table();
+  Message table = TableMessage(t->nodes());
+  wire::Control* c = table.meta.mutable_control();
+  c->set_incarnation(incarnation_[id]);
+  for (const auto& [groups, seq] : passed_) (*c->mutable_barriers_passed())[groups] = seq;
+  for (const NodeEntry& e : t->nodes()) {
+    if (t->Lost(e.id)) c->add_lost(e.id);
+  }
+  const Status s = po_->SendTo(id, &table, kControlPriority);
+  LOG_IF(WARNING, !s.ok()) << s;
 }
 
 std::string SchedulerCore::StartupFailure(double timeout_s) {

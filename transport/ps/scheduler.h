@@ -4,6 +4,7 @@
 #ifndef KVTRAIN_TRANSPORT_PS_SCHEDULER_H_
 #define KVTRAIN_TRANSPORT_PS_SCHEDULER_H_
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -42,6 +43,16 @@ class SchedulerCore {
   // every other live node, then ends the barriers and the terminate round
   // that now have every live member.
   void OnLost(int id, const std::string& why) EXCLUDES(mu_);
+  // Worker `id` died in a job whose launcher starts dead workers again
+  // (KVTRAIN_WORKER_RESTARTS): the job waits for it, up to
+  // KVTRAIN_REJOIN_TIMEOUT (CheckAway), its barriers and the final
+  // handshake with it.
+  void OnWorkerGone(int id, const std::string& death) EXCLUDES(mu_);
+  // Timer thread: fails the job when a dead worker is not back in time.
+  void CheckAway() EXCLUDES(mu_);
+  // Node `from` took in restarted worker `id` (NODE_BACK's answer): once
+  // every node has, the new process gets the node table.
+  void OnBackTaken(int from, int id) EXCLUDES(mu_);
   // The start-up deadline passed: what is missing and who registered.
   std::string StartupFailure(double timeout_s) EXCLUDES(mu_);
   // Sends ABORT(reason) to every node registered so far (before the table).
@@ -54,6 +65,16 @@ class SchedulerCore {
   };
 
   void Reject(const wire::NodeInfo& info, const std::string& why) REQUIRES(mu_);
+  // A registration once the job runs: a dead worker started again takes
+  // its place (true), or it is refused with the reason (true); false when
+  // no worker is away (the usual "job is full" answer follows).
+  bool TryRejoin(const std::string& token, const wire::NodeInfo& info) REQUIRES(mu_);
+  // The dead worker whose place a registration takes: the rank it asks
+  // for, or without one the only one away; -1 if none.
+  int AwayFor(const wire::NodeInfo& info) const REQUIRES(mu_);
+  // Every node took restarted worker `id` in: its node table, with the
+  // barriers passed and the servers lost.
+  void SendRejoinTable(int id) REQUIRES(mu_);
   void Complete() REQUIRES(mu_);
   // Sorts the registrations into ranks; the scheduler's entry first.
   std::vector<NodeEntry> RankNodes() REQUIRES(mu_);
@@ -74,6 +95,29 @@ class SchedulerCore {
   std::map<std::pair<int, int64_t>, std::set<int>> arrived_ GUARDED_BY(mu_);
   std::set<int> finished_ GUARDED_BY(mu_);
   bool terminating_ GUARDED_BY(mu_) = false;
+  // The last barrier passed, by group (for workers started again).
+  std::map<int, int64_t> passed_ GUARDED_BY(mu_);
+  // This scheduler's connection to each node (RankNodes, TryRejoin).
+  std::map<int, int> conn_of_ GUARDED_BY(mu_);
+  // Dead workers waited for: why they died, since when.
+  struct Away {
+    std::string death;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::map<int, Away> away_ GUARDED_BY(mu_);
+  // Workers that registered while the job runs before the death of the
+  // one whose place they take was noticed (a launcher starts the new
+  // process the moment the old one exits): waiting, since when.
+  struct Parked {
+    std::string token;
+    wire::NodeInfo info;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<Parked> parked_ GUARDED_BY(mu_);
+  // Workers started again, until every node took them in: the nodes yet to
+  // answer, and how many times each worker came back.
+  std::map<int, std::set<int>> taking_in_ GUARDED_BY(mu_);
+  std::map<int, int> incarnation_ GUARDED_BY(mu_);
   LogRateLimiter log_limiter_;
 };
 
