@@ -7,6 +7,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <map>
@@ -133,6 +134,19 @@ inline Tensor Ids(const std::vector<int64_t>& ids) {
   Tensor t = Tensor::Empty(Shape({static_cast<int64_t>(ids.size())}), DType::kInt64);
   for (size_t i = 0; i < ids.size(); ++i) t.data<int64_t>()[i] = ids[i];
   return t;
+}
+
+// Whether two jobs' values (by key) are equal bit for bit.
+inline bool SameBits(const std::vector<std::vector<float>>& a,
+                     const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].size() != b[i].size() ||
+        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 inline Tensor Filled(int64_t n, float v) {

@@ -84,14 +84,7 @@ Outcome Train(int replicas, int lose, int at) {
 }
 
 bool SameBits(const Outcome& a, const Outcome& b) {
-  if (a.values.size() != b.values.size()) return false;
-  for (size_t i = 0; i < a.values.size(); ++i) {
-    if (a.values[i].size() != b.values[i].size() ||
-        std::memcmp(a.values[i].data(), b.values[i].data(), a.values[i].size() * 4) != 0) {
-      return false;
-    }
-  }
-  return true;
+  return kv_test::SameBits(a.values, b.values);
 }
 
 TEST(DistKVStoreReplicaTest, LosingAServerChangesNoBit) {

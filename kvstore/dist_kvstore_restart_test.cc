@@ -170,14 +170,7 @@ Outcome Train(const Death& death, const std::string& name, int servers = 2, int 
 }
 
 bool SameBits(const Outcome& a, const Outcome& b) {
-  if (a.values.size() != b.values.size() || a.values.empty()) return false;
-  for (size_t i = 0; i < a.values.size(); ++i) {
-    if (a.values[i].size() != b.values[i].size() ||
-        std::memcmp(a.values[i].data(), b.values[i].data(), a.values[i].size() * 4) != 0) {
-      return false;
-    }
-  }
-  return true;
+  return !a.values.empty() && kv_test::SameBits(a.values, b.values);
 }
 
 TEST(DistKVStoreRestartTest, AWorkerStartedAgainChangesNoBit) {

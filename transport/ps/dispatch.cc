@@ -252,13 +252,7 @@ void PostofficeImpl::TakeBack(const std::string& token, const wire::NodeInfo& n)
       n.rank() != old->rank || n.id() != WorkerId(n.rank()) || n.token().empty()) {
     return Drop(token, "NODE_BACK naming no worker of this job");
   }
-  NodeEntry e = *old;
-  e.host = n.host();
-  e.port = n.port();
-  e.token = n.token();
-  e.same_host = n.same_host();
-  e.pid = n.pid();
-  e.name = NodeName(e.role, e.rank, e.host, e.port);
+  const NodeEntry e = WithNewProcess(*old, n);
   ReplaceNode(e);
   // Servers talk to workers; a worker talks to no other worker.
   if (role() == Role::kServer) {

@@ -42,6 +42,17 @@ std::string NodeName(Role role, int rank, const std::string& host, int port) {
   return os.str();
 }
 
+NodeEntry WithNewProcess(const NodeEntry& old, const wire::NodeInfo& n) {
+  NodeEntry e = old;
+  e.host = n.host();
+  e.port = n.port();
+  e.token = n.token();
+  e.same_host = n.same_host();
+  e.pid = n.pid();
+  e.name = NodeName(e.role, e.rank, e.host, e.port);
+  return e;
+}
+
 NodeTable::NodeTable(std::vector<NodeEntry> nodes, std::string job_id,
                      const net::LivenessOptions& liveness)
     : nodes_(std::move(nodes)), job_id_(std::move(job_id)) {

@@ -69,6 +69,10 @@ struct NodeEntry {
 // "server 1 (10.0.0.2:41233)", "scheduler (10.0.0.1:9091)".
 std::string NodeName(Role role, int rank, const std::string& host, int port);
 
+// `old`'s entry with the address, token and pid of the process `n` that
+// took its place (a worker started again).
+NodeEntry WithNewProcess(const NodeEntry& old, const wire::NodeInfo& n);
+
 // Whether the servers and workers among `nodes` all advertised a same-host
 // address ("<host identity>@<name>") of one host identity.
 bool OnOneHost(const std::vector<NodeEntry>& nodes);

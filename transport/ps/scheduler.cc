@@ -406,13 +406,7 @@ bool SchedulerCore::TryRejoin(const std::string& token, const wire::NodeInfo& in
     Reject(info, "the scheduler cannot connect to it: " + s.message());
     return true;
   }
-  NodeEntry e = *old;
-  e.host = info.host();
-  e.port = info.port();
-  e.token = info.token();
-  e.same_host = info.same_host();
-  e.pid = info.pid();
-  e.name = NodeName(e.role, e.rank, e.host, e.port);
+  const NodeEntry e = WithNewProcess(*old, info);
   po_->ReplaceNode(e);
   po_->AliasConn(id, conn);
   auto old_conn = conn_of_.find(id);
