@@ -8,95 +8,27 @@ servers one after the other with two replicas. Both copies of a key range
 gone: the job ends, naming the dead servers. The pause each death causes is
 printed (bench/dist_train_bench.py measures what replication costs)."""
 
-import os
 import re
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
-import unittest
 
-from tracker.launch_testlib import kill_marked, launch, new_marker, node_pid, read_until
-from tracker.launch_testlib import start_launch, wait_no_processes
+from tests.faults.train_job_testlib import TrainJobTest
 from tools import pyunit
 
-TRAIN = os.path.abspath("examples/train_mnist")
-DATA = "/usr/share/datasets/fashion-mnist"
-EPOCHS = 4
-COMMON = ["--disp-batches=20", "--kv-store=dist_sync", "--network=mlp",
-          "--num-examples=6000", "--batch-size=50", "--seed=5", "--lr-step-epochs=2",
-          "--num-epochs=%d" % EPOCHS]
 
-
-def job(replicas):
-    return ["-n", "2", "-s", "3", "--server-replicas", str(replicas),
-            "--env", "KVTRAIN_STARTUP_TIMEOUT=120"]
-
-
-def final_files(prefix):
-    with open("%s-%04d.params" % (prefix, EPOCHS), "rb") as p, \
-            open("%s-%04d.states" % (prefix, EPOCHS), "rb") as s:
-        return p.read(), s.read()
-
-
-@unittest.skipUnless(os.path.isdir(DATA), "Fashion-MNIST is not installed (tools/setup.sh)")
-class FailoverTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="kvtrain-failover-")
-        # Without replicas: the reference every other run must equal.
-        code, out = launch(job(0) + [TRAIN] + COMMON + ["--model-prefix=%s/plain" % cls.tmp],
-                           timeout=600)
-        assert code == 0, out
-        cls.reference = final_files(cls.tmp + "/plain")
+class FailoverTest(TrainJobTest):
+    EPOCHS = 4
 
     @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def assert_same_result(self, prefix, out):
-        params, states = final_files(prefix)
-        self.assertEqual(params, self.reference[0], "the final weights differ\n" + out)
-        self.assertEqual(states, self.reference[1], "the servers' optimizer states differ")
+    def job(cls, replicas):
+        return ["-n", "2", "-s", "3", "--server-replicas", str(replicas),
+                "--env", "KVTRAIN_STARTUP_TIMEOUT=120"]
 
     def run_job(self, replicas, kills):
         """Runs a job, killing at each (output text or "file:" checkpoint
         suffix, server rank) in turn; returns (exit code, output, model prefix)."""
-        marker = new_marker()
-        d = os.path.join(self.tmp, marker)  # the marker is in every process's argv
-        os.makedirs(d)
-        prefix = d + "/run"
-        p = start_launch(job(replicas) + [TRAIN] + COMMON + ["--model-prefix=" + prefix])
-        out = ""
-        try:
-            for when, rank in kills:
-                if when.startswith("file:"):
-                    # Epoch end: the checkpoint's weights are written, then
-                    # the servers' optimizer states are gathered.
-                    path = prefix + when[len("file:"):]
-                    end = time.monotonic() + 300
-                    while not os.path.exists(path) and time.monotonic() < end \
-                            and p.poll() is None:
-                        time.sleep(0.005)
-                    self.assertTrue(os.path.exists(path), out)
-                else:
-                    out += read_until(p, when, timeout=300)
-                pid = node_pid(marker, "server", rank, program="train_mnist")
-                self.assertIsNotNone(pid, "server %d not found" % rank)
-                os.kill(pid, signal.SIGKILL)
-            rest, _ = p.communicate(timeout=300)
-            out += rest
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        left = wait_no_processes(marker, timeout=15)
-        kill_marked(marker)
-        self.assertEqual(left, [], "left running: %s" % left)
+        code, out, prefix = super().run_job(replicas, kills, "server")
         for pause in re.findall(r"resumed, answered by .* ([0-9.e-]+) s after the last word", out):
             print("pause after a server's death: %s s" % pause)
-        return p.returncode, out, prefix
+        return code, out, prefix
 
     def assert_went_on(self, out, rank):
         self.assertIn("server %d failed with signal SIGKILL; the job goes on without it" % rank,
