@@ -214,7 +214,10 @@ class Supervisor:
                 return 130 if "SIGINT" in self._stop_reason else 143
             failed = next((p for p in self.procs
                            if p not in self.lost and p.popen.poll() not in (None, 0)), None)
-            if failed and failed.restart < self.restarts.get(failed.role, 0):
+            # Once the scheduler has exited the job is over: a worker that
+            # died after it would find no job to rejoin.
+            over = any(p.role == "scheduler" and p.popen.poll() is not None for p in self.procs)
+            if failed and failed.restart < self.restarts.get(failed.role, 0) and not over:
                 if self._restart(failed):
                     continue
                 return self._fail(failed)

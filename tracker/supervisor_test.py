@@ -269,6 +269,37 @@ class RestartTest(unittest.TestCase):
                       "process", out)
         self.assertNotIn("after", out)
 
+    def test_a_worker_dead_after_the_scheduler_left_is_not_started_again(self):
+        # The scheduler ends the job (exits 0); then a worker dies: there is
+        # no job to rejoin, so it ends the launcher's run as without restarts.
+        out = io.BytesIO()
+        sup = supervisor.Supervisor(out=out, grace_seconds=2)
+        sup.restarts = {"worker": 2}
+        sched = ("import os, sys\n"
+                 "with open(sys.argv[1], 'w') as f:\n"
+                 "    f.write(str(os.getpid()))\n")
+        # Dies once the scheduler has exited (a zombie until the launcher reaps it).
+        worker = ("import os, sys\n"
+                  "pid = int(open(sys.argv[1]).read())\n"
+                  "def gone():\n"
+                  "    try:\n"
+                  "        return open('/proc/%d/stat' % pid).read().split(')')[1].split()[0] "
+                  "== 'Z'\n"
+                  "    except OSError:\n"
+                  "        return True\n"
+                  "while not gone():\n"
+                  "    os.sched_yield()\n"
+                  "os.kill(os.getpid(), 9)\n")
+        sup.start(supervisor.Proc("scheduler", 0, [sys.executable, "-c", sched, self.fifo],
+                                  dict(os.environ)))
+        sup.start(supervisor.Proc("worker", 0, [sys.executable, "-c", worker, self.fifo],
+                                  dict(os.environ)))
+        code = sup.run(timeout=60)
+        text = out.getvalue().decode()
+        self.assertNotEqual(code, 0, text)
+        self.assertNotIn("starting it again", text)
+        self.assertIn("worker 0 failed with signal SIGKILL; stopped every other process", text)
+
     def test_only_failed_processes_of_the_role_are_started_again(self):
         out = io.BytesIO()
         sup = supervisor.Supervisor(out=out, grace_seconds=2)
