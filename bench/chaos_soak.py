@@ -7,8 +7,9 @@ the same seed: once as a plain job (the baseline: its final .params and
 .states files, and its wall time), once with --server-replicas R and
 --max-restarts (a large K) while this script SIGKILLs a random victim every
 --every seconds of training: a worker (started again by the launcher, it
-rejoins where the job is), or a server while fewer than R have died (servers
-do not come back, so the job never loses every copy of a key range). Kills
+rejoins where the job is), or a server while fewer than R are away (started
+again too, it copies its key ranges and is a copy again; the job never loses
+every copy of a key range). Kills
 stop once the last epoch begins (a worker killed after its goodbye is not
 waited for). Prints each kill, how long each worker took to be back, the
 wall time against the baseline's, and whether the final weights and
@@ -116,7 +117,7 @@ def run_chaos(a, prefix, marker, rng):
     away = {}           # worker rank -> when it was killed
     back_after = []     # seconds from a worker's SIGKILL to the scheduler's "is back"
     kills = []
-    servers_dead = set()
+    servers_dead = set()  # killed, not yet a copy again
     try:
         while p.poll() is None or not lines.eof:
             if time.monotonic() - start > a.timeout:
@@ -130,6 +131,10 @@ def run_chaos(a, prefix, marker, rng):
                 m = re.search(r"worker (\d+) \([^)]*\) is back \(started again", line)
                 if m and int(m.group(1)) in away:
                     back_after.append(time.monotonic() - away.pop(int(m.group(1))))
+                m = re.search(r"server (\d+) \([^)]*\) holds the key ranges it copies again",
+                              line)
+                if m:
+                    servers_dead.discard(int(m.group(1)))
             if not training or last_epoch or p.poll() is not None or \
                     time.monotonic() < next_kill:
                 continue

@@ -146,6 +146,15 @@ Status DistKVStore::RunServer() {
                     opts));
   }
   finalized_ = true;
+  if (handler != nullptr && po_->incarnation() > 0) {
+    // A server started again: a copy of its key ranges once filled.
+    const Status filled = handler->Fill(server.get());
+    if (!filled.ok()) {
+      po_->Abort(po_->name() + " was started again but cannot copy its key ranges: " +
+                 filled.ToString());
+      return filled;
+    }
+  }
   // PS_VERBOSE: the row-sparse tables' counters every kTableReport while
   // serving; always once at the end.
   std::mutex report_mu;

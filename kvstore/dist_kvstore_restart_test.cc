@@ -206,6 +206,106 @@ TEST(DistKVStoreRestartTest, AWorkerStartedAgainChangesNoBit) {
   EXPECT_TRUE(three.states == replicated.states);
 }
 
+// 3 servers, each range on two; server 1 cut off before step 3 and a new
+// process put in its place, which copies ranges 0 and 1 from their
+// primaries; once it is a copy again, server 2 (range 1's primary since
+// then) is cut off too, so range 1 lives on the new process alone.
+Outcome TrainLosingServers(bool lose, const std::string& name) {
+  const std::string states = std::string(std::getenv("TEST_TMPDIR")) + "/servers_" + name;
+  ps::InprocJobOptions o = kv_test::DistFixture::Options(3, 2, 1);
+  o.worker_restarts = 1;
+  ps::InprocJob job(o);
+  Outcome out;
+  EXPECT_TRUE(job.CreateAll().ok());
+  EXPECT_TRUE(job.StartAll().ok());
+  const std::map<std::string, std::string> env = {{"KVTRAIN_BIGARRAY_BOUND", "1000"}};
+  auto store = [&](ps::Postoffice* po) {
+    KVStoreOptions opts;
+    opts.env = MapEnv(env);
+    opts.postoffice = po;
+    return KVStore::Create("dist_sync", opts);
+  };
+  std::vector<ps::Postoffice*> nodes;
+  for (const auto& node : job.nodes()) nodes.push_back(node.get());
+  ps::Postoffice* server1 = job.server(1);
+  ps::Postoffice* server2 = job.server(2);
+  std::future<Status> again;
+  std::vector<std::future<Status>> done;
+  for (ps::Postoffice* po : nodes) {
+    done.push_back(std::async(std::launch::async, [&, po]() -> Status {
+      KV_ASSIGN_OR_RETURN(std::unique_ptr<KVStore> kv, store(po));
+      if (!kv->is_worker()) return kv->RunServer();
+      const std::vector<Key> keys = Keys();
+      std::vector<Tensor> init;
+      for (int64_t n : kSizes) init.push_back(kv_test::Filled(n, 0.25f));
+      KV_RETURN_IF_ERROR(kv->Init(keys, init));
+      proto::OptimizerSpec sgd;
+      sgd.set_type(proto::OptimizerSpec::SGD);
+      sgd.set_learning_rate(0.1f);
+      sgd.set_momentum(0.9f);
+      KV_RETURN_IF_ERROR(kv->SetOptimizer(sgd));
+      std::vector<Tensor> w;
+      for (int64_t n : kSizes) w.push_back(Tensor::Zeros({n}));
+      KV_RETURN_IF_ERROR(kv->Pull(keys, w));
+      const int rank = kv->rank();
+      for (int t = 1; t <= kSteps; ++t) {
+        if (lose && rank == 0 && t == 3) {
+          job.net()->Isolate(server1->port());
+          NodeConfig c = job.ConfigFor(Role::kServer);
+          c.requested_rank = 1;
+          StatusOr<ps::Postoffice*> fresh = job.AddNode(c);
+          KV_RETURN_IF_ERROR(fresh.status());
+          ps::Postoffice* np = *fresh;
+          again = std::async(std::launch::async, [np, &store]() -> Status {
+            KV_RETURN_IF_ERROR(np->Start());
+            KV_ASSIGN_OR_RETURN(std::unique_ptr<KVStore> kv, store(np));
+            return kv->RunServer();
+          });
+        }
+        if (lose && rank == 0 && t == 6) {
+          // Once every node counts the new process as range 1's copy.
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+          while (po->RangeServerRanks(1) != std::vector<int>{2, 1} &&
+                 std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          EXPECT_EQ(po->RangeServerRanks(1), (std::vector<int>{2, 1}));
+          job.net()->Isolate(server2->port());
+        }
+        std::vector<Tensor> grads;
+        for (const Tensor& wk : w) grads.push_back(Gradient(wk, rank, t));
+        KV_RETURN_IF_ERROR(kv->PushPull(keys, grads, w, -t));
+      }
+      if (rank == 0) {
+        KV_RETURN_IF_ERROR(kv->SaveOptimizerStates(states));
+        for (const Tensor& o : w) out.values.push_back(o.ToVector());
+      }
+      return kv->Finalize();
+    }));
+  }
+  for (size_t i = 0; i < done.size(); ++i) {
+    const Status s = done[i].get();
+    if (lose && (nodes[i] == server1 || nodes[i] == server2)) continue;  // cut off
+    EXPECT_TRUE(s.ok()) << nodes[i]->name() << ": " << s;
+  }
+  if (again.valid()) {
+    const Status s = again.get();
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  StatusOr<std::string> bytes = ReadWholeFile(states);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  if (bytes.ok()) out.states = *bytes;
+  return out;
+}
+
+TEST(DistKVStoreRestartTest, AServerStartedAgainIsACopyAgain) {
+  const Outcome plain = TrainLosingServers(false, "plain");
+  const Outcome lost = TrainLosingServers(true, "lost");
+  ASSERT_EQ(plain.values.size(), kSizes.size());
+  EXPECT_TRUE(SameBits(plain, lost));
+  EXPECT_TRUE(plain.states == lost.states);
+}
+
 TEST(DistKVStoreRestartTest, AWorkerNotBackInTimeEndsTheJob) {
   ps::InprocJobOptions o = kv_test::DistFixture::Options(1, 2);
   o.worker_restarts = 1;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <iterator>
 #include <utility>
 
@@ -558,6 +559,7 @@ Status ServerHandler::InstallOptimizer(const std::string& body) {
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, Optimizer::Create(spec));
   std::lock_guard<std::mutex> lock(mu_);
   optimizer_ = std::shared_ptr<Optimizer>(std::move(opt));
+  optimizer_body_ = body;
   return Status::OK();
 }
 
@@ -616,6 +618,14 @@ void ServerHandler::ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs&
     return;
   }
   const uint64_t key = data.key(0);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (filling_ && !keys_.count(key)) {
+      // Sent after the primary's snapshot, which has not arrived yet.
+      waiting_.push_back({meta, data, info});
+      return;
+    }
+  }
   KeyState* st = FindOrRespond(key, meta, server);
   if (st == nullptr) return;
   const proto::ReplicaUpdate& r = info.replica();
@@ -727,6 +737,106 @@ void ServerHandler::AnswerExact(KeyState* st, uint64_t key, const Deferred& d,
        server);
 }
 
+namespace {
+
+std::string FloatBytes(const Tensor& t) {
+  return t.defined() ? std::string(static_cast<const char*>(t.raw_data()), t.nbytes())
+                     : std::string();
+}
+
+Tensor FromFloatBytes(const std::string& b) {
+  Tensor t = Tensor::Empty({static_cast<int64_t>(b.size() / sizeof(float))});
+  std::memcpy(t.raw_data(), b.data(), b.size());
+  return t;
+}
+
+}  // namespace
+
+StatusOr<std::string> ServerHandler::Snapshot(const std::function<void()>& joined) {
+  proto::RangeSnapshot snap;
+  std::vector<std::pair<uint64_t, KeyState*>> states;
+  std::shared_ptr<Optimizer> opt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, st] : keys_) states.emplace_back(key, st.get());
+    opt = optimizer_;
+    snap.set_optimizer(optimizer_body_);
+  }
+  if (!sparse_.StatsReport().empty()) {
+    return Status::FailedPrecondition(
+        "this key range holds row-sparse tables, which a server started again cannot copy "
+        "yet");
+  }
+  // Every key locked, in key order: no update runs while the range is
+  // taken, so values, steps and optimizer states are of one moment.
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (auto& [key, st] : states) locks.emplace_back(st->mu);
+  if (opt) {
+    KV_ASSIGN_OR_RETURN(std::string states_bytes, opt->SaveStates());
+    snap.set_optimizer_states(std::move(states_bytes));
+  }
+  for (auto& [key, st] : states) {
+    proto::KeySnapshot* k = snap.add_keys();
+    k->set_key(key);
+    k->set_name(st->name);
+    k->set_value(FloatBytes(st->value));
+    k->set_step(st->step);
+    k->set_previous(FloatBytes(st->previous));
+    k->set_updates(st->updates);
+    k->set_mean_staleness(st->mean_staleness);
+    for (int64_t c : st->clock) k->add_clock(c);
+    for (int64_t c : st->seen) k->add_seen(c);
+    for (const std::set<int64_t>& a : st->applied) {
+      proto::AppliedSteps* steps = k->add_applied();
+      for (int64_t step : a) steps->add_steps(step);
+    }
+  }
+  joined();
+  return snap.SerializeAsString();
+}
+
+void ServerHandler::StartFilling() {
+  std::lock_guard<std::mutex> lock(mu_);
+  filling_ = true;
+}
+
+Status ServerHandler::Restore(const std::string& bytes, ps::KVServer* server) {
+  proto::RangeSnapshot snap;
+  if (!snap.ParseFromString(bytes)) return Status::DataLoss("a malformed key range snapshot");
+  if (!snap.optimizer().empty()) KV_RETURN_IF_ERROR(InstallOptimizer(snap.optimizer()));
+  if (std::shared_ptr<Optimizer> opt = optimizer(); opt && !snap.optimizer_states().empty()) {
+    KV_RETURN_IF_ERROR(opt->LoadStates(snap.optimizer_states()));
+  }
+  std::vector<Waiting> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const proto::KeySnapshot& k : snap.keys()) {
+      auto st = std::make_unique<KeyState>();
+      st->name = k.name();
+      st->value = FromFloatBytes(k.value());
+      st->step = k.step();
+      if (!k.previous().empty()) st->previous = FromFloatBytes(k.previous());
+      st->pushed.assign(num_workers_, false);
+      if (ordered_sum_) st->parts.resize(static_cast<size_t>(num_workers_));
+      st->updates = k.updates();
+      st->mean_staleness = k.mean_staleness();
+      st->clock.assign(k.clock().begin(), k.clock().end());
+      st->seen.assign(k.seen().begin(), k.seen().end());
+      st->clock.resize(static_cast<size_t>(num_workers_), 0);
+      st->seen.resize(static_cast<size_t>(num_workers_), 0);
+      for (const proto::AppliedSteps& a : k.applied()) {
+        st->applied.emplace_back(a.steps().begin(), a.steps().end());
+      }
+      keys_[k.key()] = std::move(st);
+    }
+    filling_ = false;
+    waiting.swap(waiting_);
+  }
+  // In the order they came: those the snapshot holds already are answered.
+  for (const Waiting& w : waiting) ApplyReplica(w.meta, w.data, w.info, server);
+  return Status::OK();
+}
+
 void ServerHandler::ForgetWorker(int rank) {
   std::vector<KeyState*> states;
   {
@@ -759,6 +869,10 @@ ServerRanges::ServerRanges(ps::Postoffice* po)
     if (po->worker_restarts() > 0) handlers_.at(range)->KeepPreviousValues();
   }
   if (!replicas) return;
+  // Started again: the updates primaries pass on wait for their snapshots.
+  if (po->incarnation() > 0) {
+    for (auto& [range, h] : handlers_) h->StartFilling();
+  }
   // Requests to the other servers go out on the same application id: the
   // node's server side answers, this side sends.
   StatusOr<std::unique_ptr<ps::KVWorker>> w = ps::KVWorker::Create(po, 0);
@@ -774,15 +888,72 @@ ServerRanges::ServerRanges(ps::Postoffice* po)
 }
 
 std::vector<int> ServerRanges::Copies(int range) const {
-  std::vector<int> live;
-  const int n = po_->num_servers();
-  for (int j = 0; j <= po_->server_replicas(); ++j) {
-    const int s = (range + j) % n;
-    if (po_->ServerLive(s)) live.push_back(s);
-  }
+  std::vector<int> live = po_->RangeServerRanks(range);
   if (live.empty() || live[0] != po_->rank()) return {};
   live.erase(live.begin());
+  std::lock_guard<std::mutex> l(joining_mu_);
+  auto it = joining_.find(range);
+  if (it == joining_.end()) return live;
+  for (int r : it->second) {
+    if (po_->ServerReturning(r) && std::find(live.begin(), live.end(), r) == live.end()) {
+      live.push_back(r);
+    }
+  }
   return live;
+}
+
+int ServerRanges::RangeOf(uint64_t key) const {
+  auto after = std::upper_bound(ranges_.begin(), ranges_.end(), key,
+                                [](uint64_t k, const ps::KeyRange& r) { return k < r.begin; });
+  return static_cast<int>(after - ranges_.begin()) - 1;
+}
+
+void ServerRanges::Snapshot(const ps::RequestMeta& meta, const ps::KVPairs& data,
+                            ps::KVServer* server) {
+  const int range = data.num_keys() == 1 ? RangeOf(data.key(0)) : -1;
+  auto it = handlers_.find(range);
+  if (meta.sender_role != Role::kServer || it == handlers_.end() || !Primary(range)) {
+    server->RespondError(meta, Status::FailedPrecondition(
+                                   "a key range's snapshot asked of " + po_->name() +
+                                   " by " + meta.sender_name +
+                                   ", which is no server, or of a range this server is not "
+                                   "the primary of"));
+    return;
+  }
+  const int joiner = meta.sender_rank;
+  StatusOr<std::string> snap = it->second->Snapshot([&] {
+    std::lock_guard<std::mutex> l(joining_mu_);
+    joining_[range].insert(joiner);
+  });
+  if (!snap.ok()) {
+    server->RespondError(meta, snap.status());
+    return;
+  }
+  ps::KVPairs out;
+  out.keys = data.keys;
+  out.vals = ps::Blob::FromString(std::move(snap).value());
+  server->Respond(meta, out);
+}
+
+Status ServerRanges::Fill(ps::KVServer* server) {
+  for (auto& [range, h] : handlers_) {
+    ps::RequestOptions opts;
+    opts.head = proto::KV_FILL;
+    opts.body = proto::RequestInfo().SerializeAsString();
+    KV_ASSIGN_OR_RETURN(int64_t ts,
+                        to_copies_->Pull(ps::Blob::FromVector(std::vector<uint64_t>{
+                                             ranges_[static_cast<size_t>(range)].begin}),
+                                         opts));
+    ps::PullResult result;
+    KV_RETURN_IF_ERROR(to_copies_->Wait(ts, std::chrono::hours(1), &result)
+                           .Annotate("copying key range " + std::to_string(range)));
+    if (result.parts.size() != 1) {
+      return Status::Internal("key range " + std::to_string(range) + ": no snapshot");
+    }
+    KV_RETURN_IF_ERROR(h->Restore(result.parts[0].vals.ToString(), server)
+                           .Annotate("key range " + std::to_string(range)));
+  }
+  return po_->ReportFilled();
 }
 
 bool ServerRanges::Forward(int range, uint64_t key, std::string body, ps::Blob grad,
@@ -815,12 +986,8 @@ bool ServerRanges::Forward(int range, uint64_t key, std::string body, ps::Blob g
 }
 
 bool ServerRanges::Primary(int range) const {
-  const int n = po_->num_servers();
-  for (int j = 0; j <= po_->server_replicas(); ++j) {
-    const int s = (range + j) % n;
-    if (po_->ServerLive(s)) return s == po_->rank();
-  }
-  return false;
+  const std::vector<int> live = po_->RangeServerRanks(range);
+  return !live.empty() && live[0] == po_->rank();
 }
 
 void ServerRanges::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
@@ -828,11 +995,10 @@ void ServerRanges::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
   if (handlers_.size() == 1 && po_->server_replicas() == 0) {
     return handlers_.begin()->second->Handle(meta, data, server);
   }
+  if (meta.head == proto::KV_FILL) return Snapshot(meta, data, server);
   if (data.num_keys() > 0) {
     const uint64_t key = data.key(0);
-    auto after = std::upper_bound(ranges_.begin(), ranges_.end(), key,
-                                  [](uint64_t k, const ps::KeyRange& r) { return k < r.begin; });
-    const int range = static_cast<int>(after - ranges_.begin()) - 1;
+    const int range = RangeOf(key);
     auto it = handlers_.find(range);
     if (it == handlers_.end()) {
       server->RespondError(

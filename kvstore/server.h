@@ -90,6 +90,17 @@ class ServerHandler {
   // was not answered (its pushes already summed stay).
   void ForgetWorker(int rank) EXCLUDES(mu_);
 
+  // KV_FILL on the range's primary: the range as it is (every key locked
+  // while it is taken; `joined` runs then, so that each later update of
+  // every key goes to the new copy too), serialized RangeSnapshot.
+  StatusOr<std::string> Snapshot(const std::function<void()>& joined) EXCLUDES(mu_);
+  // On a server started again: until Restore, KV_REPLICA updates of keys
+  // it does not hold yet wait (they came after the snapshot).
+  void StartFilling() EXCLUDES(mu_);
+  // The primary's snapshot: the keys, values, steps and optimizer states;
+  // then the updates that waited.
+  Status Restore(const std::string& snapshot, ps::KVServer* server) EXCLUDES(mu_);
+
   // KV_SET_OPTIMIZER's work: `body` is the request's RequestInfo.
   Status InstallOptimizer(const std::string& body) EXCLUDES(mu_);
   // KV_ASYNC_STATS's: worker `rank`'s counters since it last asked (reset).
@@ -256,6 +267,15 @@ class ServerHandler {
   const bool ordered_sum_;
   Forwarder forward_;
   bool keep_previous_ = false;
+  // KV_SET_OPTIMIZER's body (for a snapshot); updates waiting for Restore.
+  std::string optimizer_body_ GUARDED_BY(mu_);
+  bool filling_ GUARDED_BY(mu_) = false;
+  struct Waiting {
+    ps::RequestMeta meta;
+    ps::KVPairs data;
+    proto::RequestInfo info;
+  };
+  std::vector<Waiting> waiting_ GUARDED_BY(mu_);
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);
   std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);
@@ -285,8 +305,17 @@ class ServerRanges {
   std::string SparseReport();
   // Worker `rank` was started again (ServerHandler::ForgetWorker).
   void ForgetWorker(int rank);
+  // A server started again (Postoffice::incarnation() > 0): asks each
+  // range's primary for the range (KV_FILL), takes it in, and tells the
+  // scheduler, which makes it a copy again. Before, the updates the
+  // primaries pass on wait (ServerHandler::StartFilling).
+  Status Fill(ps::KVServer* server);
 
  private:
+  // KV_FILL from a server started again: the range's snapshot, and from
+  // then on its updates.
+  void Snapshot(const ps::RequestMeta& meta, const ps::KVPairs& data, ps::KVServer* server);
+  int RangeOf(uint64_t key) const;
   // Whether this server is the first live copy of `range`.
   bool Primary(int range) const;
   // The other live copies of `range` when this server is its primary.
@@ -299,6 +328,10 @@ class ServerRanges {
   const std::vector<ps::KeyRange> ranges_;
   std::map<int, std::unique_ptr<ServerHandler>> handlers_;  // by range; fixed
   std::unique_ptr<ps::KVWorker> to_copies_;  // with replicas
+  // By range this server is the primary of: servers started again that
+  // took its snapshot and are not yet copies in every node's table.
+  mutable std::mutex joining_mu_;
+  std::map<int, std::set<int>> joining_ GUARDED_BY(joining_mu_);
 };
 
 }  // namespace kv

@@ -213,6 +213,10 @@ class Launcher:
             # launch.py's to make.
             self.spec.env_all["KVTRAIN_WORKER_RESTARTS"] = str(a.max_restarts)
             self.sup.restarts["worker"] = a.max_restarts
+            if a.server_replicas > 0:
+                # A server started again copies its key ranges from their
+                # primaries and is a copy again.
+                self.sup.restarts["server"] = a.max_restarts
         self.spec.check_names()
         self.strict_host_keys = (a.ssh_strict_host_keys or
                                  launchers.strict_host_keys_requested(self.spec.environ))

@@ -11,6 +11,7 @@ printed (bench/dist_train_bench.py measures what replication costs)."""
 import re
 
 from tests.faults.train_job_testlib import TrainJobTest
+from tracker.launch_testlib import read_until
 from tools import pyunit
 
 
@@ -19,13 +20,15 @@ class FailoverTest(TrainJobTest):
 
     @classmethod
     def job(cls, replicas):
+        # (R, K): with --max-restarts K, dead servers are started again.
+        replicas, restarts = replicas if isinstance(replicas, tuple) else (replicas, 0)
         return ["-n", "2", "-s", "3", "--server-replicas", str(replicas),
-                "--env", "KVTRAIN_STARTUP_TIMEOUT=120"]
+                "--max-restarts", str(restarts), "--env", "KVTRAIN_STARTUP_TIMEOUT=120"]
 
-    def run_job(self, replicas, kills):
+    def run_job(self, replicas, kills, after_kill=None):
         """Runs a job, killing at each (output text or "file:" checkpoint
         suffix, server rank) in turn; returns (exit code, output, model prefix)."""
-        code, out, prefix = super().run_job(replicas, kills, "server")
+        code, out, prefix = super().run_job(replicas, kills, "server", after_kill)
         for pause in re.findall(r"resumed, answered by .* ([0-9.e-]+) s after the last word", out):
             print("pause after a server's death: %s s" % pause)
         return code, out, prefix
@@ -63,6 +66,23 @@ class FailoverTest(TrainJobTest):
         self.assertEqual(code, 0, out)
         self.assert_went_on(out, 0)
         self.assert_went_on(out, 2)
+        self.assert_same_result(prefix, out)
+
+    def test_a_server_started_again_is_a_copy_again(self):
+        # Server 1 dies and comes back (--max-restarts): it copies ranges 0
+        # and 1 from their primaries; then server 2, range 1's primary since
+        # server 1 died, dies too, and range 1 lives on server 1 alone.
+        def back(p, kill):
+            if kill[1] != 1:
+                return ""
+            return read_until(p, "holds the key ranges it copies again", timeout=120)
+        code, out, prefix = self.run_job((1, 1), [("Epoch[1] Batch[20]", 1),
+                                                  ("Epoch[2] Batch[20]", 2)], back)
+        self.assertEqual(code, 0, out)
+        self.assertIn("server 1 failed with signal SIGKILL; starting it again (restart 1 of 1)",
+                      out)
+        self.assertRegex(out, r"server 1 \([^)]*\) is back \(started again, time 1\)")
+        self.assertIn("server 2 failed with signal SIGKILL; starting it again", out)
         self.assert_same_result(prefix, out)
 
     def test_a_range_without_a_copy_ends_the_job(self):

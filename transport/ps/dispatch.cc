@@ -130,6 +130,10 @@ void PostofficeImpl::Handle(const std::string& token, Message&& msg) {
         return Drop(token, "NODE_LOST");
       }
       return LoseServer(c.nodes(0).id(), c.reason());
+    case wire::NODE_LIVE:
+      if (scheduler_) return scheduler_->OnFilled(from->id);
+      if (from->id != kSchedulerId || c.nodes_size() != 1) return Drop(token, "NODE_LIVE");
+      return MarkServerLive(c.nodes(0).id(), c.generation());
     case wire::NODE_BACK:
       if (scheduler_) {
         if (c.nodes_size() != 1) return Drop(token, "NODE_BACK");
@@ -206,19 +210,14 @@ void PostofficeImpl::HandleNodeTable(const std::string& token,
   }
   auto t = std::make_unique<NodeTable>(std::move(entries), msg.meta.job_id(),
                                        liveness_options());
-  // Servers and workers only talk to the other role (and the scheduler,
-  // connected already), as in ps-lite: a mesh of every node would open
-  // n^2 connections, most of them never used.
-  // With server replicas a server also talks to the servers whose key
-  // ranges it copies and to those copying its own: within R of its rank.
-  auto copy_peer = [&](const NodeEntry& e) {
-    const int n = config_.num_servers, r = config_.server_replicas;
-    if (r == 0 || role() != Role::kServer || e.role != Role::kServer) return false;
-    const int d = ((e.rank - my_rank) % n + n) % n;
-    return d != 0 && (d <= r || n - d <= r);
-  };
+  for (int id : c.lost()) t->MarkLost(id);
+  for (const auto& [id, generation] : c.generations()) {
+    const bool lost = t->Lost(id);
+    t->MarkLive(id, generation);
+    if (lost) t->MarkLost(id);
+  }
   for (const NodeEntry& e : t->nodes()) {
-    if (e.id == kSchedulerId || (e.role == role() && !copy_peer(e))) continue;
+    if (!Connects(e, my_rank)) continue;
     Status s = van_->Connect(e.id, e.host, e.port, e.same_host);
     if (!s.ok())
       return Fail(s.Annotate(name() + ": connecting to " + e.name), false);
@@ -232,7 +231,6 @@ void PostofficeImpl::HandleNodeTable(const std::string& token,
       << NodeName(role(), my_rank, host_, port_) << ": assigned rank "
       << my_rank << " of " << (role() == Role::kServer ? servers : workers)
       << " " << RoleName(role()) << "s (job " << msg.meta.job_id() << ")";
-  for (int id : c.lost()) t->MarkLost(id);
   if (c.incarnation() > 0) {
     incarnation_.store(c.incarnation());
     std::lock_guard<std::mutex> l(mu_);
@@ -245,17 +243,35 @@ void PostofficeImpl::HandleNodeTable(const std::string& token,
   InstallTable(std::move(t), my_rank);
 }
 
+bool PostofficeImpl::Connects(const NodeEntry& e, int my_rank) const {
+  if (my_rank < 0) my_rank = rank();
+  if (e.id == kSchedulerId) return false;
+  // Servers and workers only talk to the other role (and the scheduler,
+  // connected already), as in ps-lite: a mesh of every node would open
+  // n^2 connections, most of them never used.
+  if (e.role != role()) return true;
+  // With server replicas a server also talks to the servers whose key
+  // ranges it copies and to those copying its own: within R of its rank.
+  const int n = config_.num_servers, r = config_.server_replicas;
+  if (r == 0 || role() != Role::kServer) return false;
+  const int d = ((e.rank - my_rank) % n + n) % n;
+  return d != 0 && (d <= r || n - d <= r);
+}
+
 void PostofficeImpl::TakeBack(const std::string& token, const wire::NodeInfo& n) {
   const NodeTable* t = table();
   const NodeEntry* old = t->ById(n.id());
-  if (old == nullptr || old->role != Role::kWorker || n.role() != wire::WORKER ||
-      n.rank() != old->rank || n.id() != WorkerId(n.rank()) || n.token().empty()) {
-    return Drop(token, "NODE_BACK naming no worker of this job");
+  const bool worker = old != nullptr && old->role == Role::kWorker && n.role() == wire::WORKER &&
+                      n.id() == WorkerId(n.rank());
+  const bool server = old != nullptr && old->role == Role::kServer && n.role() == wire::SERVER &&
+                      n.id() == ServerId(n.rank()) && config_.server_replicas > 0;
+  if (!(worker || server) || n.rank() != old->rank || n.token().empty()) {
+    return Drop(token, "NODE_BACK naming no worker or server of this job");
   }
   const NodeEntry e = WithNewProcess(*old, n);
   ReplaceNode(e);
-  // Servers talk to workers; a worker talks to no other worker.
-  if (role() == Role::kServer) {
+  if (server) SetReturning(e.id, true);
+  if (Connects(e)) {
     van_->Disconnect(e.id);
     const Status s = van_->Connect(e.id, e.host, e.port, e.same_host);
     if (!s.ok()) return Fail(s.Annotate(name() + ": connecting to " + e.name), false);

@@ -63,12 +63,28 @@ NodeTable::NodeTable(std::vector<NodeEntry> nodes, std::string job_id,
   liveness_ = std::make_unique<net::PeerLiveness>(
       static_cast<int>(nodes_.size()), liveness, NowNs());
   lost_ = std::make_unique<std::atomic<bool>[]>(nodes_.size());
-  for (size_t i = 0; i < nodes_.size(); ++i) lost_[i].store(false);
+  generation_ = std::make_unique<std::atomic<int64_t>[]>(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    lost_[i].store(false);
+    generation_[i].store(0);
+  }
 }
 
 bool NodeTable::MarkLost(int id) const {
   const int i = IndexOf(id);
   return i >= 0 && !lost_[static_cast<size_t>(i)].exchange(true);
+}
+
+void NodeTable::MarkLive(int id, int64_t generation) const {
+  const int i = IndexOf(id);
+  if (i < 0) return;
+  generation_[static_cast<size_t>(i)].store(generation);
+  lost_[static_cast<size_t>(i)].store(false);
+}
+
+int64_t NodeTable::Generation(int id) const {
+  const int i = IndexOf(id);
+  return i < 0 ? 0 : generation_[static_cast<size_t>(i)].load();
 }
 
 bool NodeTable::Lost(int id) const {

@@ -2,6 +2,7 @@
 // finalize: postoffice_barrier.cc).
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <random>
@@ -128,6 +129,17 @@ bool Postoffice::OneHost() const { return impl_->one_host(); }
 int Postoffice::server_replicas() const { return impl_->server_replicas(); }
 int Postoffice::worker_restarts() const { return impl_->config().worker_restarts; }
 int Postoffice::incarnation() const { return impl_->incarnation(); }
+std::vector<int> Postoffice::RangeServerRanks(int range) const {
+  std::vector<int> ranks;
+  const NodeTable* t = impl_->table();
+  for (int id : impl_->RangeServers(range)) {
+    const NodeEntry* e = t == nullptr ? nullptr : t->ById(id);
+    if (e != nullptr) ranks.push_back(e->rank);
+  }
+  return ranks;
+}
+bool Postoffice::ServerReturning(int rank) const { return impl_->ServerReturning(rank); }
+Status Postoffice::ReportFilled() { return impl_->ReportFilled(); }
 bool Postoffice::ServerLive(int rank) const { return impl_->ServerLive(rank); }
 int Postoffice::verbose() const { return impl_->verbose(); }
 
@@ -227,6 +239,12 @@ std::vector<int> PostofficeImpl::RangeServers(int range) const {
     const int id = ServerId((range + j) % n);
     if (t == nullptr || !t->Lost(id)) ids.push_back(id);
   }
+  // Servers started again come after the copies that never died, in the
+  // order they came back: the primary stays where it is.
+  if (t != nullptr) {
+    std::stable_sort(ids.begin(), ids.end(),
+                     [t](int a, int b) { return t->Generation(a) < t->Generation(b); });
+  }
   return ids;
 }
 
@@ -250,7 +268,21 @@ void PostofficeImpl::LoseServer(int id, const std::string& why) {
     const std::vector<int> ids = RangeServers(r);
     before.push_back(ids.empty() ? 0 : ids[0]);
   }
-  if (!t->MarkLost(id)) return;
+  if (!t->MarkLost(id)) {
+    // Lost already: a server started again died before it held its key
+    // ranges; what was sent to it is owed by nobody.
+    if (!SetReturning(id, false)) return;
+    t->liveness().SetWatched(t->IndexOf(id), false);
+    LOG_IF(WARNING, scheduler_ != nullptr)
+        << name() << ": " << net::DeathMessage(e->name, why)
+        << " before it held its key ranges again; the job goes on without it";
+    {
+      std::lock_guard<std::recursive_mutex> l(customers_mu_);
+      for (auto& [app, c] : customers_) c->PeerLost(id);
+    }
+    if (scheduler_) scheduler_->OnLost(id, why);
+    return;
+  }
   t->liveness().SetWatched(t->IndexOf(id), false);
   const std::string death = net::DeathMessage(e->name, why);
   std::ostringstream moved;
@@ -296,16 +328,54 @@ void PostofficeImpl::ReplaceNode(const NodeEntry& back) {
   auto t = std::make_unique<NodeTable>(std::move(entries), old->job_id(), liveness_options());
   for (const NodeEntry& e : t->nodes()) {
     if (old->Lost(e.id)) t->MarkLost(e.id);
-    // Watched as InstallTable chose; each clock starts now, and the new
-    // process gets the first-message allowance for its first word.
+    if (old->Generation(e.id) > 0) {
+      t->MarkLive(e.id, old->Generation(e.id));
+      if (old->Lost(e.id)) t->MarkLost(e.id);
+    }
+    // Watched as InstallTable chose; each clock starts now.
     t->liveness().SetWatched(
         t->IndexOf(e.id),
         e.id != my_id() && !old->Lost(e.id) && (scheduler_ != nullptr || e.id == kSchedulerId));
   }
+  // The job is past its start: silence is judged by the heartbeat timeout
+  // (the new process speaks as soon as it has the table).
+  t->liveness().EndStartup();
   std::lock_guard<std::mutex> l(mu_);
   retired_tables_.push_back(std::move(table_owned_));
   table_owned_ = std::move(t);
   table_.store(table_owned_.get());
+}
+
+Status PostofficeImpl::ReportFilled() {
+  Message m;
+  m.meta.set_command(wire::NODE_LIVE);
+  return SendTo(kSchedulerId, &m, kControlPriority);
+}
+
+bool PostofficeImpl::ServerReturning(int rank) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return returning_.count(ServerId(rank)) > 0;
+}
+
+bool PostofficeImpl::SetReturning(int id, bool returning) {
+  std::lock_guard<std::mutex> l(mu_);
+  const bool was = returning_.count(id) > 0;
+  if (returning) {
+    returning_.insert(id);
+  } else {
+    returning_.erase(id);
+  }
+  return was;
+}
+
+void PostofficeImpl::MarkServerLive(int id, int64_t generation) {
+  const NodeTable* t = table();
+  const NodeEntry* e = t == nullptr ? nullptr : t->ById(id);
+  if (e == nullptr || e->role != Role::kServer) return;
+  SetReturning(id, false);
+  t->MarkLive(id, generation);
+  t->liveness().SetWatched(t->IndexOf(id), id != my_id() && scheduler_ != nullptr);
+  LOG_IF(INFO, verbose() >= 1) << name() << ": " << e->name << " holds its key ranges again";
 }
 
 void PostofficeImpl::SetFailureHandler(FailureHandler handler) {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <thread>
@@ -95,6 +96,10 @@ class NodeTable {
   // in barriers or the final handshake. True the first time for `id`.
   bool MarkLost(int id) const;
   bool Lost(int id) const;
+  // A server started again holds its key ranges again: it counts as a
+  // copy, after those of a lower generation (0: never died).
+  void MarkLive(int id, int64_t generation) const;
+  int64_t Generation(int id) const;
   // A message from node `id` arrived at `now_ns` (net::SteadyNowNs()).
   void Touch(int id, int64_t now_ns) const;
   // The clocks of nodes()[i], i = IndexOf(id); the owning postoffice sets
@@ -109,6 +114,7 @@ class NodeTable {
   std::unordered_map<std::string, size_t> by_token_;
   std::unique_ptr<net::PeerLiveness> liveness_;
   std::unique_ptr<std::atomic<bool>[]> lost_;  // indexed like nodes_
+  std::unique_ptr<std::atomic<int64_t>[]> generation_;  // indexed like nodes_
 };
 
 class SchedulerCore;
@@ -161,6 +167,15 @@ class PostofficeImpl {
   // How many times this node's process was started again (0: the first);
   // from its node table.
   int incarnation() const { return incarnation_.load(); }
+  // A server started again: its key ranges are filled (NODE_LIVE to the
+  // scheduler).
+  Status ReportFilled();
+  // NODE_LIVE from the scheduler: a server started again is a copy again.
+  void MarkServerLive(int id, int64_t generation);
+  // Servers started again and taken in, not yet copies (by rank).
+  bool ServerReturning(int rank) const EXCLUDES(mu_);
+  // Sets it; returns whether it was.
+  bool SetReturning(int id, bool returning) EXCLUDES(mu_);
   // Null before the node table arrived.
   const NodeTable* table() const { return table_.load(); }
   // PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT as liveness options.
@@ -216,9 +231,12 @@ class PostofficeImpl {
   void Handle(const std::string& token, Message&& msg);
   void HandleBeforeTable(const std::string& token, Message&& msg);
   void HandleNodeTable(const std::string& token, const Message& msg);
-  // NODE_BACK from the scheduler: takes the restarted worker in (new
-  // table, connection, customers' PeerBack) and tells the scheduler.
+  // NODE_BACK from the scheduler: takes the restarted worker or server in
+  // (new table, connection, customers' PeerBack) and tells the scheduler.
   void TakeBack(const std::string& token, const wire::NodeInfo& info);
+  // Whether this node keeps a connection to `e` (`my_rank`: this node's,
+  // before its table is installed; -1: rank()).
+  bool Connects(const NodeEntry& e, int my_rank = -1) const;
   void DeliverData(Message&& msg) EXCLUDES(customers_mu_);
   void DeliverEarly() EXCLUDES(customers_mu_);
   void Drop(const std::string& token, const std::string& why);
@@ -244,6 +262,7 @@ class PostofficeImpl {
   // Tables replaced by ReplaceNode (a table() reader may still hold one).
   std::vector<std::unique_ptr<NodeTable>> retired_tables_ GUARDED_BY(mu_);
   std::atomic<int> incarnation_{0};
+  std::set<int> returning_ GUARDED_BY(mu_);  // node ids
   int64_t start_ns_ = 0;
 
   mutable std::mutex mu_;

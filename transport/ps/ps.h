@@ -249,6 +249,14 @@ class Postoffice {
   // How many times this node's process was started again to take a dead
   // one's place (0: the first).
   int incarnation() const;
+  // The ranks of the servers holding key range `range`, its primary
+  // first (PostofficeImpl::RangeServers).
+  std::vector<int> RangeServerRanks(int range) const;
+  // Whether server `rank` was started again and takes in its key ranges
+  // (not yet a copy everywhere).
+  bool ServerReturning(int rank) const;
+  // A server started again: its key ranges are filled.
+  Status ReportFilled();
   // Whether server `rank` still takes part (false once it died in a job
   // with replicas); key range r is served by the first live server of
   // r, r+1, ..., r+server_replicas() (mod num_servers).

@@ -290,7 +290,13 @@ void SchedulerCore::MaybeTerminate() {
     }
     terminating_ = true;
   }
-  for (int id : live) {
+  std::vector<int> to = live;
+  {
+    // Servers started again and still being filled leave with the job.
+    std::lock_guard<std::mutex> l(mu_);
+    to.insert(to.end(), filling_.begin(), filling_.end());
+  }
+  for (int id : to) {
     if (id == kSchedulerId) continue;
     Message m;
     m.meta.set_command(wire::TERMINATE);
@@ -309,6 +315,18 @@ void SchedulerCore::OnLost(int id, const std::string& why) {
     n->set_id(id);
     m.meta.mutable_control()->set_reason(why);
     po_->SendTo(to, &m, kControlPriority);
+  }
+  {
+    // A server started again may have registered before the death of the
+    // one it replaces was known: taken in now, after every node heard of
+    // the death (so none takes the new process for a copy).
+    std::lock_guard<std::mutex> l(mu_);
+    filling_.erase(id);
+    std::vector<Parked> parked;
+    parked.swap(parked_);
+    for (const Parked& p : parked) {
+      if (AwayFor(p.info) != id || !TryRejoin(p.token, p.info)) parked_.push_back(p);
+    }
   }
   std::vector<std::pair<int, int64_t>> open;
   {
@@ -370,6 +388,12 @@ void SchedulerCore::CheckAway() {
 }
 
 int SchedulerCore::AwayFor(const wire::NodeInfo& info) const {
+  if (info.role() == wire::SERVER) {
+    // A lost server (server replicas) asked for by its rank.
+    const NodeConfig& cfg = po_->config();
+    if (cfg.server_replicas == 0 || info.rank() < 0 || info.rank() >= cfg.num_servers) return -1;
+    return po_->table()->Lost(ServerId(info.rank())) ? ServerId(info.rank()) : -1;
+  }
   if (info.rank() >= 0 && away_.count(WorkerId(info.rank()))) return WorkerId(info.rank());
   if (info.rank() < 0 && away_.size() == 1) return away_.begin()->first;
   return -1;
@@ -377,23 +401,31 @@ int SchedulerCore::AwayFor(const wire::NodeInfo& info) const {
 
 bool SchedulerCore::TryRejoin(const std::string& token, const wire::NodeInfo& info) {
   const NodeConfig& cfg = po_->config();
-  if (info.role() != wire::WORKER || cfg.worker_restarts == 0) return false;
+  const bool server = info.role() == wire::SERVER;
+  if ((info.role() != wire::WORKER && !server) || cfg.worker_restarts == 0 ||
+      (server && cfg.server_replicas == 0)) {
+    return false;
+  }
   const int id = AwayFor(info);
   if (id < 0) {
     // Before the old process's death was noticed: it waits for that.
     for (const Parked& p : parked_) {
       if (p.token == token) return true;
     }
-    if (info.rank() >= cfg.num_workers) return false;
+    if (info.rank() >= (server ? cfg.num_servers : cfg.num_workers) ||
+        (server && info.rank() < 0)) {
+      return false;
+    }
     parked_.push_back({token, info, std::chrono::steady_clock::now()});
     LOG_IF(INFO, po_->verbose() >= 1)
-        << po_->name() << ": a worker at " << Addr(info)
+        << po_->name() << ": a " << RoleWord(info.role()) << " at " << Addr(info)
         << " registered while the job runs: waiting for the death of the one it replaces";
     return true;
   }
   if (info.launch_job_id() != cfg.job_id || info.num_workers() != cfg.num_workers ||
       info.num_servers() != cfg.num_servers || info.server_replicas() != cfg.server_replicas) {
-    Reject(info, "it would take the place of a dead worker but was started with another "
+    Reject(info, "it would take the place of a dead " + RoleWord(info.role()) +
+                     " but was started with another "
                  "job's settings (" + std::string(env::kJobId) + ", " + env::kNumWorker + ", " +
                  env::kNumServer + " or " + env::kServerReplicas + ")");
     return true;
@@ -412,12 +444,22 @@ bool SchedulerCore::TryRejoin(const std::string& token, const wire::NodeInfo& in
   auto old_conn = conn_of_.find(id);
   if (old_conn != conn_of_.end()) po_->van()->Disconnect(old_conn->second);
   conn_of_[id] = conn;
-  const double away_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - away_[id].since).count();
-  away_.erase(id);
   const int times = ++incarnation_[id];
-  LOG(WARNING) << po_->name() << ": " << e.name << " is back (started again, time " << times
-               << ") " << net::FormatSeconds(away_s) << " after its death was known";
+  if (server) {
+    filling_.insert(id);
+    po_->SetReturning(id, true);
+    // Watched while it fills: a death then is reported as any server's.
+    po_->table()->liveness().SetWatched(po_->table()->IndexOf(id), true);
+    LOG(WARNING) << po_->name() << ": " << e.name << " is back (started again, time " << times
+                 << "); it copies its key ranges from their primaries";
+  } else {
+    const double away_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - away_[id].since)
+            .count();
+    away_.erase(id);
+    LOG(WARNING) << po_->name() << ": " << e.name << " is back (started again, time " << times
+                 << ") " << net::FormatSeconds(away_s) << " after its death was known";
+  }
   std::set<int>& waiting = taking_in_[id];
   waiting.clear();
   wire::NodeInfo back = info;
@@ -451,9 +493,32 @@ void SchedulerCore::SendRejoinTable(int id) {
   for (const auto& [groups, seq] : passed_) (*c->mutable_barriers_passed())[groups] = seq;
   for (const NodeEntry& e : t->nodes()) {
     if (t->Lost(e.id)) c->add_lost(e.id);
+    if (t->Generation(e.id) > 0) (*c->mutable_generations())[e.id] = t->Generation(e.id);
   }
   const Status s = po_->SendTo(id, &table, kControlPriority);
   LOG_IF(WARNING, !s.ok()) << s;
+}
+
+void SchedulerCore::OnFilled(int from) {
+  int64_t generation;
+  std::vector<int> to;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!filling_.erase(from)) return;
+    generation = ++generations_;
+    po_->MarkServerLive(from, generation);
+    to = po_->table()->Members(kServerGroup | kWorkerGroup);
+  }
+  const NodeTable* t = po_->table();
+  LOG(WARNING) << po_->name() << ": " << t->ById(from)->name
+               << " holds the key ranges it copies again (after the copies that never died)";
+  for (int id : to) {
+    Message m;
+    m.meta.set_command(wire::NODE_LIVE);
+    m.meta.mutable_control()->add_nodes()->set_id(from);
+    m.meta.mutable_control()->set_generation(generation);
+    po_->SendTo(id, &m, kControlPriority);
+  }
 }
 
 std::string SchedulerCore::StartupFailure(double timeout_s) {

@@ -53,6 +53,9 @@ class SchedulerCore {
   // Node `from` took in restarted worker `id` (NODE_BACK's answer): once
   // every node has, the new process gets the node table.
   void OnBackTaken(int from, int id) EXCLUDES(mu_);
+  // Server `from`, started again and taken in, holds its key ranges: it
+  // counts as a copy again, after the others (NODE_LIVE to every node).
+  void OnFilled(int from) EXCLUDES(mu_);
   // The start-up deadline passed: what is missing and who registered.
   std::string StartupFailure(double timeout_s) EXCLUDES(mu_);
   // Sends ABORT(reason) to every node registered so far (before the table).
@@ -118,6 +121,10 @@ class SchedulerCore {
   // answer, and how many times each worker came back.
   std::map<int, std::set<int>> taking_in_ GUARDED_BY(mu_);
   std::map<int, int> incarnation_ GUARDED_BY(mu_);
+  // Servers started again, taken in, not yet filled; the last generation
+  // given to one that was (NodeTable::Generation).
+  std::set<int> filling_ GUARDED_BY(mu_);
+  int64_t generations_ GUARDED_BY(mu_) = 0;
   LogRateLimiter log_limiter_;
 };
 
