@@ -405,6 +405,8 @@ def report(args, nets, rows, modes, cluster):
     def runs(store, g):
         pull = split_gc(g)[1]
         base = store.split("+")[0]  # "dist_sync+r1": with server replicas
+        if "+k" in store and g != "none":
+            return False  # what restarts cost is measured uncompressed
         return not ((pull and base == "dist_allreduce") or
                     (pull == "servers" and base != "dist_sync"))
     cells = [(net, name, mode) for net in nets for name in rows

@@ -65,13 +65,25 @@ def run(program, flags, prefix, replicas, kill_at=None, role="server", rank=1, r
     return text
 
 
+_PLAIN = {}
+
+
+def plain_run(tmp_path_factory, program, flags):
+    """The job without copies or kills (the reference), once per program."""
+    key = (program, tuple(flags))
+    if key not in _PLAIN:
+        prefix = str(tmp_path_factory.mktemp("plain") / "plain")
+        run(program, flags, prefix, 0)
+        _PLAIN[key] = prefix
+    return _PLAIN[key]
+
+
 FLAGS = ["--kv-store", "dist_sync", "--num-examples", "4000", "--num-epochs", "3",
          "--disp-batches", "10", "--seed", "3"]
 
 
-def test_the_python_example_loses_nothing(tmp_path):
-    plain, killed = str(tmp_path / "plain"), str(tmp_path / "killed")
-    run(TRAIN_MNIST_PY, FLAGS, plain, 0)
+def test_the_python_example_loses_nothing(tmp_path, tmp_path_factory):
+    plain, killed = plain_run(tmp_path_factory, TRAIN_MNIST_PY, FLAGS), str(tmp_path / "killed")
     out = run(TRAIN_MNIST_PY, FLAGS, killed, 1, kill_at="Epoch[1] Batch[10]")
     assert len(re.findall(r" servers-lost=1\.0* failover-pause-seconds=", out)) == 2, out
     for suffix in ("-0003.params", "-0003.states"):
@@ -79,10 +91,9 @@ def test_the_python_example_loses_nothing(tmp_path):
             assert a.read() == b.read(), suffix
 
 
-def test_the_torch_example_loses_nothing(tmp_path):
-    plain, killed = str(tmp_path / "plain"), str(tmp_path / "killed")
+def test_the_torch_example_loses_nothing(tmp_path, tmp_path_factory):
     flags = FLAGS + ["--threads", "1"]
-    run(TORCH_MNIST, flags, plain, 0)
+    plain, killed = plain_run(tmp_path_factory, TORCH_MNIST, flags), str(tmp_path / "killed")
     out = run(TORCH_MNIST, flags, killed, 1, kill_at="Epoch[1] Batch[10]")
     assert len(re.findall(r" servers-lost=1 failover-pause-seconds=", out)) == 2, out
     a = torch.load(plain + "-0003.pt")["model"]
@@ -100,18 +111,16 @@ def same_checkpoint(plain, other, suffixes):
             assert a.read() == b.read(), suffix
 
 
-def test_the_python_example_goes_on_without_a_worker(tmp_path):
-    plain, killed = str(tmp_path / "plain"), str(tmp_path / "killed")
-    run(TRAIN_MNIST_PY, FLAGS, plain, 0)
+def test_the_python_example_goes_on_without_a_worker(tmp_path, tmp_path_factory):
+    plain, killed = plain_run(tmp_path_factory, TRAIN_MNIST_PY, FLAGS), str(tmp_path / "killed")
     run(TRAIN_MNIST_PY, FLAGS, killed, 0, kill_at="Epoch[1] Batch[10]", role="worker",
         rank=1, restarts=1)
     same_checkpoint(plain, killed, ("-0003.params", "-0003.states"))
 
 
-def test_the_torch_example_goes_on_without_a_worker(tmp_path):
-    plain, killed = str(tmp_path / "plain"), str(tmp_path / "killed")
+def test_the_torch_example_goes_on_without_a_worker(tmp_path, tmp_path_factory):
     flags = FLAGS + ["--threads", "1"]
-    run(TORCH_MNIST, flags, plain, 0)
+    plain, killed = plain_run(tmp_path_factory, TORCH_MNIST, flags), str(tmp_path / "killed")
     # Worker 0 writes the checkpoints.
     run(TORCH_MNIST, flags, killed, 0, kill_at="Epoch[1] Batch[10]", role="worker", rank=0,
         restarts=1)
