@@ -51,10 +51,11 @@ const std::vector<EnvVarDoc>& EnvVarDocs() {
        "servers die. Less than `DMLC_NUM_SERVER`; every node of a job must "
        "have the same."},
       {env::kWorkerRestarts, "0",
-       "How many times the launcher starts a dead worker again "
-       "(`launch.py --max-restarts`); above 0 the job waits for a dead "
-       "worker to come back instead of ending, and the servers keep each "
-       "key's previous value for it."},
+       "How many times the launcher starts a dead worker (with "
+       "`--server-replicas`, also a dead server) again (`launch.py "
+       "--max-restarts`); above 0 the job waits for a dead worker to come "
+       "back instead of ending, and the servers keep each key's previous "
+       "value for it."},
       {env::kRejoinTimeout, "60",
        "Seconds the job waits for a dead worker to come back "
        "(KVTRAIN_WORKER_RESTARTS > 0) before it ends naming the worker."},

@@ -124,7 +124,9 @@ def parse_args(argv):
                     help="a worker that dies (non-zero exit or signal) is started again, "
                     "same rank, same host, same command and environment, up to K times "
                     "per rank; the restarted worker rejoins the running job (default 0: "
-                    "a dead worker ends the job); local and ssh launchers; "
+                    "a dead worker ends the job); with --server-replicas dead servers too, "
+                    "which copy their key ranges and are copies again; local and ssh "
+                    "launchers; "
                     "docs/launching.md")
     ap.add_argument("--insecure", action="store_true",
                     help="no CURVE security (plain ZeroMQ): anyone who can reach "
