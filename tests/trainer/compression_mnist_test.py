@@ -1,7 +1,7 @@
 """examples/train_mnist with gradient compression (--gc-type) on the bundled
 Fashion-MNIST, 2 workers + 2 servers: test accuracy against the same job
-uncompressed (2bit within 1.5% with exact or half pulls, fp16 within
-0.3%), a resumed job with residuals (and half pulls) bit-identical to an
+uncompressed after 4 epochs (2bit within 2% with exact or half pulls,
+fp16 within 0.5%), a resumed job with residuals (and half pulls) bit-identical to an
 uninterrupted one (dist_sync and dist_allreduce), the workers updating on
 the servers' level answers training the same model as the servers updating,
 and one-line errors for bad specs."""
@@ -45,19 +45,21 @@ class CompressionTest(unittest.TestCase):
         acc = {}
         for gc in ("none", "fp16", "2bit", "2bit/fp16"):
             kind, _, pull = gc.partition("/")
-            code, out = job(2, "--num-epochs=10", "--gc-type=" + kind,
+            code, out = job(2, "--num-epochs=4", "--gc-type=" + kind,
                             *(GC_FP16 if kind == "fp16" else GC),
-                            *(["--gc-pull=" + pull] if pull else []), timeout=1500)
+                            *(["--gc-pull=" + pull] if pull else []), timeout=900)
             self.assertEqual(code, 0, out)
             accs = accuracies(out)
             self.assertEqual(len(accs), 2, out)
             self.assertEqual(accs[0], accs[1], out)  # both workers hold the same model
             acc[gc] = accs[0]
-        print("MLP dist_sync 2w2s, 10 epochs, test accuracy: %s" % acc)
-        self.assertGreaterEqual(acc["fp16"], acc["none"] - 0.003, acc)
-        self.assertGreaterEqual(acc["2bit"], acc["none"] - 0.015, acc)
+        print("MLP dist_sync 2w2s, 4 epochs, test accuracy: %s" % acc)
+        # Measured: none 0.8680, fp16 0.8658, 2bit 0.8554, 2bit/fp16 0.8542
+        # (the runs are deterministic; 10 epochs: docs/kvstore.md).
+        self.assertGreaterEqual(acc["fp16"], acc["none"] - 0.005, acc)
+        self.assertGreaterEqual(acc["2bit"], acc["none"] - 0.02, acc)
         # The weights come back as halves: the workers' copies are rounded.
-        self.assertGreaterEqual(acc["2bit/fp16"], acc["none"] - 0.015, acc)
+        self.assertGreaterEqual(acc["2bit/fp16"], acc["none"] - 0.02, acc)
 
     def check_resume(self, servers, gc, *extra):
         """5 epochs straight against 3 + resume to 5: bit-identical."""

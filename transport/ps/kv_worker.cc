@@ -143,6 +143,9 @@ class KVWorker::Impl : public Customer {
   Duration lost_silent_ GUARDED_BY(mu_){};
   bool report_resumed_ GUARDED_BY(mu_) = false;
   int64_t held_below_ GUARDED_BY(mu_) = 0;
+  // Servers lost so far: a request whose slices were cut before a loss
+  // that PeerLost handled is cut again (PeerLost never saw it).
+  uint64_t loss_epoch_ GUARDED_BY(mu_) = 0;
   KVWorker::Losses losses_ GUARDED_BY(mu_);
   LogRateLimiter log_;
 };
@@ -252,81 +255,95 @@ StatusOr<int64_t> KVWorker::Impl::Request(const KVPairs& kvs, bool push,
         "reserved");
   }
   if (pull) KV_RETURN_IF_ERROR(CheckPullDest(dest, n));
-  const std::vector<KeyRange> ranges = po_->ServerKeyRanges();
-  if (ranges.empty()) {
-    return Status::FailedPrecondition("the job has no servers");
-  }
-  Pending p;
-  p.kind = Kind(push, pull);
-  p.pull = pull;
-  p.keys = kvs.keys;
-  p.dest = dest;
-  p.callback = opts.callback;
-  p.push = push;
-  p.replicated = push && opts.every_copy && po_->server_replicas() > 0;
-  if (to > 0) {
-    Slice s;
-    s.server = to;
-    s.push = push;
-    s.pull = pull;
-    s.key_end = n;
-    p.slices = {s};
-  } else {
-    p.slices = SliceByServer(kvs, ranges, push, pull, opts.every_copy);
-  }
-  if (p.slices.empty()) return Status::Unavailable("no live server to send the request to");
-  p.remaining = static_cast<int>(p.slices.size());
-  p.parts.resize(p.slices.size());
-  // Pulled size: the buffer's, or as pushed (a pull without a buffer counts
-  // as small: its size is not known).
-  const size_t pushed = push ? kvs.vals.size() : 0;
-  const size_t pulled = !pull ? 0 : dest.data != nullptr ? dest.size : pushed;
-  p.small = pushed <= kSmallRequestBytes && pulled <= kSmallRequestBytes;
-  if (pull && dest.data != nullptr) {
-    p.dest_off = Offsets(dest.lens, n, dest.size);
-  }
-  const std::vector<size_t> val_off =
-      push && n > 0 ? Offsets(kvs.lens, n, kvs.vals.size())
-                    : std::vector<size_t>();
-  if (po_->server_replicas() > 0) {
-    p.kvs = kvs;
-    p.opts = opts;
-    p.opts.callback = nullptr;
-    p.val_off = val_off;
-  }
-  std::vector<Slice> slices;
-  int64_t ts;
+  uint64_t epoch;
   {
     std::lock_guard<std::mutex> l(mu_);
-    ts = next_ts_++;
-    if (po_->server_replicas() > 0) {
-      for (Slice& s : p.slices) {
-        s.sub_ts = next_ts_++;
-        alias_[s.sub_ts] = ts;
-      }
-    }
-    slices = p.slices;
-    pending_.emplace(ts, std::move(p));
+    epoch = loss_epoch_;
   }
-  // (A server lost while this sends: PeerLost re-sent its slices already,
-  // and the copy sent here to the dead server goes nowhere.)
-  for (size_t i = 0; i < slices.size(); ++i) {
-    Message m = BuildRequest(slices[i].sub_ts != 0 ? slices[i].sub_ts : ts, kvs, slices[i],
-                             opts, val_off);
-    Status st = po_->SendData(slices[i].server, &m);
-    if (st.ok()) continue;
-    std::function<void()> cb;
+  for (;;) {
+    const std::vector<KeyRange> ranges = po_->ServerKeyRanges();
+    if (ranges.empty()) {
+      return Status::FailedPrecondition("the job has no servers");
+    }
+    Pending p;
+    p.kind = Kind(push, pull);
+    p.pull = pull;
+    p.keys = kvs.keys;
+    p.dest = dest;
+    p.callback = opts.callback;
+    p.push = push;
+    p.replicated = push && opts.every_copy && po_->server_replicas() > 0;
+    if (to > 0) {
+      Slice s;
+      s.server = to;
+      s.push = push;
+      s.pull = pull;
+      s.key_end = n;
+      p.slices = {s};
+    } else {
+      p.slices = SliceByServer(kvs, ranges, push, pull, opts.every_copy);
+    }
+    if (p.slices.empty())
+      return Status::Unavailable("no live server to send the request to");
+    p.remaining = static_cast<int>(p.slices.size());
+    p.parts.resize(p.slices.size());
+    // Pulled size: the buffer's, or as pushed (a pull without a buffer counts
+    // as small: its size is not known).
+    const size_t pushed = push ? kvs.vals.size() : 0;
+    const size_t pulled = !pull ? 0 : dest.data != nullptr ? dest.size : pushed;
+    p.small = pushed <= kSmallRequestBytes && pulled <= kSmallRequestBytes;
+    if (pull && dest.data != nullptr) {
+      p.dest_off = Offsets(dest.lens, n, dest.size);
+    }
+    const std::vector<size_t> val_off =
+        push && n > 0 ? Offsets(kvs.lens, n, kvs.vals.size())
+                      : std::vector<size_t>();
+    if (po_->server_replicas() > 0) {
+      p.kvs = kvs;
+      p.opts = opts;
+      p.opts.callback = nullptr;
+      p.val_off = val_off;
+    }
+    std::vector<Slice> slices;
+    int64_t ts;
     {
       std::lock_guard<std::mutex> l(mu_);
-      Pending& q = pending_.at(ts);
-      if (q.status.ok()) q.status = st;
-      q.slices[i].answered = true;
-      --q.remaining;
-      cb = MaybeFinish(ts);
+      if (loss_epoch_ != epoch) {
+        // A server was lost while this request was cut by the ranges
+        // before it: cut it again by the ranges after.
+        epoch = loss_epoch_;
+        continue;
+      }
+      ts = next_ts_++;
+      if (po_->server_replicas() > 0) {
+        for (Slice& s : p.slices) {
+          s.sub_ts = next_ts_++;
+          alias_[s.sub_ts] = ts;
+        }
+      }
+      slices = p.slices;
+      pending_.emplace(ts, std::move(p));
     }
-    if (cb) cb();
+    // (A server lost while this sends: PeerLost re-sent its slices already,
+    // and the copy sent here to the dead server goes nowhere.)
+    for (size_t i = 0; i < slices.size(); ++i) {
+      Message m = BuildRequest(slices[i].sub_ts != 0 ? slices[i].sub_ts : ts,
+                               kvs, slices[i], opts, val_off);
+      Status st = po_->SendData(slices[i].server, &m);
+      if (st.ok()) continue;
+      std::function<void()> cb;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        Pending& q = pending_.at(ts);
+        if (q.status.ok()) q.status = st;
+        q.slices[i].answered = true;
+        --q.remaining;
+        cb = MaybeFinish(ts);
+      }
+      if (cb) cb();
+    }
+    return ts;
   }
-  return ts;
 }
 
 std::function<void()> KVWorker::Impl::MaybeFinish(int64_t ts) {
@@ -568,6 +585,7 @@ void KVWorker::Impl::PeerLost(int id) {
       lost_silent_ = std::chrono::nanoseconds(
           std::max<int64_t>(0, NowNs() - t->liveness().last_heard_ns(t->IndexOf(id))));
     }
+    ++loss_epoch_;
     report_resumed_ = false;
     held_below_ = 0;
     bool in_flight = false;
