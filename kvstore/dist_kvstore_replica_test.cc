@@ -216,6 +216,39 @@ TEST(DistKVStoreReplicaTest, AsyncGoesOnWithEveryPushApplied) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+// A row-sparse table under dist_async (SGD at lr 1: each row ends at
+// minus the sum of its pushes): the primary passes each push on; after
+// server 1 is cut off, the pushes it had not answered go to the new
+// primary and every push counts once.
+TEST(DistKVStoreReplicaTest, AsyncTablesApplyEveryPushOnce) {
+  proto::SparseTableSpec spec;
+  spec.set_width(4);
+  spec.mutable_optimizer()->set_type(proto::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  std::vector<int64_t> all;
+  for (int64_t i = 0; i < 30; ++i) all.push_back(i * 7919);  // over every server
+  DistFixture f(3, 2, {}, /*server_replicas=*/1);
+  std::atomic<bool> lost{false};
+  const Status s = f.Run("dist_async", [&](KVStore* kv, int rank) -> Status {
+    KV_RETURN_IF_ERROR(kv->InitRowSparse("emb", spec));
+    for (int t = 0; t < 20; ++t) {
+      if (t == 10 && rank == 0 && !lost.exchange(true)) f.Lose(1);
+      std::vector<float> rows(all.size() * 4, static_cast<float>(rank + 1));
+      Tensor r = Tensor::FromVector(rows, Shape({static_cast<int64_t>(all.size()), 4}));
+      KV_RETURN_IF_ERROR(kv->PushRowSparse("emb", kv_test::Ids(all), r));
+    }
+    KV_RETURN_IF_ERROR(kv->Barrier());
+    Tensor got = Tensor::Zeros({static_cast<int64_t>(all.size()), 4});
+    KV_RETURN_IF_ERROR(kv->RowSparsePull("emb", kv_test::Ids(all), got));
+    // 20 pushes of 1 and 20 of 2 on every element.
+    for (float v : got.ToVector()) {
+      if (v != -60.0f) return Status::Internal("row value " + std::to_string(v) + ", want -60");
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 // Both copies of a range gone: the job ends, naming the range.
 TEST(DistKVStoreReplicaTest, ARangeWithoutACopyEndsTheJob) {
   DistFixture f(3, 1, {{"KVTRAIN_BIGARRAY_BOUND", "10"}}, /*server_replicas=*/1);

@@ -29,6 +29,7 @@ const std::vector<int64_t> kSizes = {1, 37, 5000};  // the bound below is 1000
 struct Outcome {
   std::vector<std::vector<float>> values;  // worker 0's last pull, by key
   std::string states;
+  std::string table;  // a row-sparse table saved at the end (some tests)
   std::vector<int64_t> resumed;  // ResumeStep of each worker process
 };
 
@@ -206,12 +207,30 @@ TEST(DistKVStoreRestartTest, AWorkerStartedAgainChangesNoBit) {
   EXPECT_TRUE(three.states == replicated.states);
 }
 
+// The row ids worker `rank` pushes at step t (over every server), and
+// their gradient rows (width 4).
+std::vector<int64_t> TableIds(int rank, int t) {
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 9; ++i) ids.push_back(((t * 5 + rank * 3 + i * 7) % 40) * 7919);
+  return ids;
+}
+
+Tensor TableRows(int rank, int t) {
+  std::vector<float> rows;
+  for (int i = 0; i < 9; ++i) {
+    for (int j = 0; j < 4; ++j) rows.push_back(0.01f * ((t + rank + i + j) % 9) - 0.04f);
+  }
+  return Tensor::FromVector(rows, Shape({9, 4}));
+}
+
 // 3 servers, each range on two; server 1 cut off before step 3 and a new
 // process put in its place, which copies ranges 0 and 1 from their
-// primaries; once it is a copy again, server 2 (range 1's primary since
-// then) is cut off too, so range 1 lives on the new process alone.
+// primaries (dense keys and a row-sparse table with Adam's state); once it
+// is a copy again, server 2 (range 1's primary since then) is cut off too,
+// so range 1 lives on the new process alone.
 Outcome TrainLosingServers(bool lose, const std::string& name) {
   const std::string states = std::string(std::getenv("TEST_TMPDIR")) + "/servers_" + name;
+  const std::string table = std::string(std::getenv("TEST_TMPDIR")) + "/table_" + name;
   ps::InprocJobOptions o = kv_test::DistFixture::Options(3, 2, 1);
   o.worker_restarts = 1;
   ps::InprocJob job(o);
@@ -244,6 +263,14 @@ Outcome TrainLosingServers(bool lose, const std::string& name) {
       sgd.set_learning_rate(0.1f);
       sgd.set_momentum(0.9f);
       KV_RETURN_IF_ERROR(kv->SetOptimizer(sgd));
+      proto::SparseTableSpec spec;
+      spec.set_width(4);
+      spec.set_init(proto::SparseTableSpec::NORMAL);
+      spec.set_scale(0.1f);
+      spec.set_seed(3);
+      spec.mutable_optimizer()->set_type(proto::OptimizerSpec::ADAM);
+      spec.mutable_optimizer()->set_learning_rate(0.01f);
+      KV_RETURN_IF_ERROR(kv->InitRowSparse("emb", spec));
       std::vector<Tensor> w;
       for (int64_t n : kSizes) w.push_back(Tensor::Zeros({n}));
       KV_RETURN_IF_ERROR(kv->Pull(keys, w));
@@ -275,8 +302,13 @@ Outcome TrainLosingServers(bool lose, const std::string& name) {
         std::vector<Tensor> grads;
         for (const Tensor& wk : w) grads.push_back(Gradient(wk, rank, t));
         KV_RETURN_IF_ERROR(kv->PushPull(keys, grads, w, -t));
+        const std::vector<int64_t> ids = TableIds(rank, t);
+        KV_RETURN_IF_ERROR(kv->PushRowSparse("emb", kv_test::Ids(ids), TableRows(rank, t)));
+        Tensor rows = Tensor::Zeros({static_cast<int64_t>(ids.size()), 4});
+        KV_RETURN_IF_ERROR(kv->RowSparsePull("emb", kv_test::Ids(ids), rows));
       }
       if (rank == 0) {
+        KV_RETURN_IF_ERROR(kv->SaveRowSparse("emb", table));
         KV_RETURN_IF_ERROR(kv->SaveOptimizerStates(states));
         for (const Tensor& o : w) out.values.push_back(o.ToVector());
       }
@@ -295,6 +327,9 @@ Outcome TrainLosingServers(bool lose, const std::string& name) {
   StatusOr<std::string> bytes = ReadWholeFile(states);
   EXPECT_TRUE(bytes.ok()) << bytes.status();
   if (bytes.ok()) out.states = *bytes;
+  StatusOr<std::string> rows = ReadWholeFile(table);
+  EXPECT_TRUE(rows.ok()) << rows.status();
+  if (rows.ok()) out.table = *rows;
   return out;
 }
 
@@ -304,6 +339,9 @@ TEST(DistKVStoreRestartTest, AServerStartedAgainIsACopyAgain) {
   ASSERT_EQ(plain.values.size(), kSizes.size());
   EXPECT_TRUE(SameBits(plain, lost));
   EXPECT_TRUE(plain.states == lost.states);
+  // The table's rows, Adam's state and recency, byte for byte.
+  ASSERT_FALSE(plain.table.empty());
+  EXPECT_TRUE(plain.table == lost.table);
 }
 
 TEST(DistKVStoreRestartTest, AWorkerNotBackInTimeEndsTheJob) {

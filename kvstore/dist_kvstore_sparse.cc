@@ -128,8 +128,7 @@ StatusOr<KVHandle> DistKVStore::PushRowSparseAsync(const Key& key, const Tensor&
     step = ++ti->pushes;
   }
   ps::RequestOptions opts;
-  opts.head = proto::KV_SPARSE_PUSH;
-  opts.every_copy = true;  // each copy applies it itself
+  opts.head = proto::KV_SPARSE_PUSH;  // the primary passes it on to the copies
   opts.priority = priority;
   opts.body = RequestBody(sync_ ? proto::KV_SYNC : proto::KV_ASYNC, step, "");
   ps::Blob vals(buffer, buffer->data(), buffer->size());

@@ -618,14 +618,16 @@ void ServerHandler::ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs&
     return;
   }
   const uint64_t key = data.key(0);
+  const bool sparse = info.replica().sparse();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (filling_ && !keys_.count(key)) {
+    if (filling_ && !(sparse ? sparse_.Has(key) : keys_.count(key) > 0)) {
       // Sent after the primary's snapshot, which has not arrived yet.
       waiting_.push_back({meta, data, info});
       return;
     }
   }
+  if (sparse) return sparse_.ApplyReplica(meta, data, info, server);
   KeyState* st = FindOrRespond(key, meta, server);
   if (st == nullptr) return;
   const proto::ReplicaUpdate& r = info.replica();
@@ -762,11 +764,6 @@ StatusOr<std::string> ServerHandler::Snapshot(const std::function<void()>& joine
     opt = optimizer_;
     snap.set_optimizer(optimizer_body_);
   }
-  if (!sparse_.StatsReport().empty()) {
-    return Status::FailedPrecondition(
-        "this key range holds row-sparse tables, which a server started again cannot copy "
-        "yet");
-  }
   // Every key locked, in key order: no update runs while the range is
   // taken, so values, steps and optimizer states are of one moment.
   std::vector<std::unique_lock<std::mutex>> locks;
@@ -791,7 +788,8 @@ StatusOr<std::string> ServerHandler::Snapshot(const std::function<void()>& joine
       for (int64_t step : a) steps->add_steps(step);
     }
   }
-  joined();
+  // The tables too, and the new copy joins with all of them locked.
+  sparse_.Snapshot(&snap, joined);
   return snap.SerializeAsString();
 }
 
@@ -807,6 +805,7 @@ Status ServerHandler::Restore(const std::string& bytes, ps::KVServer* server) {
   if (std::shared_ptr<Optimizer> opt = optimizer(); opt && !snap.optimizer_states().empty()) {
     KV_RETURN_IF_ERROR(opt->LoadStates(snap.optimizer_states()));
   }
+  KV_RETURN_IF_ERROR(sparse_.Restore(snap));
   std::vector<Waiting> waiting;
   {
     std::lock_guard<std::mutex> lock(mu_);

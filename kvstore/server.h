@@ -81,7 +81,10 @@ class ServerHandler {
   using Forwarder = std::function<bool(uint64_t key, std::string body, ps::Blob grad,
                                        std::function<void()> done)>;
   // Before the first request.
-  void SetForwarder(Forwarder f) { forward_ = std::move(f); }
+  void SetForwarder(Forwarder f) {
+    forward_ = f;
+    sparse_.SetForwarder(std::move(f));
+  }
   // Before the first request (KVTRAIN_WORKER_RESTARTS > 0): dist_sync keys
   // keep their value before the last step, which a worker started again
   // pulls (RequestInfo.exact) to compute that step's gradient again.
@@ -287,11 +290,11 @@ class ServerHandler {
 
 // The key ranges one server process holds, each in its own ServerHandler:
 // its own range and, with server replicas (KVTRAIN_SERVER_REPLICAS = R),
-// the ranges of the R servers before it in rank order. A copy takes every
-// push of its range as the primary does (the workers send it to all), with
-// its own values, steps and optimizer state keyed as on the primary, so
-// when it becomes the primary it answers exactly as the primary would
-// have. Without replicas, one handler and no extra work. Thread-safe.
+// the ranges of the R servers before it in rank order. A copy applies each
+// update its range's primary passes on (KV_REPLICA), with its own values,
+// steps, tables and optimizer state keyed as on the primary, so when it
+// becomes the primary it answers exactly as the primary would have.
+// Without replicas, one handler and no extra work. Thread-safe.
 class ServerRanges {
  public:
   explicit ServerRanges(ps::Postoffice* po);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "base/logging.h"
 
@@ -44,7 +45,7 @@ void SparseServer::Handle(proto::KVCommand command, const ps::RequestMeta& meta,
     case proto::KV_SPARSE_PUSH:
       return Push(st, req, server);
     case proto::KV_SPARSE_PULL:
-      if (!st->sync || info.step() <= st->step) return AnswerPull(st, req, server);
+      if (!st->sync || info.step() <= st->answered) return AnswerPull(st, req, server);
       if (info.step() > st->step + kSyncWindow) {
         server->RespondError(
             meta, KeyBad(st->table->key(),
@@ -58,7 +59,7 @@ void SparseServer::Handle(proto::KVCommand command, const ps::RequestMeta& meta,
       return;
     case proto::KV_SPARSE_SAVE:
       // After the sender's last push was applied, like a pull.
-      if (st->sync && info.step() > st->step) {
+      if (st->sync && info.step() > st->answered) {
         st->pulls.push_back(req);
         return;
       }
@@ -98,6 +99,7 @@ void SparseServer::Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
     return;
   }
   auto st = std::make_unique<KeyState>(std::move(table).value());
+  st->key = data.key(0);
   st->sync = info.mode() != proto::KV_ASYNC;
   st->pushed.assign(static_cast<size_t>(num_workers_), false);
   if (replicated_) st->parts.resize(static_cast<size_t>(num_workers_));
@@ -127,38 +129,104 @@ Status SparseServer::Parse(KeyState* st, const Deferred& req, bool with_rows,
 }
 
 void SparseServer::Push(KeyState* st, const Deferred& push, ps::KVServer* server) {
-  if (!st->sync) {
-    const int64_t* ids;
-    const float* rows;
-    size_t n;
-    Status s = Parse(st, push, true, &ids, &n, &rows);
-    if (s.ok()) {
-      // Async: the push is its own update (ids are unique per sender).
-      RowSum sum(st->table->width());
-      sum.Add(ids, n, rows);
-      const std::shared_ptr<Optimizer> opt = optimizer_();
-      s = st->table->Update(sum.ids().data(), sum.size(), sum.rows().data(), opt.get());
-    }
-    if (s.ok()) {
-      server->Respond(push.meta);
-    } else {
-      server->RespondError(push.meta, s);
-    }
+  if (!st->sync) return AsyncPush(st, push, server);
+  Admit(st, push, server);
+  Advance(st, server);
+}
+
+void SparseServer::AsyncPush(KeyState* st, const Deferred& push, ps::KVServer* server) {
+  const int rank = push.meta.sender_rank;
+  const int64_t step = push.info.step();
+  const bool worker =
+      push.meta.sender_role == Role::kWorker && rank >= 0 && rank < num_workers_;
+  if (forward_ && !worker) {
+    server->RespondError(push.meta, KeyBad(st->table->key(), push.meta.sender_name +
+                                                                 " is not one of the job's " +
+                                                                 std::to_string(num_workers_) +
+                                                                 " workers"));
     return;
   }
-  if (!Admit(st, push, server)) return;
-  CompleteStep(st, server);
-  // Pushes queued for the steps that follow.
-  while (!st->later.empty() && st->later.begin()->first == st->step + 1) {
-    bool complete = false;
-    auto range = st->later.equal_range(st->step + 1);
-    std::vector<Deferred> next;
-    for (auto it = range.first; it != range.second; ++it) next.push_back(it->second);
-    st->later.erase(range.first, range.second);
-    for (const Deferred& d : next) complete = Admit(st, d, server) || complete;
-    if (!complete) break;
-    CompleteStep(st, server);
+  if (forward_ && push.meta.resent && Applied(st, rank, step)) {
+    server->Respond(push.meta);  // applied before (sent again after a failover)
+    return;
   }
+  const int64_t* ids;
+  const float* rows;
+  size_t n;
+  Status s = Parse(st, push, true, &ids, &n, &rows);
+  if (s.ok()) {
+    // Async: the push is its own update (ids are unique per sender).
+    RowSum sum(st->table->width());
+    sum.Add(ids, n, rows);
+    const std::shared_ptr<Optimizer> opt = optimizer_();
+    s = st->table->Update(sum.ids().data(), sum.size(), sum.rows().data(), opt.get());
+  }
+  if (!s.ok()) {
+    server->RespondError(push.meta, s);
+    return;
+  }
+  if (forward_) {
+    Remember(st, rank, step);
+    proto::RequestInfo info;
+    info.set_mode(proto::KV_ASYNC);
+    info.mutable_replica()->set_step(step);
+    info.mutable_replica()->set_worker(rank);
+    info.mutable_replica()->set_sparse(true);
+    const ps::RequestMeta meta = push.meta;
+    if (Forward(st, push.data.key(0), info, push.data.vals,
+                [server, meta] { server->Respond(meta); })) {
+      return;
+    }
+  }
+  server->Respond(push.meta);
+}
+
+void SparseServer::Advance(KeyState* st, ps::KVServer* server) {
+  while (!st->forwarding && st->num_pushed == num_workers_) {
+    if (CompleteStep(st, server)) return;  // goes on once the copies have it
+    FinishStep(st, server);
+    AdmitLater(st, server);
+  }
+}
+
+void SparseServer::AdmitLater(KeyState* st, ps::KVServer* server) {
+  auto range = st->later.equal_range(st->step + 1);
+  std::vector<Deferred> next;
+  for (auto it = range.first; it != range.second; ++it) next.push_back(it->second);
+  st->later.erase(range.first, range.second);
+  for (const Deferred& d : next) Admit(st, d, server);
+}
+
+bool SparseServer::Forward(KeyState* st, uint64_t key, const proto::RequestInfo& info,
+                           ps::Blob vals, std::function<void()> then) {
+  // `then` runs once, under st->mu: from the thread of the copies' last
+  // answer, or here (this thread holds st->mu) if it came before forward_
+  // returned.
+  enum { kSending, kAnsweredEarly, kSent };
+  auto state = std::make_shared<std::atomic<int>>(kSending);
+  auto run = std::make_shared<std::function<void()>>(std::move(then));
+  const bool sent =
+      forward_(key, info.SerializeAsString(), std::move(vals), [st, state, run] {
+        if (state->exchange(kAnsweredEarly) == kSending) return;
+        std::lock_guard<std::mutex> lock(st->mu);
+        (*run)();
+      });
+  if (sent && state->exchange(kSent) == kAnsweredEarly) (*run)();
+  return sent;
+}
+
+bool SparseServer::Applied(KeyState* st, int rank, int64_t step) {
+  if (st->applied.empty()) return false;
+  const std::set<int64_t>& a = st->applied[static_cast<size_t>(rank)];
+  return a.count(step) > 0 || (!a.empty() && step < *a.begin());
+}
+
+void SparseServer::Remember(KeyState* st, int rank, int64_t step) {
+  if (st->applied.empty()) st->applied.resize(static_cast<size_t>(num_workers_));
+  std::set<int64_t>& a = st->applied[static_cast<size_t>(rank)];
+  a.insert(step);
+  // A worker's pushes of one key overtake each other by a few at most.
+  while (a.size() > kRememberedPushes) a.erase(a.begin());
 }
 
 bool SparseServer::Admit(KeyState* st, const Deferred& push, ps::KVServer* server) {
@@ -171,6 +239,20 @@ bool SparseServer::Admit(KeyState* st, const Deferred& push, ps::KVServer* serve
                                                     std::to_string(num_workers_) +
                                                     " workers"));
     return false;
+  }
+  if (forward_ && push.meta.resent && step <= st->step + 1) {
+    // Sent again to this new primary after a failover: a step it holds
+    // already (applied, with this push in it) or one it summed the push
+    // for. Acknowledged once every copy holds it.
+    const bool had = step <= st->step || st->pushed[static_cast<size_t>(rank)];
+    if (had && step <= st->answered) {
+      server->Respond(push.meta);
+      return false;
+    }
+    if (had) {
+      st->acks.push_back(push);
+      return false;
+    }
   }
   if (step <= st->step || step > st->step + kSyncWindow) {
     server->RespondError(
@@ -207,11 +289,15 @@ bool SparseServer::Admit(KeyState* st, const Deferred& push, ps::KVServer* serve
   }
   st->pushed[static_cast<size_t>(rank)] = true;
   ++st->num_pushed;
-  server->Respond(push.meta);
+  if (forward_) {
+    st->acks.push_back(push);  // once every copy holds the step
+  } else {
+    server->Respond(push.meta);
+  }
   return st->num_pushed == num_workers_;
 }
 
-void SparseServer::CompleteStep(KeyState* st, ps::KVServer* server) {
+bool SparseServer::CompleteStep(KeyState* st, ps::KVServer* server) {
   if (replicated_) {
     for (Deferred& d : st->parts) {
       const int64_t* ids;
@@ -226,14 +312,50 @@ void SparseServer::CompleteStep(KeyState* st, ps::KVServer* server) {
   const Status s =
       st->table->Update(st->sum.ids().data(), st->sum.size(), st->sum.rows().data(), opt.get());
   if (!s.ok()) LOG(ERROR) << "row-sparse update failed: " << s.message();
+  // Replicas: the step's ids, then their summed rows, to the other copies.
+  std::shared_ptr<std::string> update;
+  if (forward_ && s.ok()) {
+    const size_t n = st->sum.size();
+    update = std::make_shared<std::string>(
+        n * sizeof(int64_t) + st->sum.rows().size() * sizeof(float), '\0');
+    std::memcpy(update->data(), st->sum.ids().data(), n * sizeof(int64_t));
+    std::memcpy(update->data() + n * sizeof(int64_t), st->sum.rows().data(),
+                st->sum.rows().size() * sizeof(float));
+  }
   st->sum.Clear();
   st->pushed.assign(st->pushed.size(), false);
   st->num_pushed = 0;
   ++st->step;
+  if (!s.ok()) {
+    FinishStep(st, server, s);
+    return false;
+  }
+  if (update == nullptr) return false;
+  proto::RequestInfo info;
+  info.set_mode(proto::KV_SYNC);
+  info.mutable_replica()->set_step(st->step);
+  info.mutable_replica()->set_sparse(true);
+  st->forwarding = true;
+  const bool sent = Forward(st, st->key, info, ps::Blob(update, update->data(), update->size()),
+                            [this, st, server] {
+                              st->forwarding = false;
+                              FinishStep(st, server);
+                              AdmitLater(st, server);
+                              Advance(st, server);
+                            });
+  if (!sent) st->forwarding = false;
+  return sent;
+}
+
+void SparseServer::FinishStep(KeyState* st, ps::KVServer* server, const Status& s) {
+  st->answered = st->step;
+  std::vector<Deferred> acks;
+  acks.swap(st->acks);
+  for (const Deferred& a : acks) server->Respond(a.meta);
   std::vector<Deferred> waiting;
   waiting.swap(st->pulls);
   for (const Deferred& d : waiting) {
-    if (d.info.step() <= st->step) {
+    if (d.info.step() <= st->answered) {
       if (s.ok() && d.meta.head == proto::KV_SPARSE_SAVE) {
         Save(st, d, server);
       } else if (s.ok()) {
@@ -274,6 +396,142 @@ void SparseServer::Load(KeyState* st, const Deferred& req, ps::KVServer* server)
   } else {
     server->RespondError(req.meta, s);
   }
+}
+
+bool SparseServer::Has(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keys_.count(key) > 0;
+}
+
+void SparseServer::ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs& data,
+                                const proto::RequestInfo& info, ps::KVServer* server) {
+  KeyState* st = data.num_keys() == 1 ? Find(data.key(0)) : nullptr;
+  if (st == nullptr) {
+    server->RespondError(meta, Status::NotFound(
+                                   "a row-sparse update from " + meta.sender_name +
+                                   " of a table not held here"));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(st->mu);
+  const proto::ReplicaUpdate& r = info.replica();
+  const Deferred update{meta, data, info};
+  const int64_t* ids;
+  const float* rows;
+  size_t n;
+  Status s = Parse(st, update, true, &ids, &n, &rows);
+  if (!s.ok()) {
+    server->RespondError(meta, s);
+    return;
+  }
+  const std::shared_ptr<Optimizer> opt = optimizer_();
+  if (!st->sync) {
+    const int w = r.worker();
+    if (w < 0 || w >= num_workers_) {
+      server->RespondError(meta, KeyBad(st->table->key(), "an update of worker " +
+                                                              std::to_string(w) + " from " +
+                                                              meta.sender_name));
+      return;
+    }
+    if (!Applied(st, w, r.step())) {  // else: had it (a worker sent it again)
+      RowSum sum(st->table->width());
+      sum.Add(ids, n, rows);
+      s = st->table->Update(sum.ids().data(), sum.size(), sum.rows().data(), opt.get());
+      if (!s.ok()) {
+        server->RespondError(meta, s);
+        return;
+      }
+      Remember(st, w, r.step());
+    }
+    server->Respond(meta);
+    return;
+  }
+  if (r.step() <= st->step) {  // had it (summed the pushes sent again itself)
+    server->Respond(meta);
+    return;
+  }
+  if (r.step() != st->step + 1 || st->forwarding) {
+    server->RespondError(meta, KeyBad(st->table->key(),
+                                      "step " + std::to_string(r.step()) + " from " +
+                                          meta.sender_name + " after step " +
+                                          std::to_string(st->step)));
+    return;
+  }
+  // As the primary applied it. Pushes this server summed for the step
+  // itself (sent again to it after a failover, before this update, which
+  // the lost primary sent before it died, arrived) give way to it; their
+  // acknowledgements go with the step's.
+  for (Deferred& d : st->parts) d = Deferred();
+  st->sum.Clear();
+  st->pushed.assign(st->pushed.size(), false);
+  st->num_pushed = 0;
+  s = st->table->Update(ids, n, rows, opt.get());
+  if (!s.ok()) {
+    server->RespondError(meta, s);
+    return;
+  }
+  ++st->step;
+  server->Respond(meta);
+  // If this copy serves the range now (a late update of the lost primary),
+  // its own copies get the update too before the answers go.
+  st->forwarding = true;
+  if (Forward(st, st->key, info, data.vals, [this, st, server] {
+        st->forwarding = false;
+        FinishStep(st, server);
+        AdmitLater(st, server);
+        Advance(st, server);
+      })) {
+    return;
+  }
+  st->forwarding = false;
+  FinishStep(st, server);
+  AdmitLater(st, server);
+  Advance(st, server);
+}
+
+void SparseServer::Snapshot(proto::RangeSnapshot* snap, const std::function<void()>& then) {
+  std::vector<KeyState*> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, st] : keys_) all.push_back(st.get());
+  }
+  // Every table locked, in key order: no update runs while they are taken.
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (KeyState* st : all) locks.emplace_back(st->mu);
+  for (KeyState* st : all) {
+    proto::SparseKeySnapshot* k = snap->add_sparse();
+    k->set_key(st->key);
+    k->set_table(st->table->Save());
+    k->set_sync(st->sync);
+    k->set_step(st->step);
+    for (const std::set<int64_t>& a : st->applied) {
+      proto::AppliedSteps* steps = k->add_applied();
+      for (int64_t step : a) steps->add_steps(step);
+    }
+  }
+  then();
+}
+
+Status SparseServer::Restore(const proto::RangeSnapshot& snap) {
+  for (const proto::SparseKeySnapshot& k : snap.sparse()) {
+    std::string name;
+    proto::SparseTableSpec spec;
+    KV_RETURN_IF_ERROR(Table::PeekShard(k.table(), &name, &spec));
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<Table> table, Table::Create(name, spec));
+    KV_RETURN_IF_ERROR(table->Load(k.table()));
+    auto st = std::make_unique<KeyState>(std::move(table));
+    st->key = k.key();
+    st->sync = k.sync();
+    st->step = k.step();
+    st->answered = k.step();
+    st->pushed.assign(static_cast<size_t>(num_workers_), false);
+    if (replicated_) st->parts.resize(static_cast<size_t>(num_workers_));
+    for (const proto::AppliedSteps& a : k.applied()) {
+      st->applied.emplace_back(a.steps().begin(), a.steps().end());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    keys_[k.key()] = std::move(st);
+  }
+  return Status::OK();
 }
 
 std::string SparseServer::StatsReport() {

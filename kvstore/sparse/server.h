@@ -8,13 +8,22 @@
 // rows touched. A pull for step s is answered after step s's update.
 // dist_async: each push is an update when it arrives; pulls are answered
 // at once.
+//
+// Server replicas: the workers send to a key range's primary only, which
+// passes each update (a sync step's summed rows, an async push's rows) on
+// to the range's other copies (KV_REPLICA, ReplicaUpdate.sparse) and
+// acknowledges the pushes and answers the step's pulls once every copy
+// applied it, as for dense keys: an answered step is never lost, and a
+// push a worker sends again to a new primary is recognised (by its step).
 #ifndef KVTRAIN_KVSTORE_SPARSE_SERVER_H_
 #define KVTRAIN_KVSTORE_SPARSE_SERVER_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +43,9 @@ class SparseServer {
   // dist_sync: how many steps a push or pull may be ahead of the step being
   // summed before it is refused (the dense keys' window).
   static constexpr int64_t kSyncWindow = 16;
+  // dist_async with replicas: the steps of each worker's last pushes a
+  // table remembers, to recognise one sent again.
+  static constexpr size_t kRememberedPushes = 64;
 
   // `optimizer`: the server's optimizer now (null: none set).
   // `replicated` (server replicas): every copy of a key range must hold
@@ -52,6 +64,23 @@ class SparseServer {
               const ps::KVPairs& data, const proto::RequestInfo& info,
               ps::KVServer* server);
 
+  // Server replicas (ServerHandler::Forwarder): passes an update of `key`
+  // on to the range's other copies; false when there is none (not the
+  // primary), and then `done` is not called. Before the first request.
+  using Forwarder = std::function<bool(uint64_t key, std::string body, ps::Blob vals,
+                                       std::function<void()> done)>;
+  void SetForwarder(Forwarder f) { forward_ = std::move(f); }
+  // KV_REPLICA with ReplicaUpdate.sparse: the primary's update of a table.
+  void ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs& data,
+                    const proto::RequestInfo& info, ps::KVServer* server);
+  // Whether server key `key` is a table here.
+  bool Has(uint64_t key) EXCLUDES(mu_);
+  // KV_FILL: every table into `snap` with every key locked, then runs
+  // `then` (still locked).
+  void Snapshot(proto::RangeSnapshot* snap, const std::function<void()>& then) EXCLUDES(mu_);
+  // The tables of a snapshot (a server started again).
+  Status Restore(const proto::RangeSnapshot& snap) EXCLUDES(mu_);
+
   // Every table's counters, one line per key: for PS_VERBOSE and metrics.
   std::string StatsReport() EXCLUDES(mu_);
 
@@ -66,6 +95,7 @@ class SparseServer {
         : table(std::move(t)), sum(table->width()) {}
     std::mutex mu;
     std::unique_ptr<Table> table;
+    uint64_t key = 0;  // the server key
     bool sync = true;
     int64_t step = 0;                       // sync: completed steps
     RowSum sum;                             // sync: this step's rows
@@ -74,6 +104,14 @@ class SparseServer {
     int num_pushed = 0;
     std::multimap<int64_t, Deferred> later;  // sync: pushes of later steps
     std::vector<Deferred> pulls;             // sync: answered after a step
+    // Replicas: the last step every copy holds (pulls up to it are
+    // answered), whether one is being passed on, the pushes acknowledged
+    // once it is, and (async) by worker rank the steps of its last pushes
+    // applied.
+    int64_t answered = 0;
+    bool forwarding = false;
+    std::vector<Deferred> acks;
+    std::vector<std::set<int64_t>> applied;
   };
 
   void Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
@@ -83,7 +121,22 @@ class SparseServer {
   // step is complete. A push is acknowledged when it is added: one for a
   // later step waits, unanswered, for its step to begin.
   bool Admit(KeyState* st, const Deferred& push, ps::KVServer* server) REQUIRES(st->mu);
-  void CompleteStep(KeyState* st, ps::KVServer* server) REQUIRES(st->mu);
+  // Completes steps while one is complete and none is being passed on.
+  void Advance(KeyState* st, ps::KVServer* server) REQUIRES(st->mu);
+  // Sums and applies the step; true when its answers wait for the copies.
+  bool CompleteStep(KeyState* st, ps::KVServer* server) REQUIRES(st->mu);
+  // Answers the pushes and pulls of the steps applied so far.
+  void FinishStep(KeyState* st, ps::KVServer* server, const Status& s = Status::OK())
+      REQUIRES(st->mu);
+  // Admits the queued pushes of the next step.
+  void AdmitLater(KeyState* st, ps::KVServer* server) REQUIRES(st->mu);
+  void AsyncPush(KeyState* st, const Deferred& push, ps::KVServer* server) REQUIRES(st->mu);
+  // Passes an update on (Forwarder); `then` runs once every copy has it,
+  // under st->mu. False when there is no copy.
+  bool Forward(KeyState* st, uint64_t key, const proto::RequestInfo& info, ps::Blob vals,
+               std::function<void()> then) REQUIRES(st->mu);
+  bool Applied(KeyState* st, int rank, int64_t step) REQUIRES(st->mu);
+  void Remember(KeyState* st, int rank, int64_t step) REQUIRES(st->mu);
   void AnswerPull(KeyState* st, const Deferred& pull, ps::KVServer* server)
       REQUIRES(st->mu);
   void Save(KeyState* st, const Deferred& req, ps::KVServer* server) REQUIRES(st->mu);
@@ -98,6 +151,7 @@ class SparseServer {
   const int num_workers_;
   const bool replicated_;
   const std::function<std::shared_ptr<Optimizer>()> optimizer_;
+  Forwarder forward_;
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);
 };

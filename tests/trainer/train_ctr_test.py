@@ -2,17 +2,20 @@
 tools/make_click_log.py: the wide-and-deep model learns (test AUC well
 above chance), dist_sync with 2 workers equals one process with the doubled
 batch, dist_async trains, checkpoints resume bit-exact (tables, dense
-weights, optimizer states), tables export, and bad input is a one-line
-error."""
+weights, optimizer states), servers killed and started again under
+--server-replicas change nothing, tables export, and bad input is a
+one-line error."""
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import unittest
 
-from tracker.launch_testlib import launch
+from tracker.launch_testlib import kill_marked, launch, new_marker, node_pid, read_until
+from tracker.launch_testlib import start_launch, wait_no_processes
 from tools import pyunit
 
 TRAIN = os.path.abspath("examples/train_ctr")
@@ -144,6 +147,46 @@ class TrainCtrTest(unittest.TestCase):
                 self.ckpt("export-table", "--format=binary", "%s/m-0002-%s.table" % (d, t),
                           "%s/%s.rows" % (d, t))
         self.assert_same_files(straight, resumed, ["emb.rows", "wide.rows"])
+
+    def test_servers_killed_and_started_again_change_nothing(self):
+        # 3 servers, each key range on two. Server 1 dies and comes back
+        # (--max-restarts): it copies ranges 0 and 1, tables included, from
+        # their primaries; then server 2, range 1's primary since, dies
+        # too, and range 1 lives on the copy server 1 took. The tables,
+        # weights and optimizer states end as in the run where nothing died.
+        def run(kill):
+            marker = new_marker()
+            d = os.path.join(self.tmp, "servers-" + marker)
+            os.makedirs(d)
+            p = start_launch(["-n", "2", "-s", "3", "--server-replicas", "1",
+                              "--max-restarts", "1"] + JOB_ENV + [
+                TRAIN, "--train=" + self.train, "--test=" + self.test, "--optimizer=adam",
+                "--lr=0.01", "--batch-size=128", "--kv-store=dist_sync", "--num-epochs=1",
+                "--disp-batches=20", "--model-prefix=" + d + "/m"])
+            out = ""
+            try:
+                if kill:
+                    out += read_until(p, "Epoch[0] Batch[40]", timeout=300)
+                    os.kill(node_pid(marker, "server", 1, program="train_ctr"), signal.SIGKILL)
+                    out += read_until(p, "holds the key ranges it copies again", timeout=120)
+                    out += read_until(p, "Epoch[0] Batch[100]", timeout=300)
+                    os.kill(node_pid(marker, "server", 2, program="train_ctr"), signal.SIGKILL)
+                rest, _ = p.communicate(timeout=600)
+                out += rest
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            self.assertEqual(wait_no_processes(marker, timeout=15), [])
+            kill_marked(marker)
+            self.assertEqual(p.returncode, 0, out)
+            return d, out
+        plain, _ = run(False)
+        killed, out = run(True)
+        self.assertIn("server 2 failed with signal SIGKILL; starting it again", out)
+        self.assertRegex(out, r"the job goes on, key range 1 to server 1 ")
+        self.assert_same_files(plain, killed, ["m-0001.params", "m-0001.states",
+                                               "m-0001-emb.table", "m-0001-wide.table"])
 
     def test_bad_input_is_one_line(self):
         code, _, err = self.run_local("--fields=7")
