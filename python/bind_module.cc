@@ -196,6 +196,27 @@ void BindModule(py::module_& m) {
              });
              return ToArray(out);
            })
+      .def("prepare_steps",
+           [](PyModule& m, const py::object& kv, const std::string& optimizer,
+              const py::object& update_on_kvstore) {
+             FitOptions o;
+             if (!o.optimizer.ParseFromString(optimizer)) {
+               throw py::value_error("init_optimizer: not a serialized OptimizerSpec");
+             }
+             if (!update_on_kvstore.is_none()) o.update_on_kvstore = update_on_kvstore.cast<bool>();
+             KVStore* store = StoreOf(kv);
+             RunBlocking([&] { return m.module()->PrepareSteps(store, o); }, AborterOf(kv));
+           })
+      .def("forward",
+           [](PyModule& m, const py::array& data, const py::array& label, bool is_train) {
+             Batch b;
+             b.data = ViewArray(data, "data", false).Clone();
+             b.label = ViewArray(label, "label", false).Clone();
+             RunBlocking([&] { return m.module()->Forward(b, is_train); });
+           })
+      .def("backward", [](PyModule& m) { RunBlocking([&] { return m.module()->Backward(); }); })
+      .def("update", [](PyModule& m) { RunBlocking([&] { return m.module()->Update(); }); })
+      .def("get_outputs", [](PyModule& m) { return ToArray(Check(m.module()->Outputs())); })
       .def("get_params",
            [](PyModule& m) {
              ModelArrays a = Check(m.module()->Arrays());

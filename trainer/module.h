@@ -128,6 +128,24 @@ class Module {
   // padding of the last batch dropped), on the host: (examples, ...).
   StatusOr<Tensor> Predict(DataIter* data);
 
+  // MXNet's step-by-step API (mod.forward, backward, update). PrepareSteps
+  // sets the store and the optimizer up as Fit does (the parameters'
+  // values made the store's, the optimizer on the store or, with
+  // `o.update_on_kvstore` false, on the workers; only `o.optimizer` and
+  // `o.update_on_kvstore` are read). Then each step is Forward (a batch of
+  // the bound size; is_train for a step that goes on to Backward),
+  // Backward and Update (every gradient pushed, the new weights pulled: the
+  // same store traffic as one step of Fit). Each call waits for its work;
+  // out of order (Backward without a training Forward, Update without a
+  // Backward or before PrepareSteps) they fail, naming what is missing.
+  Status PrepareSteps(KVStore* kv, const FitOptions& o);
+  Status Forward(const Batch& batch, bool is_train);
+  Status Backward();
+  Status Update();
+  // The last Forward's first output, every device's rows in order, on the
+  // host: (batch, ...).
+  StatusOr<Tensor> Outputs() const;
+
   // The parameters and auxiliary states (from the first device, on the host).
   StatusOr<ModelArrays> Arrays() const;
   const std::vector<std::string>& param_names() const { return param_names_; }
@@ -235,6 +253,11 @@ class Module {
   // (kvstore/keys.h StateKey, the device as its part).
   std::vector<uint64_t> state_ids_;
   std::deque<InFlight> in_flight_;
+  // The step-by-step API: its store (PrepareSteps), and how far the
+  // current step is.
+  KVStore* steps_kv_ = nullptr;
+  enum class StepState { kNone, kForward, kTrainForward, kBackward };
+  StepState step_state_ = StepState::kNone;
 };
 
 }  // namespace kvtrain

@@ -12,6 +12,8 @@ issued as soon as backward produces its gradient.
 
 import logging
 
+import numpy as _np
+
 from . import _lib
 from . import Context, cpu
 from . import callback as _cb
@@ -37,6 +39,10 @@ def _shape_of(shapes, name, what):
     if isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], str):
         return tuple(int(d) for d in s[1])
     return tuple(int(d) for d in s)
+
+
+def _to_numpy(a):
+    return a.asnumpy() if hasattr(a, "asnumpy") else _np.asarray(a)
 
 
 def _metric_names(eval_metric):
@@ -74,6 +80,9 @@ class Module(object):
         self._kv = None
         self._optimizer = None
         self._batch_size = 0
+        self._label_shape = None
+        self._for_training = True
+        self._steps_ready = False  # the store set up for forward/backward/update
 
     @staticmethod
     def load(prefix, epoch, load_optimizer_states=False, **kwargs):
@@ -107,6 +116,8 @@ class Module(object):
                   else (dshape[0],))
         self._handle.bind(dshape, lshape)
         self._batch_size = dshape[0]
+        self._label_shape = lshape
+        self._for_training = bool(for_training)
         self.binded = True
 
     def init_params(self, initializer=None, arg_params=None, aux_params=None,
@@ -131,9 +142,11 @@ class Module(object):
         1 / (batch x workers summed per update)."""
         if self.optimizer_initialized and not force_init:
             return
-        self._kv = _kv.create(kvstore)
-        self._optimizer = _opt.create(optimizer, **dict(optimizer_params or {}))
+        self._kv = kvstore if isinstance(kvstore, _kv.KVStore) else _kv.create(kvstore)
+        self._optimizer = (optimizer if isinstance(optimizer, _opt.Optimizer)
+                           else _opt.create(optimizer, **dict(optimizer_params or {})))
         self.optimizer_initialized = True
+        self._steps_ready = False
 
     def fit(self, train_data, eval_data=None, eval_metric="acc", epoch_end_callback=None,
             batch_end_callback=None, kvstore="local", optimizer="sgd",
@@ -194,6 +207,61 @@ class Module(object):
         self._handle.fit(train_data._handle, eval_data._handle if eval_data is not None else None,
                          self._kv._handle, opts, on_batch if batch_cbs else None,
                          on_epoch if (checkpoints or others) else None)
+
+    # The step-by-step API: forward, backward, update, as one step of fit
+    # (the same store traffic), each call waiting for its work.
+
+    def _prepare_steps(self):
+        if not self._steps_ready:
+            self._handle.prepare_steps(self._kv._handle, self._optimizer.spec, None)
+            self._steps_ready = True
+
+    def forward(self, data_batch, is_train=None):
+        """Runs one batch (anything with .data = [array] and .label =
+        [array] or None, e.g. a DataBatch) through the graph; is_train
+        (default: bind's for_training) keeps what backward needs. The batch
+        must have the bound batch size. After init_optimizer, the first
+        training forward makes the parameters the store's (rank 0's, for
+        every worker of a dist store), as fit does."""
+        self._need_params("forward")
+        is_train = self._for_training if is_train is None else bool(is_train)
+        if is_train and self.optimizer_initialized:
+            self._prepare_steps()
+        data = _as_list(getattr(data_batch, "data", data_batch))
+        labels = [l for l in _as_list(getattr(data_batch, "label", None)) if l is not None]
+        if len(data) != 1 or len(labels) > 1:
+            raise ValueError("forward: one data array and at most one label array, got %d and "
+                             "%d" % (len(data), len(labels)))
+        x = _np.ascontiguousarray(_to_numpy(data[0]), dtype=_np.float32)
+        if labels:
+            y = _np.ascontiguousarray(_to_numpy(labels[0]), dtype=_np.float32)
+        else:
+            y = _np.zeros(self._label_shape, dtype=_np.float32)
+        self._handle.forward(x, y, is_train)
+
+    def backward(self, out_grads=None):
+        """The gradients of the last training forward's loss."""
+        if out_grads is not None:
+            raise ValueError("backward: out_grads is not supported (the graph ends in its loss)")
+        self._handle.backward()
+
+    def update(self):
+        """Pushes every gradient of the last backward to the store and pulls
+        the new weights (the optimizer runs on the store, as in fit)."""
+        if not self.optimizer_initialized:
+            raise RuntimeError("update before init_optimizer")
+        self._prepare_steps()
+        self._handle.update()
+
+    def get_outputs(self, merge_multi_context=True):
+        """[the last forward's first output], a numpy array (batch, ...)."""
+        if not merge_multi_context:
+            raise ValueError("get_outputs: only merged outputs (merge_multi_context=True)")
+        return [self._handle.get_outputs()]
+
+    def update_metric(self, eval_metric, labels, pre_sliced=False):
+        """eval_metric.update(labels, the last forward's outputs)."""
+        eval_metric.update(_as_list(labels), self.get_outputs())
 
     def score(self, eval_data, eval_metric="acc", num_batch=None, batch_end_callback=None,
               reset=True, epoch=0):

@@ -124,6 +124,70 @@ def test_the_workers_optimizer_and_a_checkpoint_period(cc_run, tmp_path):
     assert_same_params(whole.get_params()[0], prefix + "-0003.params")
 
 
+class _Batch(object):
+    def __init__(self, data, label):
+        self.data, self.label = [data], [label]
+
+
+def test_step_by_step_equals_fit_bit_for_bit():
+    """forward/backward/update over the same batches in the same order train
+    the same weights as fit, and the outputs and metric follow the steps."""
+    x, y = mnist_numpy(N)
+    fitted = kt.mod.Module(mlp())
+    fitted.fit(kt.io.NDArrayIter(x, y, batch_size=BATCH), kvstore="local", optimizer="sgd",
+               optimizer_params=optimizer_params(), initializer=kt.init.Xavier(seed=SEED),
+               num_epoch=2)
+    mod = kt.mod.Module(mlp())
+    mod.bind([("data", (BATCH, 784))], [("softmax_label", (BATCH,))])
+    mod.init_params(kt.init.Xavier(seed=SEED))
+    mod.init_optimizer(kvstore="local", optimizer="sgd", optimizer_params=optimizer_params())
+    metric = kt._lib.Metric("accuracy")
+    for _ in range(2):
+        metric.reset()
+        for i in range(0, N, BATCH):
+            batch = _Batch(x[i:i + BATCH], y[i:i + BATCH])
+            mod.forward(batch, is_train=True)
+            out = mod.get_outputs()[0]
+            assert out.shape == (BATCH, 10)
+            assert np.allclose(out.sum(axis=1), 1, atol=1e-5)  # softmax rows
+            metric.update(y[i:i + BATCH].astype(np.float32), out)
+            mod.backward()
+            mod.update()
+    assert metric.get() > 0.6, metric.get()
+    got, _ = mod.get_params()
+    want, _ = fitted.get_params()
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+    # Inference: no label needed, and the weights stay.
+    mod.forward(_Batch(x[:BATCH], None), is_train=False)
+    assert mod.get_outputs()[0].shape == (BATCH, 10)
+    assert all(np.array_equal(a, b) for a, b in zip(mod.get_params()[0].values(), got.values()))
+
+
+def test_step_by_step_out_of_order_is_refused():
+    x, y = mnist_numpy(BATCH)
+    mod = kt.mod.Module(mlp())
+    with pytest.raises(RuntimeError, match="forward before bind and init_params"):
+        mod.forward(_Batch(x, y))
+    mod.bind([("data", (BATCH, 784))], [("softmax_label", (BATCH,))])
+    mod.init_params()
+    with pytest.raises(Exception, match="backward without a forward"):
+        mod.backward()
+    with pytest.raises(RuntimeError, match="update before init_optimizer"):
+        mod.update()
+    mod.forward(_Batch(x, y), is_train=False)
+    with pytest.raises(Exception, match="is_train=False"):
+        mod.backward()
+    mod.init_optimizer()
+    with pytest.raises(Exception, match="update without a backward"):
+        mod.update()
+    with pytest.raises(Exception, match="batch of 50 rows; the module was bound for 100"):
+        mod.forward(_Batch(x[:50], y[:50]), is_train=True)
+    mod.forward(_Batch(x, y), is_train=True)
+    mod.backward()
+    mod.update()
+
+
 def test_callbacks_score_predict(tmp_path):
     seen, epochs = [], []
     mod = kt.mod.Module(mlp(), context=[kt.cpu(0), kt.cpu(1)])

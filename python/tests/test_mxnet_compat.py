@@ -191,6 +191,53 @@ def test_mxnet_style_closed_form_job(part):
     assert len(lines_with(out, ": %s done" % part)) == 2, out[-3000:]
 
 
+# -- the step-by-step Module loop (mxnet_module_steps.py: forward,
+# update_metric, backward, update per batch) -------------------------------
+STEPS = os.path.join(ROOT, "python", "tests", "mxnet_module_steps.py")
+
+
+def test_module_step_by_step_trains_in_one_process(tmp_path):
+    r = subprocess.run([PY, STEPS, "--kv-store", "local", "--out", str(tmp_path / "p.npz")],
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    acc = [float(a) for a in re.findall(r"Training \('accuracy', ([0-9.]+)\)", r.stdout)]
+    assert len(acc) == 2 and acc[1] > acc[0] > 0.5, r.stdout
+    val = float(re.findall(r"validation accuracy ([0-9.]+)", r.stdout)[0])
+    assert val > 0.7, r.stdout
+    params = np.load(str(tmp_path / "p.npz"))
+    assert sorted(params) == ["fc1_bias", "fc1_weight", "fc2_bias", "fc2_weight"]
+
+
+def test_module_step_by_step_under_dist_sync_keeps_the_workers_equal(tmp_path):
+    out = str(tmp_path / "p.npz")
+    env = ["--env", "PYTHONPATH=%s:%s" % (COMPAT, os.path.join(ROOT, "python"))]
+    code, text = launch(["-n", "2", "-s", "2"] + JOB_ENV + env + [
+        PY, STEPS, "--kv-store", "dist_sync", "--batch-size", "50", "--out", out])
+    assert code == 0, text[-3000:]
+    vals = [float(v) for v in re.findall(r"validation accuracy ([0-9.]+)", text)]
+    assert len(vals) == 2 and vals[0] == vals[1] and vals[0] > 0.7, text[-3000:]
+    a, b = (np.load(out.replace(".npz", ".%d.npz" % r)) for r in (0, 1))
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+
+
+def test_module_step_by_step_refuses_what_it_cannot_do():
+    mod = mx.mod.Module(mx.sym.SoftmaxOutput(mx.sym.FullyConnected(
+        mx.sym.var("data"), num_hidden=4, name="fc"), name="softmax"))
+    mod.bind(data_shapes=[("data", (2, 3))], label_shapes=[("softmax_label", (2,))])
+    mod.init_params()
+    batch = mx.io.DataBatch([mx.nd.ones((2, 3))], [mx.nd.zeros((2,))])
+    mod.forward(batch, is_train=True)
+    with pytest.raises(NotInKvtrain, match="out_grads"):
+        mod.backward(out_grads=[mx.nd.ones((2, 4))])
+    with pytest.raises(NotInKvtrain, match="merge_multi_context=False"):
+        mod.get_outputs(merge_multi_context=False)
+    assert mod.get_outputs()[0].shape == (2, 4)
+    with pytest.raises(RuntimeError, match="update before init_optimizer"):
+        mod.backward()
+        mod.update()
+
+
 # -- an MXNet-shaped training script (mxnet_scripts/: train_mnist.py with
 # common/fit.py and symbols/, kvtrain's own code making MXNet's calls) ----------
 SCRIPTS = os.path.join(ROOT, "python", "tests", "mxnet_scripts")

@@ -1,7 +1,8 @@
 """mx.mod.Module: MXNet's Module over kvtrain's (the C++ trainer's loop:
 forward, backward, and each parameter's push and pull as soon as backward
-makes its gradient). fit takes MXNet's arguments; one it cannot honour
-raises NotInKvtrain naming it, never passes silently."""
+makes its gradient; or the same step by step: forward, backward, update).
+fit takes MXNet's arguments; one it cannot honour raises NotInKvtrain
+naming it, never passes silently."""
 
 import logging
 import os
@@ -187,27 +188,31 @@ class Module(_kt.mod.Module):
         super().set_params(_np_params(arg_params), _np_params(aux_params or {}),
                            allow_missing, force_init, allow_extra)
 
-    def _low_level(self, name):
-        raise NotInKvtrain("Module.%s (the step-by-step API)" % name,
-                           "Module.fit runs forward, backward and update in C++")
+    # The step-by-step API (kvtrain.mod.Module's: one step of fit per
+    # forward/backward/update, each waiting for its work).
 
     def forward(self, data_batch, is_train=None):
-        self._low_level("forward")
+        super().forward(data_batch, is_train)
 
     def backward(self, out_grads=None):
-        self._low_level("backward")
-
-    def update(self):
-        self._low_level("update")
+        if out_grads is not None:
+            raise NotInKvtrain("Module.backward(out_grads=...)",
+                               "the graph ends in its loss, whose gradient backward takes")
+        super().backward()
 
     def get_outputs(self, merge_multi_context=True):
-        self._low_level("get_outputs")
+        if not merge_multi_context:
+            raise NotInKvtrain("get_outputs(merge_multi_context=False)",
+                               "outputs come merged over the devices")
+        return [NDArray(o) for o in super().get_outputs()]
 
     def update_metric(self, eval_metric, labels, pre_sliced=False):
-        self._low_level("update_metric")
+        if pre_sliced:
+            raise NotInKvtrain("update_metric(pre_sliced=True)", "pass the whole batch's labels")
+        eval_metric.update(labels, self.get_outputs())
 
     def install_monitor(self, mon):
-        self._low_level("install_monitor")
+        raise NotInKvtrain("Module.install_monitor", "see mx.mon.Monitor")
 
     def save_params(self, fname):
         raise NotInKvtrain("Module.save_params (MXNet's .params format)",
