@@ -21,7 +21,8 @@ TEST(OperatorRegistryTest, KnowsEveryOperator) {
         "Pooling", "Reshape", "SoftmaxOutput", "elemwise_add", "elemwise_mul",
         "elemwise_sub", "sgd_update", "sgd_mom_update", "nag_mom_update",
         "adam_update", "adagrad_update", "ftrl_update", "rmsprop_update",
-        "_CrossDeviceCopy"}) {
+        "_CrossDeviceCopy", "_plus_scalar", "_minus_scalar", "_rminus_scalar",
+        "_mul_scalar", "_div_scalar", "_rdiv_scalar"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), op), names.end()) << op;
   }
 }

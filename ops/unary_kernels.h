@@ -1,5 +1,6 @@
 // GPU kernels of the parameterised elementwise ops (compiled by nvcc from
-// unary_op.cu): LeakyReLU's leaky and elu, and clip.
+// unary_op.cu): LeakyReLU's leaky and elu, clip, and arithmetic with a
+// scalar.
 #ifndef KVTRAIN_OPS_UNARY_KERNELS_H_
 #define KVTRAIN_OPS_UNARY_KERNELS_H_
 
@@ -7,12 +8,22 @@
 
 namespace kvtrain {
 
-enum class UnaryKind : int { kLeaky = 0, kElu = 1, kClip = 2 };
+enum class UnaryKind : int {
+  kLeaky = 0,
+  kElu = 1,
+  kClip = 2,
+  kPlus = 3,    // x + a
+  kMinus = 4,   // x - a
+  kRMinus = 5,  // a - x
+  kMul = 6,     // x * a
+  kDiv = 7,     // x / a
+  kRDiv = 8,    // a / x
+};
 
-// The op's numbers: slope (leaky, elu) or the bounds (clip).
+// The op's numbers: slope (leaky, elu), the bounds (clip) or the scalar.
 struct UnaryParams {
   UnaryKind kind = UnaryKind::kLeaky;
-  float a = 0.25f;  // slope, or clip's a_min
+  float a = 0.25f;  // slope, clip's a_min or the scalar
   float b = 0.0f;   // clip's a_max
 };
 

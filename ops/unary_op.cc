@@ -1,4 +1,5 @@
-// LeakyReLU and clip: attributes, shapes and the CPU path.
+// LeakyReLU, clip and arithmetic with a scalar: attributes, shapes and the
+// CPU path.
 #include "ops/unary_op.h"
 
 #include <cmath>
@@ -16,8 +17,20 @@ inline float Apply(const UnaryParams& p, float x) {
       return x > 0.0f ? x : p.a * x;
     case UnaryKind::kElu:
       return x > 0.0f ? x : p.a * std::expm1(x);
-    default:
+    case UnaryKind::kClip:
       return std::fmin(std::fmax(x, p.a), p.b);
+    case UnaryKind::kPlus:
+      return x + p.a;
+    case UnaryKind::kMinus:
+      return x - p.a;
+    case UnaryKind::kRMinus:
+      return p.a - x;
+    case UnaryKind::kMul:
+      return x * p.a;
+    case UnaryKind::kDiv:
+      return x / p.a;
+    default:
+      return p.a / x;
   }
 }
 
@@ -27,8 +40,19 @@ inline float Slope(const UnaryParams& p, float x) {
       return x > 0.0f ? 1.0f : p.a;
     case UnaryKind::kElu:
       return x > 0.0f ? 1.0f : p.a * std::exp(x);
-    default:
+    case UnaryKind::kClip:
       return x >= p.a && x <= p.b ? 1.0f : 0.0f;
+    case UnaryKind::kPlus:
+    case UnaryKind::kMinus:
+      return 1.0f;
+    case UnaryKind::kRMinus:
+      return -1.0f;
+    case UnaryKind::kMul:
+      return p.a;
+    case UnaryKind::kDiv:
+      return 1.0f / p.a;
+    default:
+      return -p.a / (x * x);
   }
 }
 
@@ -66,6 +90,28 @@ StatusOr<std::unique_ptr<Operator>> UnaryOp::CreateClip(const OpSpec& spec) {
   p.kind = UnaryKind::kClip;
   p.a = static_cast<float>(lo);
   p.b = static_cast<float>(hi);
+  return std::unique_ptr<Operator>(new UnaryOp(p));
+}
+
+StatusOr<std::unique_ptr<Operator>> UnaryOp::CreateScalar(UnaryKind kind, const OpSpec& spec) {
+  AttrReader r(spec.Describe(), spec.attrs);
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  double scalar = none;
+  KV_RETURN_IF_ERROR(r.Float("scalar", &scalar, -3e38, 3e38, none));
+  // MXNet 1.x writes is_int into a scalar op's JSON: accepted, not needed
+  // (the graphs are float32).
+  bool is_int = false;
+  KV_RETURN_IF_ERROR(r.Bool("is_int", &is_int, false));
+  KV_RETURN_IF_ERROR(r.Finish());
+  if (std::isnan(scalar)) {
+    return Status::InvalidArgument(spec.Describe() + ": missing attribute scalar");
+  }
+  if (kind == UnaryKind::kDiv && scalar == 0) {
+    return Status::InvalidArgument(spec.Describe() + ": division by a scalar of 0");
+  }
+  UnaryParams p;
+  p.kind = kind;
+  p.a = static_cast<float>(scalar);
   return std::unique_ptr<Operator>(new UnaryOp(p));
 }
 
@@ -142,5 +188,11 @@ Status UnaryOp::BackwardGpu(const OpContext& ctx, BackwardArgs* args) {
 
 KV_REGISTER_OP("LeakyReLU", UnaryOp::CreateLeakyRelu);
 KV_REGISTER_OP("clip", UnaryOp::CreateClip);
+KV_REGISTER_OP("_plus_scalar", UnaryOp::CreateScalarOf<UnaryKind::kPlus>);
+KV_REGISTER_OP("_minus_scalar", UnaryOp::CreateScalarOf<UnaryKind::kMinus>);
+KV_REGISTER_OP("_rminus_scalar", UnaryOp::CreateScalarOf<UnaryKind::kRMinus>);
+KV_REGISTER_OP("_mul_scalar", UnaryOp::CreateScalarOf<UnaryKind::kMul>);
+KV_REGISTER_OP("_div_scalar", UnaryOp::CreateScalarOf<UnaryKind::kDiv>);
+KV_REGISTER_OP("_rdiv_scalar", UnaryOp::CreateScalarOf<UnaryKind::kRDiv>);
 
 }  // namespace kvtrain

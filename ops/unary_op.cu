@@ -1,4 +1,4 @@
-// LeakyReLU and clip GPU kernels: one grid-stride elementwise kernel per
+// LeakyReLU, clip and scalar arithmetic GPU kernels: one grid-stride elementwise kernel per
 // direction.
 #include "ops/unary_kernels.h"
 #include "tensor/cuda_check.h"
@@ -13,8 +13,20 @@ __device__ float Apply(UnaryParams p, float x) {
       return x > 0.0f ? x : p.a * x;
     case UnaryKind::kElu:
       return x > 0.0f ? x : p.a * expm1f(x);
-    default:
+    case UnaryKind::kClip:
       return fminf(fmaxf(x, p.a), p.b);
+    case UnaryKind::kPlus:
+      return x + p.a;
+    case UnaryKind::kMinus:
+      return x - p.a;
+    case UnaryKind::kRMinus:
+      return p.a - x;
+    case UnaryKind::kMul:
+      return x * p.a;
+    case UnaryKind::kDiv:
+      return x / p.a;
+    default:
+      return p.a / x;
   }
 }
 
@@ -24,8 +36,19 @@ __device__ float Slope(UnaryParams p, float x) {
       return x > 0.0f ? 1.0f : p.a;
     case UnaryKind::kElu:
       return x > 0.0f ? 1.0f : p.a * expf(x);
-    default:
+    case UnaryKind::kClip:
       return x >= p.a && x <= p.b ? 1.0f : 0.0f;
+    case UnaryKind::kPlus:
+    case UnaryKind::kMinus:
+      return 1.0f;
+    case UnaryKind::kRMinus:
+      return -1.0f;
+    case UnaryKind::kMul:
+      return p.a;
+    case UnaryKind::kDiv:
+      return 1.0f / p.a;
+    default:
+      return -p.a / (x * x);
   }
 }
 

@@ -4,6 +4,10 @@
 //              rrelu, selu and gelu are errors naming them.
 //   clip: min(max(x, a_min), a_max); a_min and a_max required; the gradient
 //         passes where a_min <= x <= a_max.
+//   _plus_scalar, _minus_scalar, _rminus_scalar, _mul_scalar, _div_scalar,
+//   _rdiv_scalar: x + s, x - s, s - x, x * s, x / s, s / x with the
+//         attribute scalar (required; MXNet's is_int is accepted); what
+//         MXNet's symbol arithmetic with a number makes.
 //   input data (any shape); output of the same shape. Backward reads the
 //   input.
 #ifndef KVTRAIN_OPS_UNARY_OP_H_
@@ -18,6 +22,10 @@ class UnaryOp : public Operator {
  public:
   static StatusOr<std::unique_ptr<Operator>> CreateLeakyRelu(const OpSpec& spec);
   static StatusOr<std::unique_ptr<Operator>> CreateClip(const OpSpec& spec);
+  template <UnaryKind kKind>
+  static StatusOr<std::unique_ptr<Operator>> CreateScalarOf(const OpSpec& spec) {
+    return CreateScalar(kKind, spec);
+  }
 
   Status InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
                     std::vector<Shape>* aux) const override;
@@ -30,6 +38,7 @@ class UnaryOp : public Operator {
   Status BackwardGpu(const OpContext& ctx, BackwardArgs* args) override;
 
  private:
+  static StatusOr<std::unique_ptr<Operator>> CreateScalar(UnaryKind kind, const OpSpec& spec);
   explicit UnaryOp(UnaryParams p) : p_(p) {}
   UnaryParams p_;
 };

@@ -21,6 +21,11 @@ from . import _lib
 _counters = {}
 
 
+def _is_number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) or (
+        hasattr(x, "dtype") and getattr(x, "shape", None) == ())
+
+
 def _auto_name(op_type):
     base = op_type.lower()
     n = _counters.get(base, 0)
@@ -74,18 +79,54 @@ class Symbol(object):
 
     def _binary(self, other, op, sign):
         if not isinstance(other, Symbol):
-            raise TypeError("symbol %s %s: only symbol-symbol arithmetic exists (got %s)"
-                            % (sign, type(other).__name__, type(other).__name__))
-        return Symbol(_lib.Symbol.op(op, _auto_name(op), [self._handle, other._handle], {}))
+            raise TypeError("symbol %s %s: a symbol's arithmetic is with a symbol or a number"
+                            % (sign, type(other).__name__))
+        return type(self)(_lib.Symbol.op(op, _auto_name(op), [self._handle, other._handle], {}))
+
+    def _scalar(self, op, value):
+        # MXNet's _plus_scalar & co.: x op number, elementwise.
+        return type(self)(_lib.Symbol.op(op, _auto_name(op), [self._handle],
+                                         {"scalar": repr(float(value))}))
 
     def __add__(self, other):
+        if _is_number(other):
+            return self._scalar("_plus_scalar", other)
         return self._binary(other, "elemwise_add", "+")
 
+    __radd__ = __add__
+
     def __sub__(self, other):
+        if _is_number(other):
+            return self._scalar("_minus_scalar", other)
         return self._binary(other, "elemwise_sub", "-")
 
+    def __rsub__(self, other):
+        if _is_number(other):
+            return self._scalar("_rminus_scalar", other)
+        return NotImplemented
+
     def __mul__(self, other):
+        if _is_number(other):
+            return self._scalar("_mul_scalar", other)
         return self._binary(other, "elemwise_mul", "*")
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        if _is_number(other):
+            return self._scalar("_div_scalar", other)
+        raise TypeError("symbol / %s: division is by a number (no symbol / symbol op)"
+                        % type(other).__name__)
+
+    def __rtruediv__(self, other):
+        if _is_number(other):
+            return self._scalar("_rdiv_scalar", other)
+        return NotImplemented
+
+    __div__, __rdiv__ = __truediv__, __rtruediv__
+
+    def __neg__(self):
+        return self._scalar("_mul_scalar", -1.0)
 
     def __repr__(self):
         return "<Symbol outputs=%s>" % ", ".join(self.list_outputs())

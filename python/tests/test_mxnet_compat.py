@@ -422,6 +422,21 @@ def test_an_mxnet_symbol_json_and_params_pair_loads_and_predicts(tmp_path):
     assert all(np.array_equal(arg2[k].asnumpy(), arg_params[k].asnumpy()) for k in arg2)
 
 
+def test_symbol_arithmetic_with_numbers_round_trips_through_mxnets_json():
+    x = mx.sym.var("x")
+    y = 1 - (x * 2 + 3) / 4
+    g = json.loads(y.tojson())
+    ops = {n["op"]: n.get("attrs", {}) for n in g["nodes"]}
+    assert ops["_mul_scalar"] == {"scalar": "2.0"}
+    assert set(ops) >= {"_plus_scalar", "_div_scalar", "_rminus_scalar"}
+    back = mx.sym.load_json(y.tojson())
+    assert back.tojson() == y.tojson()
+    # As MXNet 1.9 writes a scalar op (with is_int).
+    g["nodes"][[n["op"] for n in g["nodes"]].index("_mul_scalar")]["attrs"] = {
+        "is_int": "False", "scalar": "2"}
+    assert mx.sym.load_json(json.dumps(g)).infer_shape(x=(2, 3))[1] == [(2, 3)]
+
+
 def test_mxnet_json_with_what_kvtrain_lacks_is_refused_naming_the_node(tmp_path):
     graph = json.loads(open(os.path.join(TESTDATA, "mxnet_mlp_bn-symbol.json")).read())
     graph["nodes"][9] = {"op": "LRN", "name": "lrn1", "attrs": {"nsize": "5"},

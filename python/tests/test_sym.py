@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import kvtrain as kt
@@ -74,10 +75,34 @@ def test_arithmetic_group_and_outputs():
     g = kt.sym.Group([a + b, a * b])
     assert len(g.list_outputs()) == 2
     assert g[1].list_outputs() == [g.list_outputs()[1]]
-    with pytest.raises(TypeError, match="symbol-symbol"):
-        a + 1
+    with pytest.raises(TypeError, match="with a symbol or a number"):
+        a + "1"
+    with pytest.raises(TypeError, match="division is by a number"):
+        a / b
     with pytest.raises(IndexError):
         g[2]
+
+
+def test_arithmetic_with_numbers_is_mxnets_scalar_ops():
+    data = kt.sym.Variable("data")
+    fc = kt.sym.FullyConnected(data, num_hidden=3, name="fc")
+    y = -((2 - fc * 3) / 4 + 1) + 1.0 / (fc + 10) - fc / 2 + 0.5 * fc
+    assert {"_plus_scalar", "_rminus_scalar", "_mul_scalar", "_div_scalar",
+            "_rdiv_scalar"} <= {op for _, op, _, _ in y._handle.graph()["nodes"]}
+    net = kt.sym.LinearRegressionOutput(y, name="lro")
+    mod = kt.mod.Module(net, label_names=["lro_label"])
+    mod.bind([("data", (4, 5))], [("lro_label", (4, 3))])
+    rng = np.random.RandomState(0)
+    w, b = rng.randn(3, 5).astype(np.float32), rng.randn(3).astype(np.float32)
+    mod.init_params(arg_params={"fc_weight": w, "fc_bias": b})
+    x = rng.randn(4, 5).astype(np.float32)
+
+    class Batch(object):
+        data, label = [x], [np.zeros((4, 3), np.float32)]
+    mod.forward(Batch(), is_train=False)
+    f = x @ w.T + b
+    want = -((2 - f * 3) / 4 + 1) + 1.0 / (f + 10) - f / 2 + 0.5 * f
+    assert np.allclose(mod.get_outputs()[0], want, rtol=1e-5, atol=1e-6)
 
 
 def test_mistakes_raise_at_once_with_the_cores_message():

@@ -73,12 +73,6 @@ class Symbol(_kt.sym.Symbol):
     def __getitem__(self, index):
         return Symbol(_kt.sym.Symbol.__getitem__(self, index)._handle)
 
-    def _binary(self, other, op, sign):
-        if not isinstance(other, _kt.sym.Symbol):
-            raise NotInKvtrain("symbol %s %s (arithmetic with a scalar)"
-                               % (sign, type(other).__name__), "use an operator")
-        return Symbol(_kt.sym.Symbol._binary(self, other, op, sign)._handle)
-
     def get_internals(self):
         raise NotInKvtrain("Symbol.get_internals", "build the sub-graph you need")
 
@@ -199,6 +193,11 @@ def to_mxnet_json(sym):
     }, indent=2)
 
 
+# Symbol arithmetic with a number (x + 1, 2 * x, 1 / x, -x), as MXNet names it.
+_SCALAR_OPS = ("_plus_scalar", "_minus_scalar", "_rminus_scalar", "_mul_scalar",
+               "_div_scalar", "_rdiv_scalar")
+
+
 def from_mxnet_json(text, what="the JSON graph"):
     """A Symbol from MXNet 1.x's JSON graph."""
     try:
@@ -217,7 +216,7 @@ def from_mxnet_json(text, what="the JSON graph"):
                                        "every parameter takes the optimizer's rate and wd")
             built.append(_lib.Symbol.variable(name))
             continue
-        if op not in _lib.registered_ops():
+        if op not in _lib.registered_ops() and op not in _SCALAR_OPS:
             raise NotInKvtrain("%s: node %d (%s) is operator %s" % (what, i, name, op),
                                "kvtrain's operators are listed in docs/operators.md")
         desc = _lib.describe_op(op)
