@@ -37,7 +37,7 @@ TEST(OperatorRegistryTest, UnknownOperatorListsTheKnownOnes) {
             "Embedding, Flatten, FullyConnected, LeakyReLU, LinearRegressionOutput, "
             "Pooling, Reshape, SoftmaxOutput, adagrad_update, adam_update, clip, "
             "elemwise_add, elemwise_mul, elemwise_sub, ftrl_update, identity, "
-            "nag_mom_update, rmsprop_update, sgd_mom_update, sgd_update, softmax, "
+            "log_softmax, nag_mom_update, rmsprop_update, sgd_mom_update, sgd_update, softmax, "
             "stop_gradient");
 }
 

@@ -8,12 +8,14 @@
 namespace kvtrain {
 namespace gpu {
 
-// y = softmax(x / temperature) along each row (y += ... when `add`).
+// y = softmax(x / temperature) along each row, or its log with `log`
+// (y += ... when `add`).
 void SoftmaxForward(const float* x, float* y, int64_t rows, int64_t width, float temperature,
-                    bool add, void* stream);
-// dx = y * (dy - sum(dy * y)) / temperature along each row (dx += ...).
+                    bool log, bool add, void* stream);
+// dx = y * (dy - sum(dy * y)) / temperature along each row, with `log`
+// (dy - exp(y) * sum(dy)) / temperature (dx += ...).
 void SoftmaxBackward(const float* y, const float* dy, float* dx, int64_t rows, int64_t width,
-                     float temperature, bool add, void* stream);
+                     float temperature, bool log, bool add, void* stream);
 
 }  // namespace gpu
 }  // namespace kvtrain

@@ -103,6 +103,15 @@ def test_arithmetic_with_numbers_is_mxnets_scalar_ops():
     f = x @ w.T + b
     want = -((2 - f * 3) / 4 + 1) + 1.0 / (f + 10) - f / 2 + 0.5 * f
     assert np.allclose(mod.get_outputs()[0], want, rtol=1e-5, atol=1e-6)
+    # log_softmax along the last axis.
+    net = kt.sym.LinearRegressionOutput(kt.sym.log_softmax(fc), name="lro")
+    mod = kt.mod.Module(net, label_names=["lro_label"])
+    mod.bind([("data", (4, 5))], [("lro_label", (4, 3))])
+    mod.init_params(arg_params={"fc_weight": w, "fc_bias": b})
+    mod.forward(Batch(), is_train=False)
+    m = f.max(axis=1, keepdims=True)
+    want = f - m - np.log(np.exp(f - m).sum(axis=1, keepdims=True))
+    assert np.allclose(mod.get_outputs()[0], want, rtol=1e-5, atol=1e-6)
 
 
 def test_mistakes_raise_at_once_with_the_cores_message():
