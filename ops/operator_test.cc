@@ -35,7 +35,8 @@ TEST(OperatorRegistryTest, UnknownOperatorListsTheKnownOnes) {
             "unknown operator \"Convolution3D\" (for c); known operators: "
             "Activation, BatchNorm, BlockGrad, Cast, Concat, Convolution, Dropout, "
             "Embedding, Flatten, FullyConnected, LeakyReLU, LinearRegressionOutput, "
-            "Pooling, Reshape, SoftmaxOutput, adagrad_update, adam_update, clip, "
+            "Pooling, Reshape, SoftmaxOutput, adagrad_update, adam_update, broadcast_add, "
+            "broadcast_div, broadcast_mul, broadcast_sub, clip, "
             "elemwise_add, elemwise_mul, elemwise_sub, ftrl_update, identity, "
             "log_softmax, nag_mom_update, rmsprop_update, sgd_mom_update, sgd_update, softmax, "
             "stop_gradient");

@@ -115,8 +115,7 @@ class Symbol(object):
     def __truediv__(self, other):
         if _is_number(other):
             return self._scalar("_div_scalar", other)
-        raise TypeError("symbol / %s: division is by a number (no symbol / symbol op)"
-                        % type(other).__name__)
+        return self._binary(other, "broadcast_div", "/")
 
     def __rtruediv__(self, other):
         if _is_number(other):

@@ -435,6 +435,10 @@ def test_symbol_arithmetic_with_numbers_round_trips_through_mxnets_json():
     g["nodes"][[n["op"] for n in g["nodes"]].index("_mul_scalar")]["attrs"] = {
         "is_int": "False", "scalar": "2"}
     assert mx.sym.load_json(json.dumps(g)).infer_shape(x=(2, 3))[1] == [(2, 3)]
+    # Symbol / symbol: MXNet writes elemwise_div, kvtrain reads it as broadcast_div.
+    z = mx.sym.broadcast_add(x, mx.sym.var("y")) / x
+    text = z.tojson().replace('"broadcast_div"', '"elemwise_div"')
+    assert mx.sym.load_json(text).infer_shape(x=(2, 3), y=(1, 3))[1] == [(2, 3)]
 
 
 def test_mxnet_json_with_what_kvtrain_lacks_is_refused_naming_the_node(tmp_path):

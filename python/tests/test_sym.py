@@ -77,8 +77,7 @@ def test_arithmetic_group_and_outputs():
     assert g[1].list_outputs() == [g.list_outputs()[1]]
     with pytest.raises(TypeError, match="with a symbol or a number"):
         a + "1"
-    with pytest.raises(TypeError, match="division is by a number"):
-        a / b
+    assert (a / b).infer_shape(a=(2, 3), b=(2, 1))[1] == [(2, 3)]  # broadcast_div
     with pytest.raises(IndexError):
         g[2]
 
@@ -103,6 +102,19 @@ def test_arithmetic_with_numbers_is_mxnets_scalar_ops():
     f = x @ w.T + b
     want = -((2 - f * 3) / 4 + 1) + 1.0 / (f + 10) - f / 2 + 0.5 * f
     assert np.allclose(mod.get_outputs()[0], want, rtol=1e-5, atol=1e-6)
+    # Broadcasting: a (4, 1) column against the (4, 3) layer output.
+    s = kt.sym.FullyConnected(data, num_hidden=1, name="col")
+    net = kt.sym.LinearRegressionOutput(kt.sym.broadcast_sub(
+        kt.sym.broadcast_mul(fc, s), s) / (fc * fc + 1), name="lro")
+    mod = kt.mod.Module(net, label_names=["lro_label"])
+    mod.bind([("data", (4, 5))], [("lro_label", (4, 3))])
+    w2, b2 = rng.randn(1, 5).astype(np.float32), rng.randn(1).astype(np.float32)
+    mod.init_params(arg_params={"fc_weight": w, "fc_bias": b, "col_weight": w2,
+                                "col_bias": b2})
+    mod.forward(Batch(), is_train=False)
+    sv = x @ w2.T + b2
+    assert np.allclose(mod.get_outputs()[0], (f * sv - sv) / (f * f + 1), rtol=1e-5,
+                       atol=1e-6)
     # log_softmax along the last axis.
     net = kt.sym.LinearRegressionOutput(kt.sym.log_softmax(fc), name="lro")
     mod = kt.mod.Module(net, label_names=["lro_label"])

@@ -198,6 +198,11 @@ _SCALAR_OPS = ("_plus_scalar", "_minus_scalar", "_rminus_scalar", "_mul_scalar",
                "_div_scalar", "_rdiv_scalar")
 
 
+# MXNet's names of ops kvtrain has under another: symbol / symbol is
+# elemwise_div there (equal shapes), broadcast_div here (a superset).
+_ALIASES = {"elemwise_div": "broadcast_div", "_div": "broadcast_div"}
+
+
 def from_mxnet_json(text, what="the JSON graph"):
     """A Symbol from MXNet 1.x's JSON graph."""
     try:
@@ -216,6 +221,7 @@ def from_mxnet_json(text, what="the JSON graph"):
                                        "every parameter takes the optimizer's rate and wd")
             built.append(_lib.Symbol.variable(name))
             continue
+        op = _ALIASES.get(op, op)
         if op not in _lib.registered_ops() and op not in _SCALAR_OPS:
             raise NotInKvtrain("%s: node %d (%s) is operator %s" % (what, i, name, op),
                                "kvtrain's operators are listed in docs/operators.md")

@@ -1,0 +1,39 @@
+// GPU kernels of the broadcasting binary ops (compiled by nvcc from
+// broadcast_op.cu).
+#ifndef KVTRAIN_OPS_BROADCAST_KERNELS_H_
+#define KVTRAIN_OPS_BROADCAST_KERNELS_H_
+
+#include <cstdint>
+
+namespace kvtrain {
+
+enum class BroadcastKind : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3 };
+
+// The output's shape and, per output dimension, each input's stride (0
+// along a dimension the input has as 1): output element i reads lhs and
+// rhs at the sums of its coordinates times these strides.
+struct BroadcastGeometry {
+  static constexpr int kMaxDims = 8;
+  int ndim = 0;
+  int64_t dims[kMaxDims] = {};
+  int64_t lhs_stride[kMaxDims] = {};
+  int64_t rhs_stride[kMaxDims] = {};
+  int64_t size = 0;  // output elements
+};
+
+namespace gpu {
+
+// out (+)= lhs <kind> rhs, broadcast.
+void BroadcastForward(BroadcastKind kind, const BroadcastGeometry& g, const float* lhs,
+                      const float* rhs, float* out, bool add, void* stream);
+// Adds to d_input (which == 0: lhs, 1: rhs) the output gradient dy times
+// the partial derivative, summed over the dimensions it was broadcast
+// along (d_input zeroed before by the caller where the request writes).
+void BroadcastBackward(BroadcastKind kind, const BroadcastGeometry& g, int which,
+                       const float* lhs, const float* rhs, const float* dy, float* d_input,
+                       void* stream);
+
+}  // namespace gpu
+}  // namespace kvtrain
+
+#endif  // KVTRAIN_OPS_BROADCAST_KERNELS_H_
