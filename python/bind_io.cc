@@ -1,5 +1,5 @@
-// kvtrain._kvtrain.DataIter: the C++ iterators over numpy arrays and
-// MNIST-format directories (kvtrain.io wraps them).
+// kvtrain._kvtrain.DataIter: the C++ iterators over numpy arrays,
+// MNIST-format directories and CSV files (kvtrain.io wraps them).
 #include <memory>
 #include <string>
 
@@ -85,6 +85,25 @@ void BindIo(py::module_& m) {
           py::arg("data_dir"), py::arg("train"), py::arg("batch_size"), py::arg("shuffle"),
           py::arg("seed"), py::arg("flat"), py::arg("last_batch_handle"),
           py::arg("num_parts"), py::arg("part_index"), py::arg("num_examples"),
+          py::arg("prefetch"))
+      .def_static(
+          "csv",
+          [](const std::string& data_csv, const py::object& data_shape,
+             const std::string& label_csv, int batch_size, bool shuffle, uint64_t seed,
+             const std::string& last, int num_parts, int part_index, bool prefetch) {
+            IterOptions o = Options(batch_size, shuffle, seed, last, num_parts, part_index,
+                                    prefetch);
+            const Shape shape = ToShape(data_shape, "CSVIter data_shape");
+            std::unique_ptr<DataIter> it;
+            RunBlocking([&]() -> Status {
+              KV_ASSIGN_OR_RETURN(it, NewCsvIter(data_csv, shape, label_csv, o));
+              return Status::OK();
+            });
+            return std::make_shared<PyIter>(std::move(it), py::none(), py::none());
+          },
+          py::arg("data_csv"), py::arg("data_shape"), py::arg("label_csv"),
+          py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
+          py::arg("last_batch_handle"), py::arg("num_parts"), py::arg("part_index"),
           py::arg("prefetch"))
       .def_property_readonly("batch_size", [](const PyIter& i) { return i.it()->batch_size(); })
       .def_property_readonly("data_shape",

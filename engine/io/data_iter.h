@@ -116,6 +116,19 @@ StatusOr<std::unique_ptr<DataIter>> NewPartIter(int64_t count, const Shape& row_
                                                 ExampleReader read,
                                                 const IterOptions& opts);
 
+// A CSV file of numbers, `width` per line (comma-separated, a trailing \r
+// and blanks around values allowed): (rows, width) float32. Errors name the
+// file, the line and the column.
+StatusOr<Tensor> ReadCsv(const std::string& path, int64_t width);
+
+// MXNet's CSVIter: the examples of `data_csv` (each line one example of
+// `data_shape`, flattened) with the labels of `label_csv` (one value per
+// line; "": zeros), batched as NewArrayIter's (opts.scale is not applied).
+StatusOr<std::unique_ptr<DataIter>> NewCsvIter(const std::string& data_csv,
+                                               const Shape& data_shape,
+                                               const std::string& label_csv,
+                                               const IterOptions& opts);
+
 // The MNIST-format data set in `dir`: train-images-idx3-ubyte and
 // train-labels-idx1-ubyte (train) or t10k-* (test), each optionally .gz.
 // The labels are read whole and checked (as LoadMnist does); of the images,

@@ -1,6 +1,9 @@
 #include "engine/io/data_iter.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <set>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -487,6 +490,64 @@ TEST(PartIterTest, AReadersErrorEndsThatEpoch) {
   const Status bad = NewPartIter(20, {2}, short_read, o).status();
   EXPECT_EQ(bad.code(), Status::Code::kInternal) << bad;
   EXPECT_NE(bad.message().find("the example reader gave data (9, 2)"), std::string::npos) << bad;
+}
+
+}  // namespace
+}  // namespace kvtrain
+
+namespace kvtrain {
+namespace {
+
+std::string WriteText(const std::string& name, const std::string& text) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+  return path;
+}
+
+TEST(CsvIterTest, RowsOfTheShapeWithTheirLabels) {
+  const std::string data = WriteText("d.csv", "1,2,3,4\r\n5, 6,7,8\n-1e-3,0,1.5,2\n");
+  const std::string label = WriteText("l.csv", "0\n1\n2\n");
+  IterOptions o;
+  o.batch_size = 2;
+  o.prefetch = false;
+  auto it = NewCsvIter(data, Shape({2, 2}), label, o);
+  ASSERT_TRUE(it.ok()) << it.status();
+  EXPECT_EQ((*it)->data_shape(), Shape({2, 2, 2}));
+  EXPECT_EQ((*it)->num_batches(), 2);
+  Batch b;
+  ASSERT_TRUE((*it)->Next(&b).value());
+  EXPECT_EQ(b.data.ToVector(), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(b.label.ToVector(), (std::vector<float>{0, 1}));
+  ASSERT_TRUE((*it)->Next(&b).value());
+  // The last batch padded from the start.
+  EXPECT_EQ(b.data.ToVector(), (std::vector<float>{-1e-3f, 0, 1.5f, 2, 1, 2, 3, 4}));
+  EXPECT_EQ(b.pad, 1);
+  EXPECT_FALSE((*it)->Next(&b).value());
+  // Without labels: zeros.
+  auto unlabelled = NewCsvIter(data, Shape({4}), "", o);
+  ASSERT_TRUE(unlabelled.ok()) << unlabelled.status();
+  ASSERT_TRUE((*unlabelled)->Next(&b).value());
+  EXPECT_EQ(b.label.ToVector(), (std::vector<float>{0, 0}));
+}
+
+TEST(CsvIterTest, BadFilesNameTheLineAndColumn) {
+  IterOptions o;
+  const std::string short_row = WriteText("s.csv", "1,2,3\n4,5\n");
+  EXPECT_EQ(NewCsvIter(short_row, Shape({3}), "", o).status().message(),
+            short_row + " line 2 has 2 values, the shape needs 3");
+  const std::string word = WriteText("w.csv", "1,2\n3,x\n");
+  EXPECT_EQ(NewCsvIter(word, Shape({2}), "", o).status().message(),
+            word + " line 2 column 2: not a finite number");
+  const std::string empty_field = WriteText("e.csv", "1,,2\n");
+  EXPECT_EQ(NewCsvIter(empty_field, Shape({3}), "", o).status().message(),
+            empty_field + " line 1 column 2: not a finite number");
+  const std::string data = WriteText("ok.csv", "1,2\n3,4\n");
+  const std::string labels = WriteText("few.csv", "1\n");
+  EXPECT_EQ(NewCsvIter(data, Shape({2}), labels, o).status().message(),
+            labels + " has 1 rows but " + data + " has 2");
+  EXPECT_FALSE(NewCsvIter("/nonexistent/x.csv", Shape({2}), "", o).ok());
 }
 
 }  // namespace

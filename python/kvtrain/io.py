@@ -147,3 +147,21 @@ class MNISTIter(DataIter):
             num_parts=num_parts, part_index=part_index, num_examples=int(num_examples),
             prefetch=True)
         super(MNISTIter, self).__init__(handle, data_name, label_name)
+
+
+class CSVIter(DataIter):
+    """MXNet's CSVIter: each line of `data_csv` one example of `data_shape`
+    (its values comma-separated, flattened), the labels one per line of
+    `label_csv` (None: zeros). Read and checked whole when made (an error
+    names the file, line and column); batched as NDArrayIter's."""
+
+    def __init__(self, data_csv, data_shape, label_csv=None, batch_size=1, shuffle=False,
+                 last_batch_handle="pad", num_parts=1, part_index=0, seed=0, data_name="data",
+                 label_name="softmax_label"):
+        num_parts, part_index = _parts(num_parts, part_index)
+        handle = _lib.DataIter.csv(
+            str(data_csv), tuple(int(d) for d in data_shape), str(label_csv or ""),
+            batch_size=int(batch_size), shuffle=bool(shuffle), seed=int(seed),
+            last_batch_handle=last_batch_handle, num_parts=num_parts, part_index=part_index,
+            prefetch=True)
+        super(CSVIter, self).__init__(handle, data_name, label_name)

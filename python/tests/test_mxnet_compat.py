@@ -422,6 +422,32 @@ def test_an_mxnet_symbol_json_and_params_pair_loads_and_predicts(tmp_path):
     assert all(np.array_equal(arg2[k].asnumpy(), arg_params[k].asnumpy()) for k in arg2)
 
 
+def test_csv_iter_reads_mxnets_csv_files_and_trains(tmp_path):
+    rng = np.random.RandomState(0)
+    x = rng.randn(200, 6).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 0).astype(np.float32)
+    np.savetxt(str(tmp_path / "x.csv"), x, delimiter=",", fmt="%.6f")
+    np.savetxt(str(tmp_path / "y.csv"), y, fmt="%d")
+    it = mx.io.CSVIter(data_csv=str(tmp_path / "x.csv"), data_shape=(2, 3),
+                       label_csv=str(tmp_path / "y.csv"), batch_size=50)
+    assert it.provide_data[0].shape == (50, 2, 3)
+    first = it.next()
+    assert np.allclose(first.data[0].asnumpy().reshape(50, 6), x[:50], atol=1e-6)
+    assert np.array_equal(first.label[0].asnumpy(), y[:50])
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(mx.sym.Flatten(mx.sym.var("data")),
+                                                     num_hidden=2), name="softmax")
+    mod = mx.mod.Module(net)
+    it.reset()
+    mod.fit(it, num_epoch=20, optimizer="sgd",
+            optimizer_params={"learning_rate": 0.5}, initializer=mx.init.Xavier())
+    assert dict(mod.score(it, "acc"))["accuracy"] > 0.9
+    (tmp_path / "bad.csv").write_text("1,2,3,4,5,6\n1,2,oops,4,5,6\n")
+    with pytest.raises(ValueError, match=r"bad.csv line 2 column 3: not a finite number"):
+        mx.io.CSVIter(data_csv=str(tmp_path / "bad.csv"), data_shape=(6,), batch_size=1)
+    with pytest.raises(NotInKvtrain, match="label_shape"):
+        mx.io.CSVIter(data_csv=str(tmp_path / "x.csv"), data_shape=(6,), label_shape=(2,))
+
+
 def test_symbol_arithmetic_with_numbers_round_trips_through_mxnets_json():
     x = mx.sym.var("x")
     y = 1 - (x * 2 + 3) / 4

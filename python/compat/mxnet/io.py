@@ -115,6 +115,28 @@ class NDArrayIter(_Wrapped):
             label_name=label_name))
 
 
+class CSVIter(_Wrapped):
+    """MXNet's CSVIter: data_csv's lines are examples of data_shape,
+    label_csv's (optional) their labels, one value each."""
+
+    def __init__(self, data_csv, data_shape, label_csv=None, label_shape=(1,), batch_size=1,
+                 round_batch=True, prefetch_buffer=4, dtype=None, data_name="data",
+                 label_name="softmax_label", num_parts=1, part_index=0, **kwargs):
+        if tuple(label_shape) != (1,):
+            raise NotInKvtrain("CSVIter label_shape %s" % (tuple(label_shape),),
+                               "kvtrain trains with one label value per example")
+        if not round_batch:
+            raise NotInKvtrain("CSVIter(round_batch=False)",
+                               "the last batch is filled from the part's start")
+        if dtype not in (None, "float32", np.float32):
+            raise NotInKvtrain("CSVIter dtype %s" % (dtype,), "CSV values are read as float32")
+        if kwargs:
+            raise NotInKvtrain("CSVIter(%s)" % ", ".join(sorted(kwargs)), "see docs/mxnet.md")
+        super().__init__(_kt.io.CSVIter(data_csv, data_shape, label_csv, batch_size=batch_size,
+                                        num_parts=num_parts, part_index=part_index,
+                                        data_name=data_name, label_name=label_name))
+
+
 class MNISTIter(_Wrapped):
     """MXNet's MNISTIter: image= and label= name MNIST-format files (the
     train- or t10k- pair of one directory, .gz or not)."""
@@ -187,8 +209,6 @@ class ResizeIter(DataIter):
 
 ImageRecordIter = missing_class("mx.io.ImageRecordIter",
                                 "decode the images into numpy and use NDArrayIter", DataIter)
-CSVIter = missing_class("mx.io.CSVIter", "load the file with numpy.loadtxt and use NDArrayIter",
-                        DataIter)
 LibSVMIter = missing_class("mx.io.LibSVMIter", "kvtrain's C++ examples read LibSVM (train_ctr)",
                            DataIter)
 PrefetchingIter = missing_class("mx.io.PrefetchingIter", "kvtrain's iterators prefetch already",
