@@ -78,7 +78,8 @@ std::shared_ptr<PyModule> Create(const Symbol& symbol, const py::list& devices,
 }
 
 void Fit(PyModule& m, const py::object& train, const py::object& eval, const py::object& kv,
-         const py::dict& opts, const py::object& batch_end, const py::object& epoch_end) {
+         const py::dict& opts, const py::object& batch_end, const py::object& epoch_end,
+         const py::object& eval_batch_end, const py::object& eval_end) {
   FitOptions o;
   o.begin_epoch = opts["begin_epoch"].cast<int>();
   o.num_epochs = opts["num_epoch"].cast<int>();
@@ -118,6 +119,18 @@ void Fit(PyModule& m, const py::object& train, const py::object& eval, const py:
   }
   if (!epoch_end.is_none()) {
     o.epoch_end = [&](int epoch) -> Status { return call(epoch_end, epoch); };
+  }
+  if (!eval_batch_end.is_none()) {
+    o.eval_batch_end = [&](int epoch, int64_t n, const MetricValues& values) -> Status {
+      py::gil_scoped_acquire gil;
+      return call(eval_batch_end, epoch, n, ToList(values));
+    };
+  }
+  if (!eval_end.is_none()) {
+    o.eval_end = [&](int epoch, const MetricValues& values) -> Status {
+      py::gil_scoped_acquire gil;
+      return call(eval_end, epoch, ToList(values));
+    };
   }
   o.stop = [] { return Interrupted(); };
   KVStore* store = StoreOf(kv);
@@ -175,7 +188,9 @@ void BindModule(py::module_& m) {
              m.resume_prefix = prefix;
              m.resume_epoch = epoch;
            })
-      .def("fit", &Fit)
+      .def("fit", &Fit, py::arg("train"), py::arg("eval"), py::arg("kv"), py::arg("opts"),
+           py::arg("batch_end"), py::arg("epoch_end"), py::arg("eval_batch_end") = py::none(),
+           py::arg("eval_end") = py::none())
       .def("score",
            [](PyModule& m, const py::object& data, const std::vector<std::string>& metrics) {
              MetricValues v;

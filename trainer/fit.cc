@@ -444,7 +444,12 @@ Status Module::EndEpoch(int epoch, FitRun* run) {
   if (run->report) run->progress.EndTraining();
   MetricValues validation;
   if (run->eval != nullptr) {
-    KV_ASSIGN_OR_RETURN(validation, Score(run->eval, o.metrics));
+    std::function<Status(int64_t, const MetricValues&)> each;
+    if (o.eval_batch_end) {
+      each = [&](int64_t n, const MetricValues& v) { return o.eval_batch_end(epoch, n, v); };
+    }
+    KV_ASSIGN_OR_RETURN(validation, Score(run->eval, o.metrics, each));
+    if (o.eval_end) KV_RETURN_IF_ERROR(o.eval_end(epoch, validation));
   }
   MetricValues store;
   if (kv->is_async()) {

@@ -266,10 +266,15 @@ Status Module::ForEachForward(DataIter* data,
   }
 }
 
-StatusOr<MetricValues> Module::Score(DataIter* data, const std::vector<std::string>& specs) {
+StatusOr<MetricValues> Module::Score(
+    DataIter* data, const std::vector<std::string>& specs,
+    const std::function<Status(int64_t batch, const MetricValues& running)>& each) {
   KV_ASSIGN_OR_RETURN(MetricSet metrics, MetricSet::Create(specs));
-  KV_RETURN_IF_ERROR(ForEachForward(
-      data, [&](const Batch& batch) { return UpdateMetrics(&metrics, batch); }));
+  int64_t n = 0;
+  KV_RETURN_IF_ERROR(ForEachForward(data, [&](const Batch& batch) -> Status {
+    KV_RETURN_IF_ERROR(UpdateMetrics(&metrics, batch));
+    return each ? each(n++, metrics.Get()) : Status::OK();
+  }));
   return metrics.Get();
 }
 

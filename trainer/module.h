@@ -96,6 +96,12 @@ struct FitOptions {
   // Called after every batch with the epoch, the batch's index in it and
   // the epoch's running train metrics; an error stops Fit with it.
   std::function<Status(int epoch, int64_t batch, const MetricValues& train)> batch_end;
+  // With `eval`: called after each validation batch with the epoch, the
+  // batch's index and the running validation metrics, and after the
+  // epoch's validation with its metrics; an error stops Fit with it.
+  std::function<Status(int epoch, int64_t batch, const MetricValues& validation)>
+      eval_batch_end;
+  std::function<Status(int epoch, const MetricValues& validation)> eval_end;
   // Called after every epoch (after its validation and checkpoint) with its
   // index; an error stops Fit with it.
   std::function<Status(int epoch)> epoch_end;
@@ -122,8 +128,11 @@ class Module {
 
   // Trains; `eval` (may be null) is scored after every epoch.
   Status Fit(DataIter* train, DataIter* eval, KVStore* kv, const FitOptions& options);
-  // Metrics of the model on `data` (forward only).
-  StatusOr<MetricValues> Score(DataIter* data, const std::vector<std::string>& metrics);
+  // Metrics of the model on `data` (forward only); `each` (optional) is
+  // called after every batch with its index and the running metrics.
+  StatusOr<MetricValues> Score(
+      DataIter* data, const std::vector<std::string>& metrics,
+      const std::function<Status(int64_t batch, const MetricValues& running)>& each = nullptr);
   // The graph's first output for every example of `data` (forward only, the
   // padding of the last batch dropped), on the host: (examples, ...).
   StatusOr<Tensor> Predict(DataIter* data);

@@ -195,6 +195,19 @@ class Module(object):
             for cb in batch_cbs:
                 cb(param)
 
+        eval_batch_cbs = _as_list(eval_batch_end_callback)
+        eval_end_cbs = _as_list(eval_end_callback)
+
+        def on_eval_batch(epoch, nbatch, values):
+            param = _cb.BatchEndParam(epoch, nbatch, _cb.EvalResult(values))
+            for cb in eval_batch_cbs:
+                cb(param)
+
+        def on_eval_end(epoch, values):
+            param = _cb.BatchEndParam(epoch, 0, _cb.EvalResult(values))
+            for cb in eval_end_cbs:
+                cb(param)
+
         def on_epoch(epoch):
             for c in checkpoints:
                 if (epoch + 1) % c.period == 0 and self._kv.rank == 0:
@@ -206,7 +219,9 @@ class Module(object):
 
         self._handle.fit(train_data._handle, eval_data._handle if eval_data is not None else None,
                          self._kv._handle, opts, on_batch if batch_cbs else None,
-                         on_epoch if (checkpoints or others) else None)
+                         on_epoch if (checkpoints or others) else None,
+                         on_eval_batch if eval_batch_cbs else None,
+                         on_eval_end if eval_end_cbs else None)
 
     # The step-by-step API: forward, backward, update, as one step of fit
     # (the same store traffic), each call waiting for its work.

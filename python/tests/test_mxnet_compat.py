@@ -422,6 +422,27 @@ def test_an_mxnet_symbol_json_and_params_pair_loads_and_predicts(tmp_path):
     assert all(np.array_equal(arg2[k].asnumpy(), arg_params[k].asnumpy()) for k in arg2)
 
 
+def test_fit_calls_the_eval_callbacks_with_the_validation_metrics():
+    rng = np.random.RandomState(1)
+    x = rng.randn(300, 4).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.float32)
+    train = mx.io.NDArrayIter(x[:200], y[:200], batch_size=50)
+    val = mx.io.NDArrayIter(x[200:], y[200:], batch_size=50)
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2),
+                               name="softmax")
+    batches, ends = [], []
+    mod = mx.mod.Module(net)
+    mod.fit(train, eval_data=val, num_epoch=3, optimizer_params={"learning_rate": 0.5},
+            eval_batch_end_callback=lambda p: batches.append((p.epoch, p.nbatch)),
+            eval_end_callback=[mx.callback.LogValidationMetricsCallback(),
+                               lambda p: ends.append((p.epoch, p.eval_metric.get_name_value()))])
+    assert batches == [(e, b) for e in range(3) for b in range(2)]
+    assert [e for e, _ in ends] == [0, 1, 2]
+    names, last = zip(*ends[-1][1])
+    assert names == ("accuracy",)
+    assert last[0] == dict(mod.score(val, "acc"))["accuracy"] > 0.8
+
+
 def test_csv_iter_reads_mxnets_csv_files_and_trains(tmp_path):
     rng = np.random.RandomState(0)
     x = rng.randn(200, 6).astype(np.float32)

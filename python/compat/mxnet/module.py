@@ -140,9 +140,6 @@ class Module(_kt.mod.Module):
             sparse_row_id_fn=None):
         if monitor is not None:
             raise NotInKvtrain("fit(monitor=...)", "see mx.mon.Monitor")
-        if eval_end_callback is not None or eval_batch_end_callback is not None:
-            raise NotInKvtrain("fit(eval_end_callback/eval_batch_end_callback)",
-                               "fit logs each epoch's Validation-<metric>= lines itself")
         if sparse_row_id_fn is not None:
             raise NotInKvtrain("fit(sparse_row_id_fn)", "row-sparse parameters are kvtrain "
                                "tables (docs/sparse.md)")
@@ -156,6 +153,8 @@ class Module(_kt.mod.Module):
         super().fit(train, eval_data=val, eval_metric=specs,
                     epoch_end_callback=epoch_end_callback,
                     batch_end_callback=batch_end_callback, kvstore=self._kv,
+                    eval_end_callback=eval_end_callback,
+                    eval_batch_end_callback=eval_batch_end_callback,
                     optimizer=self._optimizer, initializer=initializer or _init.Uniform(0.01),
                     arg_params=arg_params, aux_params=aux_params,
                     allow_missing=allow_missing, force_rebind=force_rebind,
