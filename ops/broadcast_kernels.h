@@ -5,9 +5,41 @@
 
 #include <cstdint>
 
+#include "ops/host_device.h"
+
 namespace kvtrain {
 
 enum class BroadcastKind : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3 };
+
+// a <kind> b, and its partial derivative by a (which 0) or b (which 1):
+// the CPU and GPU paths share them.
+KV_HOST_DEVICE inline float BroadcastApply(BroadcastKind kind, float a,
+                                           float b) {
+  switch (kind) {
+    case BroadcastKind::kAdd:
+      return a + b;
+    case BroadcastKind::kSub:
+      return a - b;
+    case BroadcastKind::kMul:
+      return a * b;
+    default:
+      return a / b;
+  }
+}
+
+KV_HOST_DEVICE inline float BroadcastPartial(BroadcastKind kind, int which,
+                                             float a, float b) {
+  switch (kind) {
+    case BroadcastKind::kAdd:
+      return 1.0f;
+    case BroadcastKind::kSub:
+      return which == 0 ? 1.0f : -1.0f;
+    case BroadcastKind::kMul:
+      return which == 0 ? b : a;
+    default:
+      return which == 0 ? 1.0f / b : -a / (b * b);
+  }
+}
 
 // The output's shape and, per output dimension, each input's stride (0
 // along a dimension the input has as 1): output element i reads lhs and
@@ -24,14 +56,15 @@ struct BroadcastGeometry {
 namespace gpu {
 
 // out (+)= lhs <kind> rhs, broadcast.
-void BroadcastForward(BroadcastKind kind, const BroadcastGeometry& g, const float* lhs,
-                      const float* rhs, float* out, bool add, void* stream);
+void BroadcastForward(BroadcastKind kind, const BroadcastGeometry& g,
+                      const float* lhs, const float* rhs, float* out, bool add,
+                      void* stream);
 // Adds to d_input (which == 0: lhs, 1: rhs) the output gradient dy times
 // the partial derivative, summed over the dimensions it was broadcast
 // along (d_input zeroed before by the caller where the request writes).
-void BroadcastBackward(BroadcastKind kind, const BroadcastGeometry& g, int which,
-                       const float* lhs, const float* rhs, const float* dy, float* d_input,
-                       void* stream);
+void BroadcastBackward(BroadcastKind kind, const BroadcastGeometry& g,
+                       int which, const float* lhs, const float* rhs,
+                       const float* dy, float* d_input, void* stream);
 
 }  // namespace gpu
 }  // namespace kvtrain

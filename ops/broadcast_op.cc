@@ -12,33 +12,6 @@ namespace {
 
 using op_util::Ptr;
 
-inline float Apply(BroadcastKind kind, float a, float b) {
-  switch (kind) {
-    case BroadcastKind::kAdd:
-      return a + b;
-    case BroadcastKind::kSub:
-      return a - b;
-    case BroadcastKind::kMul:
-      return a * b;
-    default:
-      return a / b;
-  }
-}
-
-// d(a <op> b)/da (which 0) or /db (which 1).
-inline float Partial(BroadcastKind kind, int which, float a, float b) {
-  switch (kind) {
-    case BroadcastKind::kAdd:
-      return 1.0f;
-    case BroadcastKind::kSub:
-      return which == 0 ? 1.0f : -1.0f;
-    case BroadcastKind::kMul:
-      return which == 0 ? b : a;
-    default:
-      return which == 0 ? 1.0f / b : -a / (b * b);
-  }
-}
-
 // Calls fn(i, lhs offset, rhs offset) for every output element in order.
 template <typename Fn>
 void ForEach(const BroadcastGeometry& g, Fn fn) {
@@ -104,11 +77,13 @@ Status BroadcastOp::InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
   const Shape& lhs = (*in)[0];
   const Shape& rhs = (*in)[1];
   if (lhs.ndim() == 0 || rhs.ndim() == 0) {
-    return Error("the shape of " + input_name(lhs.ndim() == 0 ? 0 : 1) + " is unknown");
+    return Error("the shape of " + input_name(lhs.ndim() == 0 ? 0 : 1) +
+                 " is unknown");
   }
   const int ndim = std::max(lhs.ndim(), rhs.ndim());
   if (ndim > BroadcastGeometry::kMaxDims) {
-    return Error("broadcasts at most " + std::to_string(BroadcastGeometry::kMaxDims) +
+    return Error("broadcasts at most " +
+                 std::to_string(BroadcastGeometry::kMaxDims) +
                  " dimensions, got " + std::to_string(ndim));
   }
   std::vector<int64_t> dims(static_cast<size_t>(ndim));
@@ -116,9 +91,10 @@ Status BroadcastOp::InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
     const int li = d - (ndim - lhs.ndim()), ri = d - (ndim - rhs.ndim());
     const int64_t a = li >= 0 ? lhs[li] : 1, b = ri >= 0 ? rhs[ri] : 1;
     if (a != b && a != 1 && b != 1) {
-      return Error(input_name(0) + " is " + lhs.ToString() + " and " + input_name(1) + " is " +
-                   rhs.ToString() + ": dimension " + std::to_string(d) + " is " +
-                   std::to_string(a) + " against " + std::to_string(b) +
+      return Error(input_name(0) + " is " + lhs.ToString() + " and " +
+                   input_name(1) + " is " + rhs.ToString() + ": dimension " +
+                   std::to_string(d) + " is " + std::to_string(a) +
+                   " against " + std::to_string(b) +
                    " (broadcasting needs equal sizes or 1)");
     }
     dims[static_cast<size_t>(d)] = std::max(a, b);
@@ -129,29 +105,33 @@ Status BroadcastOp::InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
 
 BackwardNeeds BroadcastOp::DeclareBackwardNeeds() const {
   BackwardNeeds needs;
-  if (kind_ == BroadcastKind::kMul || kind_ == BroadcastKind::kDiv) needs.inputs = {0, 1};
+  if (kind_ == BroadcastKind::kMul || kind_ == BroadcastKind::kDiv)
+    needs.inputs = {0, 1};
   return needs;
 }
 
 Status BroadcastOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
   const OpReq req = args->req[0];
   if (req == OpReq::kNull) return Status::OK();
-  const BroadcastGeometry g = MakeBroadcastGeometry(args->in[0].shape(), args->in[1].shape());
+  const BroadcastGeometry g =
+      MakeBroadcastGeometry(args->in[0].shape(), args->in[1].shape());
   const float* a = Ptr(args->in[0]);
   const float* b = Ptr(args->in[1]);
   float* y = Ptr(args->out[0]);
   const bool add = req == OpReq::kAdd;
   const BroadcastKind kind = kind_;
   ForEach(g, [&](int64_t i, int64_t l, int64_t r) {
-    const float v = Apply(kind, a[l], b[r]);
+    const float v = BroadcastApply(kind, a[l], b[r]);
     y[i] = add ? y[i] + v : v;
   });
   return Status::OK();
 }
 
 Status BroadcastOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
-  const BroadcastGeometry g = MakeBroadcastGeometry(args->in[0].shape(), args->in[1].shape());
-  const bool reads = kind_ == BroadcastKind::kMul || kind_ == BroadcastKind::kDiv;
+  const BroadcastGeometry g =
+      MakeBroadcastGeometry(args->in[0].shape(), args->in[1].shape());
+  const bool reads =
+      kind_ == BroadcastKind::kMul || kind_ == BroadcastKind::kDiv;
   const float* a = reads ? Ptr(args->in[0]) : nullptr;
   const float* b = reads ? Ptr(args->in[1]) : nullptr;
   const float* dy = Ptr(args->out_grad[0]);
@@ -162,7 +142,8 @@ Status BroadcastOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
     float* dx = Ptr(args->in_grad[k]);
     op_util::ZeroReq(ctx, req, dx, args->in_grad[k].size());
     ForEach(g, [&](int64_t i, int64_t l, int64_t r) {
-      const float p = reads ? Partial(kind, k, a[l], b[r]) : Partial(kind, k, 0.0f, 1.0f);
+      const float p = reads ? BroadcastPartial(kind, k, a[l], b[r])
+                            : BroadcastPartial(kind, k, 0.0f, 1.0f);
       dx[k == 0 ? l : r] += dy[i] * p;
     });
   }
@@ -172,9 +153,10 @@ Status BroadcastOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
 Status BroadcastOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
 #ifdef KVTRAIN_CUDA
   if (args->req[0] == OpReq::kNull) return Status::OK();
-  gpu::BroadcastForward(kind_, MakeBroadcastGeometry(args->in[0].shape(), args->in[1].shape()),
-                        Ptr(args->in[0]), Ptr(args->in[1]), Ptr(args->out[0]),
-                        args->req[0] == OpReq::kAdd, ctx.device->stream());
+  gpu::BroadcastForward(
+      kind_, MakeBroadcastGeometry(args->in[0].shape(), args->in[1].shape()),
+      Ptr(args->in[0]), Ptr(args->in[1]), Ptr(args->out[0]),
+      args->req[0] == OpReq::kAdd, ctx.device->stream());
   return Status::OK();
 #else
   return Error("GPU path: kvtrain was built without CUDA");
@@ -183,15 +165,18 @@ Status BroadcastOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
 
 Status BroadcastOp::BackwardGpu(const OpContext& ctx, BackwardArgs* args) {
 #ifdef KVTRAIN_CUDA
-  const BroadcastGeometry g = MakeBroadcastGeometry(args->in[0].shape(), args->in[1].shape());
-  const bool reads = kind_ == BroadcastKind::kMul || kind_ == BroadcastKind::kDiv;
+  const BroadcastGeometry g =
+      MakeBroadcastGeometry(args->in[0].shape(), args->in[1].shape());
+  const bool reads =
+      kind_ == BroadcastKind::kMul || kind_ == BroadcastKind::kDiv;
   for (int k = 0; k < 2; ++k) {
     const OpReq req = args->req[k];
     if (req == OpReq::kNull) continue;
     op_util::ZeroReq(ctx, req, Ptr(args->in_grad[k]), args->in_grad[k].size());
     gpu::BroadcastBackward(kind_, g, k, reads ? Ptr(args->in[0]) : nullptr,
-                           reads ? Ptr(args->in[1]) : nullptr, Ptr(args->out_grad[0]),
-                           Ptr(args->in_grad[k]), ctx.device->stream());
+                           reads ? Ptr(args->in[1]) : nullptr,
+                           Ptr(args->out_grad[0]), Ptr(args->in_grad[k]),
+                           ctx.device->stream());
   }
   return Status::OK();
 #else

@@ -7,7 +7,8 @@ namespace kvtrain {
 namespace gpu {
 namespace {
 
-__device__ void Offsets(const BroadcastGeometry& g, int64_t i, int64_t* l, int64_t* r) {
+__device__ void Offsets(const BroadcastGeometry& g, int64_t i, int64_t* l,
+                        int64_t* r) {
   *l = 0;
   *r = 0;
   for (int d = g.ndim - 1; d >= 0; --d) {
@@ -18,52 +19,28 @@ __device__ void Offsets(const BroadcastGeometry& g, int64_t i, int64_t* l, int64
   }
 }
 
-__device__ float Apply(BroadcastKind kind, float a, float b) {
-  switch (kind) {
-    case BroadcastKind::kAdd:
-      return a + b;
-    case BroadcastKind::kSub:
-      return a - b;
-    case BroadcastKind::kMul:
-      return a * b;
-    default:
-      return a / b;
-  }
-}
-
-__device__ float Partial(BroadcastKind kind, int which, float a, float b) {
-  switch (kind) {
-    case BroadcastKind::kAdd:
-      return 1.0f;
-    case BroadcastKind::kSub:
-      return which == 0 ? 1.0f : -1.0f;
-    case BroadcastKind::kMul:
-      return which == 0 ? b : a;
-    default:
-      return which == 0 ? 1.0f / b : -a / (b * b);
-  }
-}
-
-__global__ void ForwardKernel(BroadcastKind kind, BroadcastGeometry g, const float* lhs,
-                              const float* rhs, float* out, bool add) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < g.size;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+__global__ void ForwardKernel(BroadcastKind kind, BroadcastGeometry g,
+                              const float* lhs, const float* rhs, float* out,
+                              bool add) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < g.size; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t l, r;
     Offsets(g, i, &l, &r);
-    const float v = Apply(kind, lhs[l], rhs[r]);
+    const float v = BroadcastApply(kind, lhs[l], rhs[r]);
     out[i] = add ? out[i] + v : v;
   }
 }
 
-__global__ void BackwardKernel(BroadcastKind kind, BroadcastGeometry g, int which,
-                               const float* lhs, const float* rhs, const float* dy,
-                               float* dx) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < g.size;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+__global__ void BackwardKernel(BroadcastKind kind, BroadcastGeometry g,
+                               int which, const float* lhs, const float* rhs,
+                               const float* dy, float* dx) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < g.size; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t l, r;
     Offsets(g, i, &l, &r);
-    const float p = lhs != nullptr ? Partial(kind, which, lhs[l], rhs[r])
-                                   : Partial(kind, which, 0.0f, 1.0f);
+    const float p = lhs != nullptr
+                        ? BroadcastPartial(kind, which, lhs[l], rhs[r])
+                        : BroadcastPartial(kind, which, 0.0f, 1.0f);
     atomicAdd(dx + (which == 0 ? l : r), dy[i] * p);
   }
 }
@@ -75,17 +52,18 @@ int Blocks(int64_t n) {
 
 }  // namespace
 
-void BroadcastForward(BroadcastKind kind, const BroadcastGeometry& g, const float* lhs,
-                      const float* rhs, float* out, bool add, void* stream) {
+void BroadcastForward(BroadcastKind kind, const BroadcastGeometry& g,
+                      const float* lhs, const float* rhs, float* out, bool add,
+                      void* stream) {
   if (g.size == 0) return;
-  ForwardKernel<<<Blocks(g.size), 256, 0, static_cast<cudaStream_t>(stream)>>>(kind, g, lhs,
-                                                                              rhs, out, add);
+  ForwardKernel<<<Blocks(g.size), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      kind, g, lhs, rhs, out, add);
   KV_CUDA_LAUNCH_CHECK();
 }
 
-void BroadcastBackward(BroadcastKind kind, const BroadcastGeometry& g, int which,
-                       const float* lhs, const float* rhs, const float* dy, float* d_input,
-                       void* stream) {
+void BroadcastBackward(BroadcastKind kind, const BroadcastGeometry& g,
+                       int which, const float* lhs, const float* rhs,
+                       const float* dy, float* d_input, void* stream) {
   if (g.size == 0) return;
   BackwardKernel<<<Blocks(g.size), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       kind, g, which, lhs, rhs, dy, d_input);

@@ -9,54 +9,6 @@
 #include "tensor/cpu_threads.h"
 
 namespace kvtrain {
-namespace {
-
-inline float Apply(const UnaryParams& p, float x) {
-  switch (p.kind) {
-    case UnaryKind::kLeaky:
-      return x > 0.0f ? x : p.a * x;
-    case UnaryKind::kElu:
-      return x > 0.0f ? x : p.a * std::expm1(x);
-    case UnaryKind::kClip:
-      return std::fmin(std::fmax(x, p.a), p.b);
-    case UnaryKind::kPlus:
-      return x + p.a;
-    case UnaryKind::kMinus:
-      return x - p.a;
-    case UnaryKind::kRMinus:
-      return p.a - x;
-    case UnaryKind::kMul:
-      return x * p.a;
-    case UnaryKind::kDiv:
-      return x / p.a;
-    default:
-      return p.a / x;
-  }
-}
-
-inline float Slope(const UnaryParams& p, float x) {
-  switch (p.kind) {
-    case UnaryKind::kLeaky:
-      return x > 0.0f ? 1.0f : p.a;
-    case UnaryKind::kElu:
-      return x > 0.0f ? 1.0f : p.a * std::exp(x);
-    case UnaryKind::kClip:
-      return x >= p.a && x <= p.b ? 1.0f : 0.0f;
-    case UnaryKind::kPlus:
-    case UnaryKind::kMinus:
-      return 1.0f;
-    case UnaryKind::kRMinus:
-      return -1.0f;
-    case UnaryKind::kMul:
-      return p.a;
-    case UnaryKind::kDiv:
-      return 1.0f / p.a;
-    default:
-      return -p.a / (x * x);
-  }
-}
-
-}  // namespace
 
 StatusOr<std::unique_ptr<Operator>> UnaryOp::CreateLeakyRelu(const OpSpec& spec) {
   AttrReader r(spec.Describe(), spec.attrs);
@@ -139,7 +91,7 @@ Status UnaryOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
   const UnaryParams p = p_;
   ParallelFor(args->in[0].size(), op_util::kElementwiseGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      const float v = Apply(p, x[i]);
+      const float v = UnaryApply(p, x[i]);
       y[i] = add ? y[i] + v : v;
     }
   });
@@ -156,7 +108,7 @@ Status UnaryOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
   const UnaryParams p = p_;
   ParallelFor(args->in[0].size(), op_util::kElementwiseGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      const float g = dy[i] * Slope(p, x[i]);
+      const float g = dy[i] * UnarySlope(p, x[i]);
       dx[i] = add ? dx[i] + g : g;
     }
   });

@@ -7,55 +7,10 @@ namespace kvtrain {
 namespace gpu {
 namespace {
 
-__device__ float Apply(UnaryParams p, float x) {
-  switch (p.kind) {
-    case UnaryKind::kLeaky:
-      return x > 0.0f ? x : p.a * x;
-    case UnaryKind::kElu:
-      return x > 0.0f ? x : p.a * expm1f(x);
-    case UnaryKind::kClip:
-      return fminf(fmaxf(x, p.a), p.b);
-    case UnaryKind::kPlus:
-      return x + p.a;
-    case UnaryKind::kMinus:
-      return x - p.a;
-    case UnaryKind::kRMinus:
-      return p.a - x;
-    case UnaryKind::kMul:
-      return x * p.a;
-    case UnaryKind::kDiv:
-      return x / p.a;
-    default:
-      return p.a / x;
-  }
-}
-
-__device__ float Slope(UnaryParams p, float x) {
-  switch (p.kind) {
-    case UnaryKind::kLeaky:
-      return x > 0.0f ? 1.0f : p.a;
-    case UnaryKind::kElu:
-      return x > 0.0f ? 1.0f : p.a * expf(x);
-    case UnaryKind::kClip:
-      return x >= p.a && x <= p.b ? 1.0f : 0.0f;
-    case UnaryKind::kPlus:
-    case UnaryKind::kMinus:
-      return 1.0f;
-    case UnaryKind::kRMinus:
-      return -1.0f;
-    case UnaryKind::kMul:
-      return p.a;
-    case UnaryKind::kDiv:
-      return 1.0f / p.a;
-    default:
-      return -p.a / (x * x);
-  }
-}
-
 __global__ void ForwardKernel(UnaryParams p, const float* x, float* y, int64_t n, bool add) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = Apply(p, x[i]);
+    const float v = UnaryApply(p, x[i]);
     y[i] = add ? y[i] + v : v;
   }
 }
@@ -64,7 +19,7 @@ __global__ void BackwardKernel(UnaryParams p, const float* x, const float* dy, f
                                int64_t n, bool add) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = dy[i] * Slope(p, x[i]);
+    const float g = dy[i] * UnarySlope(p, x[i]);
     dx[i] = add ? dx[i] + g : g;
   }
 }
