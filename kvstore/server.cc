@@ -137,7 +137,7 @@ void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
          server);
     return;
   }
-  if (forward_ && push.meta().resent && Applied(st, rank, push.rec.step)) {
+  if (forward_ && push.meta().resent && replica::Applied(st->applied, rank, push.rec.step)) {
     // Sent again after a failover, applied already (by this server as a
     // copy of the lost primary's update): answered, not applied twice.
     if (push.meta().pull) return AnswerAsync(st, key, push, server);
@@ -156,7 +156,7 @@ void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
   }
   ++st->updates;
   st->clock[rank] = std::max(st->clock[rank], push.rec.step);
-  if (forward_) Remember(st, rank, push.rec.step);
+  if (forward_) replica::Remember(&st->applied, num_workers_, rank, push.rec.step);
   CountStaleness(rank, staleness);
   auto answer = [this, st, key, push, server] {
     if (push.meta().pull) {
@@ -175,20 +175,6 @@ void ServerHandler::AsyncPush(KeyState* st, uint64_t key, const Deferred& push,
   answer();
 }
 
-bool ServerHandler::Applied(KeyState* st, int rank, int64_t step) {
-  if (st->applied.empty()) return false;
-  const std::set<int64_t>& a = st->applied[static_cast<size_t>(rank)];
-  return a.count(step) > 0 || (!a.empty() && step < *a.begin());
-}
-
-void ServerHandler::Remember(KeyState* st, int rank, int64_t step) {
-  if (st->applied.empty()) st->applied.resize(static_cast<size_t>(num_workers_));
-  std::set<int64_t>& a = st->applied[static_cast<size_t>(rank)];
-  a.insert(step);
-  // A worker's pushes of one key overtake each other by a few at most.
-  while (a.size() > kRememberedPushes) a.erase(a.begin());
-}
-
 bool ServerHandler::Forward(KeyState* st, uint64_t key, proto::KVSyncMode mode,
                             const proto::ReplicaUpdate& update, const Tensor& grad,
                             std::function<void()> then) {
@@ -197,19 +183,8 @@ bool ServerHandler::Forward(KeyState* st, uint64_t key, proto::KVSyncMode mode,
   info.set_mode(mode);
   *info.mutable_replica() = update;
   ps::Blob vals(grad.storage(), grad.raw_data(), static_cast<size_t>(grad.nbytes()));
-  // `then` runs once, under st->mu: from the thread of the copies' last
-  // answer, or here (this thread holds st->mu) if it came before
-  // forward_ returned.
-  enum { kSending, kAnsweredEarly, kSent };
-  auto state = std::make_shared<std::atomic<int>>(kSending);
-  auto run = std::make_shared<std::function<void()>>(std::move(then));
-  const bool sent = forward_(key, info.SerializeAsString(), vals, [st, state, run] {
-    if (state->exchange(kAnsweredEarly) == kSending) return;
-    std::lock_guard<std::mutex> lock(st->mu);
-    (*run)();
-  });
-  if (sent && state->exchange(kSent) == kAnsweredEarly) (*run)();
-  return sent;
+  return replica::ForwardThen(forward_, &st->mu, key, info.SerializeAsString(),
+                              std::move(vals), std::move(then));
 }
 
 namespace {
@@ -648,7 +623,7 @@ void ServerHandler::ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs&
                                           "an update of worker " + std::to_string(w)));
       return;
     }
-    if (!Applied(st, w, r.step())) {  // else: had it (a worker sent it again)
+    if (!replica::Applied(st->applied, w, r.step())) {  // else: had it (a worker sent it again)
       const Status s = Apply(st, key, grad, /*accumulate=*/true, r.step_scale());
       if (!s.ok()) {
         server->RespondError(meta, s);
@@ -656,7 +631,7 @@ void ServerHandler::ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs&
       }
       ++st->updates;
       st->clock[static_cast<size_t>(w)] = std::max(st->clock[static_cast<size_t>(w)], r.step());
-      Remember(st, w, r.step());
+      replica::Remember(&st->applied, num_workers_, w, r.step());
     }
     server->Respond(meta);
     return;

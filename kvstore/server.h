@@ -26,6 +26,7 @@
 #include "base/thread_annotations.h"
 #include "transport/ps/ps.h"
 #include "kvstore/request.h"
+#include "kvstore/sparse/replica.h"
 #include "kvstore/sparse/server.h"
 #include "ops/optimizer.h"
 #include "proto/kvstore.pb.h"
@@ -49,9 +50,6 @@ class ServerHandler {
   // (measured on the MLP: 0.003-0.005 closer to one process and to
   // dist_sync than the push's own staleness alone).
   static constexpr double kStalenessWeight = 0.05;
-  // dist_async with server replicas: pushes remembered per key and worker
-  // (steps older than these count as applied).
-  static constexpr size_t kRememberedPushes = 64;
 
   // `key_base`: the first key of this server's range; a key less it is the
   // StateKey (keys.h) its optimizer state goes under.
@@ -78,8 +76,7 @@ class ServerHandler {
   // KV_REPLICA request body `body` and values `grad`, and then calls `done`
   // (from another thread) once they all applied it. False when it sent
   // nothing (not the primary, or no live copy): the caller goes on at once.
-  using Forwarder = std::function<bool(uint64_t key, std::string body, ps::Blob grad,
-                                       std::function<void()> done)>;
+  using Forwarder = replica::Forwarder;
   // Before the first request.
   void SetForwarder(Forwarder f) {
     forward_ = f;
@@ -162,8 +159,8 @@ class ServerHandler {
     double mean_staleness = 0;
     std::vector<int64_t> clock, seen;
     // async, server replicas: by worker rank, the steps of its last pushes
-    // applied (kRememberedPushes), to recognise one sent again.
-    std::vector<std::set<int64_t>> applied;
+    // applied (replica::kRememberedPushes), to recognise one sent again.
+    replica::AppliedSteps applied;
     // Bounded staleness: answers waiting for the slowest worker, since when.
     std::vector<std::pair<Deferred, std::chrono::steady_clock::time_point>> held;
     // sync: the value as levels, encoded for the first worker that asked
@@ -243,10 +240,6 @@ class ServerHandler {
   bool Forward(KeyState* st, uint64_t key, proto::KVSyncMode mode,
                const proto::ReplicaUpdate& update, const Tensor& grad,
                std::function<void()> then) REQUIRES(st->mu);
-  // dist_async, server replicas: whether worker `rank`'s push `step` of
-  // the key was applied; remembers one that was.
-  static bool Applied(KeyState* st, int rank, int64_t step) REQUIRES(st->mu);
-  void Remember(KeyState* st, int rank, int64_t step) REQUIRES(st->mu);
   // KV_REPLICA on a copy: applies the primary's update.
   void ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs& data,
                     const proto::RequestInfo& info, ps::KVServer* server);

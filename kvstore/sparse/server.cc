@@ -146,7 +146,7 @@ void SparseServer::AsyncPush(KeyState* st, const Deferred& push, ps::KVServer* s
                                                                  " workers"));
     return;
   }
-  if (forward_ && push.meta.resent && Applied(st, rank, step)) {
+  if (forward_ && push.meta.resent && replica::Applied(st->applied, rank, step)) {
     server->Respond(push.meta);  // applied before (sent again after a failover)
     return;
   }
@@ -166,7 +166,7 @@ void SparseServer::AsyncPush(KeyState* st, const Deferred& push, ps::KVServer* s
     return;
   }
   if (forward_) {
-    Remember(st, rank, step);
+    replica::Remember(&st->applied, num_workers_, rank, step);
     proto::RequestInfo info;
     info.set_mode(proto::KV_ASYNC);
     info.mutable_replica()->set_step(step);
@@ -199,34 +199,8 @@ void SparseServer::AdmitLater(KeyState* st, ps::KVServer* server) {
 
 bool SparseServer::Forward(KeyState* st, uint64_t key, const proto::RequestInfo& info,
                            ps::Blob vals, std::function<void()> then) {
-  // `then` runs once, under st->mu: from the thread of the copies' last
-  // answer, or here (this thread holds st->mu) if it came before forward_
-  // returned.
-  enum { kSending, kAnsweredEarly, kSent };
-  auto state = std::make_shared<std::atomic<int>>(kSending);
-  auto run = std::make_shared<std::function<void()>>(std::move(then));
-  const bool sent =
-      forward_(key, info.SerializeAsString(), std::move(vals), [st, state, run] {
-        if (state->exchange(kAnsweredEarly) == kSending) return;
-        std::lock_guard<std::mutex> lock(st->mu);
-        (*run)();
-      });
-  if (sent && state->exchange(kSent) == kAnsweredEarly) (*run)();
-  return sent;
-}
-
-bool SparseServer::Applied(KeyState* st, int rank, int64_t step) {
-  if (st->applied.empty()) return false;
-  const std::set<int64_t>& a = st->applied[static_cast<size_t>(rank)];
-  return a.count(step) > 0 || (!a.empty() && step < *a.begin());
-}
-
-void SparseServer::Remember(KeyState* st, int rank, int64_t step) {
-  if (st->applied.empty()) st->applied.resize(static_cast<size_t>(num_workers_));
-  std::set<int64_t>& a = st->applied[static_cast<size_t>(rank)];
-  a.insert(step);
-  // A worker's pushes of one key overtake each other by a few at most.
-  while (a.size() > kRememberedPushes) a.erase(a.begin());
+  return replica::ForwardThen(forward_, &st->mu, key, info.SerializeAsString(),
+                              std::move(vals), std::move(then));
 }
 
 bool SparseServer::Admit(KeyState* st, const Deferred& push, ps::KVServer* server) {
@@ -432,7 +406,7 @@ void SparseServer::ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs& 
                                                               meta.sender_name));
       return;
     }
-    if (!Applied(st, w, r.step())) {  // else: had it (a worker sent it again)
+    if (!replica::Applied(st->applied, w, r.step())) {  // else: had it (a worker sent it again)
       RowSum sum(st->table->width());
       sum.Add(ids, n, rows);
       s = st->table->Update(sum.ids().data(), sum.size(), sum.rows().data(), opt.get());
@@ -440,7 +414,7 @@ void SparseServer::ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs& 
         server->RespondError(meta, s);
         return;
       }
-      Remember(st, w, r.step());
+      replica::Remember(&st->applied, num_workers_, w, r.step());
     }
     server->Respond(meta);
     return;

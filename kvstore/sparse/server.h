@@ -29,6 +29,7 @@
 
 #include "base/thread_annotations.h"
 #include "transport/ps/ps.h"
+#include "kvstore/sparse/replica.h"
 #include "kvstore/sparse/rows.h"
 #include "kvstore/sparse/table.h"
 #include "ops/optimizer.h"
@@ -43,9 +44,6 @@ class SparseServer {
   // dist_sync: how many steps a push or pull may be ahead of the step being
   // summed before it is refused (the dense keys' window).
   static constexpr int64_t kSyncWindow = 16;
-  // dist_async with replicas: the steps of each worker's last pushes a
-  // table remembers, to recognise one sent again.
-  static constexpr size_t kRememberedPushes = 64;
 
   // `optimizer`: the server's optimizer now (null: none set).
   // `replicated` (server replicas): every copy of a key range must hold
@@ -67,9 +65,7 @@ class SparseServer {
   // Server replicas (ServerHandler::Forwarder): passes an update of `key`
   // on to the range's other copies; false when there is none (not the
   // primary), and then `done` is not called. Before the first request.
-  using Forwarder = std::function<bool(uint64_t key, std::string body, ps::Blob vals,
-                                       std::function<void()> done)>;
-  void SetForwarder(Forwarder f) { forward_ = std::move(f); }
+  void SetForwarder(replica::Forwarder f) { forward_ = std::move(f); }
   // KV_REPLICA with ReplicaUpdate.sparse: the primary's update of a table.
   void ApplyReplica(const ps::RequestMeta& meta, const ps::KVPairs& data,
                     const proto::RequestInfo& info, ps::KVServer* server);
@@ -111,7 +107,7 @@ class SparseServer {
     int64_t answered = 0;
     bool forwarding = false;
     std::vector<Deferred> acks;
-    std::vector<std::set<int64_t>> applied;
+    replica::AppliedSteps applied;
   };
 
   void Init(const ps::RequestMeta& meta, const ps::KVPairs& data,
@@ -131,12 +127,10 @@ class SparseServer {
   // Admits the queued pushes of the next step.
   void AdmitLater(KeyState* st, ps::KVServer* server) REQUIRES(st->mu);
   void AsyncPush(KeyState* st, const Deferred& push, ps::KVServer* server) REQUIRES(st->mu);
-  // Passes an update on (Forwarder); `then` runs once every copy has it,
-  // under st->mu. False when there is no copy.
+  // Passes an update on (replica::ForwardThen); `then` runs once every
+  // copy has it, under st->mu. False when there is no copy.
   bool Forward(KeyState* st, uint64_t key, const proto::RequestInfo& info, ps::Blob vals,
                std::function<void()> then) REQUIRES(st->mu);
-  bool Applied(KeyState* st, int rank, int64_t step) REQUIRES(st->mu);
-  void Remember(KeyState* st, int rank, int64_t step) REQUIRES(st->mu);
   void AnswerPull(KeyState* st, const Deferred& pull, ps::KVServer* server)
       REQUIRES(st->mu);
   void Save(KeyState* st, const Deferred& req, ps::KVServer* server) REQUIRES(st->mu);
@@ -151,7 +145,7 @@ class SparseServer {
   const int num_workers_;
   const bool replicated_;
   const std::function<std::shared_ptr<Optimizer>()> optimizer_;
-  Forwarder forward_;
+  replica::Forwarder forward_;
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);
 };

@@ -143,9 +143,10 @@ class KVWorker::Impl : public Customer {
   Duration lost_silent_ GUARDED_BY(mu_){};
   bool report_resumed_ GUARDED_BY(mu_) = false;
   int64_t held_below_ GUARDED_BY(mu_) = 0;
-  // Servers lost so far: a request whose slices were cut before a loss
-  // that PeerLost handled is cut again (PeerLost never saw it).
-  uint64_t loss_epoch_ GUARDED_BY(mu_) = 0;
+  // Servers lost so far (written under mu_, read without it): a request
+  // whose slices were cut before a loss that PeerLost handled is cut again
+  // (PeerLost never saw it).
+  std::atomic<uint64_t> loss_epoch_{0};
   KVWorker::Losses losses_ GUARDED_BY(mu_);
   LogRateLimiter log_;
 };
@@ -255,11 +256,7 @@ StatusOr<int64_t> KVWorker::Impl::Request(const KVPairs& kvs, bool push,
         "reserved");
   }
   if (pull) KV_RETURN_IF_ERROR(CheckPullDest(dest, n));
-  uint64_t epoch;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    epoch = loss_epoch_;
-  }
+  uint64_t epoch = loss_epoch_.load(std::memory_order_acquire);
   for (;;) {
     const std::vector<KeyRange> ranges = po_->ServerKeyRanges();
     if (ranges.empty()) {
@@ -308,10 +305,10 @@ StatusOr<int64_t> KVWorker::Impl::Request(const KVPairs& kvs, bool push,
     int64_t ts;
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (loss_epoch_ != epoch) {
+      if (const uint64_t now = loss_epoch_.load(std::memory_order_relaxed); now != epoch) {
         // A server was lost while this request was cut by the ranges
         // before it: cut it again by the ranges after.
-        epoch = loss_epoch_;
+        epoch = now;
         continue;
       }
       ts = next_ts_++;
@@ -585,7 +582,7 @@ void KVWorker::Impl::PeerLost(int id) {
       lost_silent_ = std::chrono::nanoseconds(
           std::max<int64_t>(0, NowNs() - t->liveness().last_heard_ns(t->IndexOf(id))));
     }
-    ++loss_epoch_;
+    loss_epoch_.fetch_add(1, std::memory_order_release);
     report_resumed_ = false;
     held_below_ = 0;
     bool in_flight = false;
