@@ -7,9 +7,10 @@
 
 #include <gflags/gflags.h>
 
-DEFINE_string(optimizer, "sgd", "sgd, nag, adam, adagrad, ftrl or rmsprop");
+DEFINE_string(optimizer, "sgd",
+              "sgd, nag, adam, adagrad, ftrl, rmsprop, signum, adamax or adadelta");
 DEFINE_double(lr, 0.05, "learning rate");
-DEFINE_double(momentum, 0.9, "momentum (sgd, nag)");
+DEFINE_double(momentum, 0.9, "momentum (sgd, nag, signum)");
 DEFINE_double(wd, 0.0001, "weight decay");
 DEFINE_double(lr_factor, 0.2, "multiply the learning rate by this ...");
 DEFINE_string(lr_step_epochs, "6,8", "... after these epochs (empty: never)");
@@ -85,15 +86,19 @@ StatusOr<proto::OptimizerSpec> OptimizerFromFlags(int64_t batches_per_epoch) {
   const std::map<std::string, proto::OptimizerSpec::Type> types = {
       {"sgd", proto::OptimizerSpec::SGD}, {"nag", proto::OptimizerSpec::NAG},
       {"adam", proto::OptimizerSpec::ADAM}, {"adagrad", proto::OptimizerSpec::ADAGRAD},
-      {"ftrl", proto::OptimizerSpec::FTRL}, {"rmsprop", proto::OptimizerSpec::RMSPROP}};
+      {"ftrl", proto::OptimizerSpec::FTRL}, {"rmsprop", proto::OptimizerSpec::RMSPROP},
+      {"signum", proto::OptimizerSpec::SIGNUM}, {"adamax", proto::OptimizerSpec::ADAMAX},
+      {"adadelta", proto::OptimizerSpec::ADADELTA}};
   auto it = types.find(FLAGS_optimizer);
   if (it == types.end()) {
     return Status::InvalidArgument("--optimizer=" + FLAGS_optimizer +
-                                   ": expected sgd, nag, adam, adagrad, ftrl or rmsprop");
+                                   ": expected sgd, nag, adam, adagrad, ftrl, rmsprop, signum, "
+                                   "adamax or adadelta");
   }
   spec.set_type(it->second);
   spec.set_learning_rate(static_cast<float>(FLAGS_lr));
-  if (it->second == proto::OptimizerSpec::SGD || it->second == proto::OptimizerSpec::NAG) {
+  if (it->second == proto::OptimizerSpec::SGD || it->second == proto::OptimizerSpec::NAG ||
+      it->second == proto::OptimizerSpec::SIGNUM) {
     spec.set_momentum(static_cast<float>(FLAGS_momentum));
   }
   spec.set_weight_decay(static_cast<float>(FLAGS_wd));

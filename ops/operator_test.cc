@@ -21,6 +21,7 @@ TEST(OperatorRegistryTest, KnowsEveryOperator) {
         "Pooling", "Reshape", "SoftmaxOutput", "elemwise_add", "elemwise_mul",
         "elemwise_sub", "sgd_update", "sgd_mom_update", "nag_mom_update",
         "adam_update", "adagrad_update", "ftrl_update", "rmsprop_update",
+        "signsgd_update", "signum_update",
         "_CrossDeviceCopy", "_plus_scalar", "_minus_scalar", "_rminus_scalar",
         "_mul_scalar", "_div_scalar", "_rdiv_scalar"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), op), names.end()) << op;
@@ -38,7 +39,8 @@ TEST(OperatorRegistryTest, UnknownOperatorListsTheKnownOnes) {
             "Pooling, Reshape, SoftmaxOutput, adagrad_update, adam_update, broadcast_add, "
             "broadcast_div, broadcast_mul, broadcast_sub, clip, "
             "elemwise_add, elemwise_mul, elemwise_sub, ftrl_update, identity, "
-            "log_softmax, nag_mom_update, rmsprop_update, sgd_mom_update, sgd_update, softmax, "
+            "log_softmax, nag_mom_update, rmsprop_update, sgd_mom_update, sgd_update, "
+            "signsgd_update, signum_update, softmax, "
             "stop_gradient");
 }
 

@@ -78,7 +78,8 @@ Status CheckSchedule(const LrSchedule& s) {
 Status CheckSpec(const OptimizerSpec& s) {
   if (s.type() == OptimizerSpec::TYPE_UNSPECIFIED ||
       !OptimizerSpec::Type_IsValid(s.type())) {
-    return Bad("type is unspecified; expected one of SGD, NAG, ADAM, ADAGRAD, FTRL");
+    return Bad("type is unspecified; expected one of SGD, NAG, ADAM, ADAGRAD, FTRL, RMSPROP, "
+               "SIGNUM, ADAMAX, ADADELTA");
   }
   if (!(s.learning_rate() > 0) || !std::isfinite(s.learning_rate())) {
     return Bad("learning_rate " + Num(s.learning_rate()) + " must be > 0");
@@ -88,7 +89,9 @@ Status CheckSpec(const OptimizerSpec& s) {
   }
   if (s.momentum() != 0 && (s.type() == OptimizerSpec::ADAM ||
                             s.type() == OptimizerSpec::ADAGRAD ||
-                            s.type() == OptimizerSpec::FTRL)) {
+                            s.type() == OptimizerSpec::FTRL ||
+                            s.type() == OptimizerSpec::ADAMAX ||
+                            s.type() == OptimizerSpec::ADADELTA)) {
     return Bad("momentum is not used by " + OptimizerSpec::Type_Name(s.type()) +
                "; leave it 0");
   }
@@ -116,6 +119,16 @@ Status CheckSpec(const OptimizerSpec& s) {
   if (s.has_gamma1() && !(s.gamma1() >= 0 && s.gamma1() < 1)) {
     return Bad("gamma1 " + Num(s.gamma1()) + " must be in [0, 1)");
   }
+  if (s.has_rho() && !(s.rho() >= 0 && s.rho() < 1)) {
+    return Bad("rho " + Num(s.rho()) + " must be in [0, 1)");
+  }
+  if (!(s.wd_lh() >= 0) || !std::isfinite(s.wd_lh())) {
+    return Bad("wd_lh " + Num(s.wd_lh()) + " must be >= 0");
+  }
+  if (s.wd_lh() != 0 && !(s.type() == OptimizerSpec::SIGNUM && s.momentum() > 0)) {
+    return Bad("wd_lh is Signum's decoupled decay with momentum > 0 (signSGD decays by "
+               "weight_decay); leave it 0");
+  }
   return CheckSchedule(s.lr_schedule());
 }
 
@@ -138,6 +151,15 @@ Optimizer::Optimizer(const OptimizerSpec& spec) : spec_(spec) {
     case OptimizerSpec::RMSPROP:
       rule_ = UpdateRule::kRmsProp;
       break;
+    case OptimizerSpec::SIGNUM:
+      rule_ = spec.momentum() > 0 ? UpdateRule::kSignum : UpdateRule::kSignSgd;
+      break;
+    case OptimizerSpec::ADAMAX:
+      rule_ = UpdateRule::kAdamax;
+      break;
+    case OptimizerSpec::ADADELTA:
+      rule_ = UpdateRule::kAdaDelta;
+      break;
     default:
       rule_ = spec.momentum() > 0 ? UpdateRule::kSgdMom : UpdateRule::kSgd;
       break;
@@ -149,12 +171,15 @@ Optimizer::Optimizer(const OptimizerSpec& spec) : spec_(spec) {
   base_.momentum = spec.momentum();
   base_.beta1 = spec.has_beta1() ? spec.beta1() : 0.9f;
   base_.beta2 = spec.has_beta2() ? spec.beta2() : 0.999f;
-  base_.epsilon = spec.has_epsilon()
-                      ? spec.epsilon()
-                      : (rule_ == UpdateRule::kAdaGrad ? 1e-7f : 1e-8f);
+  base_.epsilon = spec.has_epsilon()                 ? spec.epsilon()
+                  : rule_ == UpdateRule::kAdaGrad   ? 1e-7f
+                  : rule_ == UpdateRule::kAdaDelta ? 1e-5f
+                                                    : 1e-8f;
   base_.lamda1 = spec.has_lamda1() ? spec.lamda1() : 0.01f;
   base_.beta = spec.has_beta() ? spec.beta() : 1.0f;
   base_.gamma1 = spec.has_gamma1() ? spec.gamma1() : 0.9f;
+  base_.wd_lh = spec.wd_lh();
+  base_.rho = spec.has_rho() ? spec.rho() : 0.9f;
 }
 
 StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
@@ -198,6 +223,8 @@ UpdateParams Optimizer::StepParams(int64_t t, int64_t count) const {
     const double c = static_cast<double>(count);
     p.lr = static_cast<float>(p.lr * std::sqrt(1 - std::pow(p.beta2, c)) /
                               (1 - std::pow(p.beta1, c)));
+  } else if (rule_ == UpdateRule::kAdamax) {
+    p.lr = static_cast<float>(p.lr / (1 - std::pow(p.beta1, static_cast<double>(count))));
   }
   return p;
 }

@@ -84,6 +84,15 @@ void UpdateRange(UpdateRule rule, const UpdateParams& p, int64_t b, int64_t e,
       }
       break;
     }
+    case UpdateRule::kSignSgd:
+    case UpdateRule::kSignum:
+    case UpdateRule::kAdamax:
+    case UpdateRule::kAdaDelta:
+      for (int64_t i = b; i < e; ++i) {
+        UpdateNewerRule(rule, p, &w[i], grad[i], s0 == nullptr ? nullptr : &s0[i],
+                        s1 == nullptr ? nullptr : &s1[i]);
+      }
+      break;
   }
 }
 
@@ -152,8 +161,12 @@ StatusOr<std::unique_ptr<Operator>> UpdateOp::CreateFor(UpdateRule rule,
   KV_RETURN_IF_ERROR(r.Float("wd", &wd, 0, 1e9, 0));
   KV_RETURN_IF_ERROR(r.Float("rescale_grad", &rescale, -1e30, 1e30, 1));
   KV_RETURN_IF_ERROR(r.Float("clip_gradient", &clip, -1e30, 1e30, -1));
-  if (rule == UpdateRule::kSgdMom || rule == UpdateRule::kNag) {
+  if (rule == UpdateRule::kSgdMom || rule == UpdateRule::kNag || rule == UpdateRule::kSignum) {
     KV_RETURN_IF_ERROR(r.Float("momentum", &momentum, 0, 1, 0));
+  }
+  double wd_lh = 0;
+  if (rule == UpdateRule::kSignum) {
+    KV_RETURN_IF_ERROR(r.Float("wd_lh", &wd_lh, 0, 1e9, 0));
   }
   double lamda1 = 0.01, beta = 1, gamma1 = 0.9;
   if (rule == UpdateRule::kRmsProp) {
@@ -179,12 +192,14 @@ StatusOr<std::unique_ptr<Operator>> UpdateOp::CreateFor(UpdateRule rule,
   p.lamda1 = static_cast<float>(lamda1);
   p.beta = static_cast<float>(beta);
   p.gamma1 = static_cast<float>(gamma1);
+  p.wd_lh = static_cast<float>(wd_lh);
   return std::unique_ptr<Operator>(std::move(op));
 }
 
 std::vector<std::string> UpdateOp::ListAuxiliaryStates() const {
   switch (rule_) {
     case UpdateRule::kSgd:
+    case UpdateRule::kSignSgd:
       return {};
     case UpdateRule::kAdam:
       return {"mean", "var"};
@@ -233,5 +248,7 @@ KV_REGISTER_OP("adam_update", UpdateOp::Create<UpdateRule::kAdam>);
 KV_REGISTER_OP("adagrad_update", UpdateOp::Create<UpdateRule::kAdaGrad>);
 KV_REGISTER_OP("ftrl_update", UpdateOp::Create<UpdateRule::kFtrl>);
 KV_REGISTER_OP("rmsprop_update", UpdateOp::Create<UpdateRule::kRmsProp>);
+KV_REGISTER_OP("signsgd_update", UpdateOp::Create<UpdateRule::kSignSgd>);
+KV_REGISTER_OP("signum_update", UpdateOp::Create<UpdateRule::kSignum>);
 
 }  // namespace kvtrain

@@ -62,6 +62,10 @@ __global__ void UpdateKernel(UpdateRule rule, UpdateParams p, int64_t n,
                    : 0.0f;
         break;
       }
+      default:  // kSignSgd, kSignum, kAdamax, kAdaDelta
+        UpdateNewerRule(rule, p, &w[i], grad[i], s0 == nullptr ? nullptr : &s0[i],
+                        s1 == nullptr ? nullptr : &s1[i]);
+        break;
     }
   }
 }

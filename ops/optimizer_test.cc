@@ -82,6 +82,37 @@ struct Ref {
         w -= lr * gw / std::sqrt(v + eps);
         break;
       }
+      case OptimizerSpec::SIGNUM: {
+        auto sign = [](double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); };
+        if (mu == 0) {
+          w = (1 - lr * wd) * w - lr * sign(grad);
+        } else {
+          m = mu * m - (1 - mu) * (g + wd * w);
+          w = (1 - lr * s.wd_lh()) * w + lr * sign(m);
+        }
+        break;
+      }
+      case OptimizerSpec::ADAMAX: {
+        // m: mean, v: infinity norm; clipped after the weight decay.
+        double gw = rescale * grad + wd * w;
+        if (s.clip_gradient() > 0) {
+          gw = std::min<double>(std::max<double>(gw, -s.clip_gradient()), s.clip_gradient());
+        }
+        m = 0.9 * m + 0.1 * gw;
+        v = std::max(0.999 * v, std::fabs(gw));
+        w -= lr / (1 - std::pow(0.9, t)) * m / v;
+        break;
+      }
+      case OptimizerSpec::ADADELTA: {
+        // v: mean square of gradients, m: of steps.
+        const double rho = s.has_rho() ? s.rho() : 0.9;
+        const double eps = s.has_epsilon() ? s.epsilon() : 1e-5;
+        v = rho * v + (1 - rho) * g * g;
+        const double d = std::sqrt(m + eps) / std::sqrt(v + eps) * g;
+        m = rho * m + (1 - rho) * d * d;
+        w -= d + wd * w;
+        break;
+      }
       default:
         v += g * g;
         w -= lr * (g / std::sqrt(v + 1e-7) + wd * w);
@@ -145,6 +176,27 @@ TEST_F(OptimizerTest, EachRuleMatchesReference) {
   rmsprop.set_weight_decay(0.01f);
   rmsprop.set_clip_gradient(0.5f);
   ExpectMatchesReference(rmsprop);
+  OptimizerSpec signum = Spec(OptimizerSpec::SIGNUM, 0.05f);
+  ExpectMatchesReference(signum);  // no momentum: signSGD
+  signum.set_weight_decay(0.1f);
+  ExpectMatchesReference(signum);
+  signum.set_momentum(0.9f);
+  signum.set_wd_lh(0.02f);
+  signum.set_rescale_grad(0.5f);
+  signum.set_clip_gradient(0.2f);
+  ExpectMatchesReference(signum);
+  OptimizerSpec adamax = Spec(OptimizerSpec::ADAMAX, 0.002f);
+  ExpectMatchesReference(adamax);
+  adamax.set_weight_decay(0.01f);
+  adamax.set_clip_gradient(0.6f);
+  ExpectMatchesReference(adamax);
+  OptimizerSpec adadelta = Spec(OptimizerSpec::ADADELTA, 1.0f);
+  ExpectMatchesReference(adadelta);
+  adadelta.set_rho(0.8f);
+  adadelta.set_epsilon(1e-4f);
+  adadelta.set_weight_decay(0.001f);
+  adadelta.set_rescale_grad(2.0f);
+  ExpectMatchesReference(adadelta);
   OptimizerSpec bad = Spec(OptimizerSpec::RMSPROP, 0.01f);
   bad.set_gamma1(1.0f);
   const auto refused = Optimizer::Create(bad);
@@ -157,7 +209,15 @@ TEST_F(OptimizerTest, BadSpecsAreRejected) {
   OptimizerSpec s;
   EXPECT_EQ(Optimizer::Create(s).status().message(),
             "optimizer: type is unspecified; expected one of SGD, NAG, ADAM, "
-            "ADAGRAD, FTRL");
+            "ADAGRAD, FTRL, RMSPROP, SIGNUM, ADAMAX, ADADELTA");
+  s = Spec(OptimizerSpec::SIGNUM, 0.1f);
+  s.set_wd_lh(0.1f);
+  EXPECT_EQ(Optimizer::Create(s).status().message(),
+            "optimizer: wd_lh is Signum's decoupled decay with momentum > 0 (signSGD decays "
+            "by weight_decay); leave it 0");
+  s = Spec(OptimizerSpec::ADADELTA, 0.1f);
+  s.set_rho(1.0f);
+  EXPECT_EQ(Optimizer::Create(s).status().message(), "optimizer: rho 1 must be in [0, 1)");
   s = Spec(OptimizerSpec::FTRL, 0.1f);
   s.set_lamda1(-1);
   EXPECT_EQ(Optimizer::Create(s).status().message(), "optimizer: lamda1 -1 must be >= 0");

@@ -95,11 +95,15 @@ py::bytes OptimizerSpec(const std::string& name, const py::dict& params) {
       {"adam", proto::OptimizerSpec::ADAM},
       {"adagrad", proto::OptimizerSpec::ADAGRAD},
       {"ftrl", proto::OptimizerSpec::FTRL},
-      {"rmsprop", proto::OptimizerSpec::RMSPROP}};
+      {"rmsprop", proto::OptimizerSpec::RMSPROP},
+      {"signum", proto::OptimizerSpec::SIGNUM},
+      {"adamax", proto::OptimizerSpec::ADAMAX},
+      {"adadelta", proto::OptimizerSpec::ADADELTA}};
   auto t = kTypes.find(name);
   if (t == kTypes.end()) {
     throw StatusError{Status::InvalidArgument(
-        "optimizer \"" + name + "\": expected sgd, nag, adam, adagrad, ftrl or rmsprop")};
+        "optimizer \"" + name +
+        "\": expected sgd, nag, adam, adagrad, ftrl, rmsprop, signum, adamax or adadelta")};
   }
   proto::OptimizerSpec spec;
   spec.set_type(t->second);
@@ -135,6 +139,10 @@ py::bytes OptimizerSpec(const std::string& name, const py::dict& params) {
       spec.set_beta(number());
     } else if (key == "gamma1") {
       spec.set_gamma1(number());
+    } else if (key == "wd_lh") {
+      spec.set_wd_lh(number());
+    } else if (key == "rho") {
+      spec.set_rho(number());
     } else if (key == "lr_scheduler") {
       if (v.is_none()) continue;
       py::dict s = v.attr("_spec")();

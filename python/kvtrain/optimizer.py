@@ -1,4 +1,4 @@
-"""Optimizers: sgd, nag, adam, adagrad, ftrl, rmsprop. An optimizer is a specification (the
+"""Optimizers: sgd, nag, adam, adagrad, ftrl, rmsprop, signum, adamax, adadelta. An optimizer is a specification (the
 protobuf OptimizerSpec) that the store applies, on the parameter servers for
 dist stores: it is sent as that message, never pickled.
 
@@ -8,14 +8,15 @@ dist stores: it is sent as that message, never pickled.
 
 from . import _lib
 
-NAMES = ("sgd", "nag", "adam", "adagrad", "ftrl", "rmsprop")
+NAMES = ("sgd", "nag", "adam", "adagrad", "ftrl", "rmsprop", "signum", "adamax", "adadelta")
 
 
 class Optimizer(object):
     """`name` and its parameters: learning_rate, momentum (sgd, nag), wd,
-    rescale_grad, clip_gradient, beta1, beta2, epsilon (adam, adagrad),
-    lamda1, beta (ftrl), gamma1 (rmsprop), lr_scheduler (kvtrain.lr_scheduler). Checked at once: a bad value is a
-    ValueError naming it."""
+    rescale_grad, clip_gradient, beta1, beta2 (adam, adamax), epsilon (adam,
+    adagrad, rmsprop, adadelta), lamda1, beta (ftrl), gamma1 (rmsprop), wd_lh
+    (signum), rho (adadelta), lr_scheduler (kvtrain.lr_scheduler). Checked at
+    once: a bad value is a ValueError naming it."""
 
     def __init__(self, name, **params):
         self.name = name.lower()
@@ -61,3 +62,20 @@ def Ftrl(**params):
 def RMSProp(**params):
     """Non-centred RMSProp: gamma1 (the mean square's decay, 0.9), epsilon."""
     return Optimizer("rmsprop", **params)
+
+
+def Signum(**params):
+    """Signum (the sign of the momentum; momentum 0.9 unless given, 0 is
+    signSGD), with wd_lh, the decoupled weight decay."""
+    params.setdefault("momentum", 0.9)
+    return Optimizer("signum", **params)
+
+
+def Adamax(**params):
+    """Adam under the infinity norm: beta1, beta2."""
+    return Optimizer("adamax", **params)
+
+
+def AdaDelta(**params):
+    """AdaDelta: rho (0.9), epsilon (1e-5); the learning rate is not used."""
+    return Optimizer("adadelta", **params)

@@ -144,8 +144,8 @@ def test_optimizer_specs_are_checked():
         kt.optimizer.create("sgd", momentum=1.5)
     with pytest.raises(ValueError, match=r'"lerning_rate" is unknown'):
         kt.optimizer.create("sgd", lerning_rate=0.1)
-    with pytest.raises(ValueError, match=r"expected sgd, nag, adam, adagrad, ftrl or rmsprop"):
-        kt.optimizer.create("signum")
+    with pytest.raises(ValueError, match=r"expected sgd, nag, adam, adagrad, ftrl, rmsprop, signum, adamax or adadelta"):
+        kt.optimizer.create("nadam")
     with pytest.raises(ValueError, match=r"gamma1 1\.5 must be in \[0, 1\)"):
         kt.optimizer.create("rmsprop", gamma1=1.5)
     with pytest.raises(ValueError, match=r"steps .* must increase"):

@@ -142,6 +142,58 @@ def test_a_python_updater_on_a_local_store():
     assert out.asnumpy().tolist() == [-1, -1]
 
 
+def _mxnet_update(name, kw, w, g, state, t):
+    """One step of MXNet 1.9's Python update rule (optimizer.py), in numpy."""
+    lr = kw.get("learning_rate", 0.002 if name == "adamax" else 0.01)
+    wd = kw.get("wd", 0.0)
+    rescale, clip = kw.get("rescale_grad", 1.0), kw.get("clip_gradient")
+    if name == "signum":
+        mom = kw.get("momentum", 0.9)
+        if mom == 0:  # signsgd_update
+            return (1 - lr * wd) * w - lr * np.sign(g)
+        gc = rescale * g if clip is None else np.clip(rescale * g, -clip, clip)
+        state[0] = mom * state[0] - (1 - mom) * wd * w - (1 - mom) * gc
+        return (1 - lr * kw.get("wd_lh", 0.0)) * w + lr * np.sign(state[0])
+    if name == "adamax":
+        b1, b2 = kw.get("beta1", 0.9), kw.get("beta2", 0.999)
+        lr_t = lr / (1. - b1 ** t)
+        gw = g * rescale + wd * w
+        if clip is not None:
+            gw = np.clip(gw, -clip, clip)
+        state[0] = b1 * state[0] + (1. - b1) * gw
+        state[1] = np.maximum(b2 * state[1], np.abs(gw))
+        return w - lr_t * state[0] / state[1]
+    assert name == "adadelta"
+    rho, eps = kw.get("rho", 0.9), kw.get("epsilon", 1e-5)
+    gc = g * rescale if clip is None else np.clip(g * rescale, -clip, clip)
+    state[0] = rho * state[0] + (1. - rho) * gc * gc
+    delta = np.sqrt(state[1] + eps) / np.sqrt(state[0] + eps) * gc
+    state[1] = rho * state[1] + (1. - rho) * delta * delta
+    return w - (delta + wd * w)
+
+
+@pytest.mark.parametrize("name,kw", [
+    ("signum", {"learning_rate": 0.05, "wd": 0.01, "wd_lh": 0.02, "rescale_grad": 0.5}),
+    ("signum", {"learning_rate": 0.05, "momentum": 0.0, "wd": 0.1}),
+    ("adamax", {"wd": 0.01, "clip_gradient": 0.6}),
+    ("adadelta", {"rho": 0.8, "wd": 0.001, "rescale_grad": 2.0}),
+])
+def test_signum_adamax_and_adadelta_follow_mxnets_updates(name, kw):
+    kv = mx.kv.create("local")
+    kv.set_optimizer(mx.optimizer.create(name, **kw))
+    w = np.array([0.5, -1.5, 2.0, 0.0], np.float64)
+    kv.init(3, mx.nd.array(w.astype(np.float32)))
+    state = [np.zeros(4), np.zeros(4)]
+    out = mx.nd.zeros((4,))
+    for t in range(1, 6):
+        g = np.array([0.3 * t, -0.7, 0.1 - t, 0.25 * (-1) ** t])
+        kv.push(3, mx.nd.array(g.astype(np.float32)))
+        kv.pull(3, out=out)
+        w = _mxnet_update(name, kw, w, g, state, t)
+        np.testing.assert_allclose(out.asnumpy(), w, rtol=1e-5, atol=1e-6,
+                                   err_msg="%s step %d" % (name, t))
+
+
 def test_optimizers_take_mxnets_names_arguments_and_defaults():
     adam = mx.optimizer.create("adam")
     assert adam.learning_rate == 0.001  # MXNet's, where kvtrain's own is 0.01
@@ -153,8 +205,13 @@ def test_optimizers_take_mxnets_names_arguments_and_defaults():
     assert rmsprop._kvtrain.params == {"learning_rate": 0.001, "gamma1": 0.95, "epsilon": 1e-7}
     with pytest.raises(NotInKvtrain, match="centered=True"):
         mx.optimizer.create("rmsprop", centered=True)
-    with pytest.raises(NotInKvtrain, match="optimizer 'signum'"):
-        mx.optimizer.create("signum")
+    with pytest.raises(NotInKvtrain, match="optimizer 'nadam'"):
+        mx.optimizer.create("nadam")
+    signum = mx.optimizer.create("signum", wd_lh=0.01)
+    assert signum._kvtrain.params == {"learning_rate": 0.01, "momentum": 0.9, "wd_lh": 0.01}
+    assert mx.optimizer.Adamax().learning_rate == 0.002
+    with pytest.raises(TypeError, match="'adadelta' got argument\\(s\\) it does not take: beta1"):
+        mx.optimizer.create("adadelta", beta1=0.9)
     with pytest.raises(TypeError, match="'sgd' got argument\\(s\\) it does not take: beta1"):
         mx.optimizer.create("sgd", beta1=0.9)
     with pytest.raises(NotInKvtrain, match="mx.optimizer.register"):
@@ -331,12 +388,16 @@ def test_mxnet_train_mnist_checkpoints_resumes_and_reads_only(workdir):
     code, out = train_mnist(workdir, "--num-epochs", "2", "--optimizer", "rmsprop", "--lr",
                             "0.001", *small)
     assert code == 0 and validation(out)[-1] > 0.6, out[-2000:]
+    # fit.py passes momentum and multi_precision to signum, as to sgd.
+    code, out = train_mnist(workdir, "--num-epochs", "1", "--optimizer", "signum", "--lr",
+                            "0.001", *small)
+    assert code == 0 and validation(out)[-1] > 0.6, out[-2000:]
 
 
 @pytest.mark.parametrize("flags,named", [
     (["--monitor", "10"], "mx.mon.Monitor is not available"),
     (["--network", "lenet", "--add_stn"], "mx.sym.SpatialTransformer is not available"),
-    (["--optimizer", "signum"], "optimizer 'signum' is not available"),
+    (["--optimizer", "nadam"], "optimizer 'nadam' is not available"),
 ])
 def test_mxnet_features_kvtrain_lacks_stop_the_script_naming_them(workdir, flags, named):
     code, out = train_mnist(workdir, "--num-epochs", "1", "--num-examples", "1000",

@@ -9,7 +9,8 @@ from .base import NotInKvtrain
 
 # MXNet's defaults where they are not kvtrain's.
 _DEFAULT_LR = {"sgd": 0.01, "nag": 0.01, "adam": 0.001, "adagrad": 0.01, "ftrl": 0.1,
-               "rmsprop": 0.001, "test": 0.01}
+               "rmsprop": 0.001, "test": 0.01, "signum": 0.01, "adamax": 0.002,
+               "adadelta": 0.01}
 # Arguments that only name or describe parameters: accepted, not used.
 _DESCRIPTIVE = {"param_idx2name", "sym", "param_dict", "begin_num_update", "aggregate_num",
                 "use_fused_step"}
@@ -22,15 +23,22 @@ _ARGS = {
     "adam": {"learning_rate", "beta1", "beta2", "epsilon", "wd", "rescale_grad",
              "clip_gradient", "lr_scheduler", "multi_precision", "lazy_update"},
     "adagrad": {"learning_rate", "epsilon", "eps", "wd", "rescale_grad", "clip_gradient",
-                "lr_scheduler"},
+                "lr_scheduler", "multi_precision"},
     "ftrl": {"learning_rate", "lamda1", "beta", "wd", "rescale_grad", "clip_gradient",
-             "lr_scheduler"},
+             "lr_scheduler", "multi_precision"},
     "rmsprop": {"learning_rate", "gamma1", "gamma2", "epsilon", "centered", "clip_weights",
                 "wd", "rescale_grad", "clip_gradient", "lr_scheduler", "multi_precision"},
     "test": {"learning_rate", "wd", "rescale_grad", "multi_precision", "lr_scheduler"},
+    "signum": {"learning_rate", "momentum", "wd_lh", "wd", "rescale_grad", "clip_gradient",
+               "lr_scheduler", "multi_precision"},
+    "adamax": {"learning_rate", "beta1", "beta2", "wd", "rescale_grad", "clip_gradient",
+               "lr_scheduler", "multi_precision"},
+    "adadelta": {"learning_rate", "rho", "epsilon", "wd", "rescale_grad", "clip_gradient",
+                 "lr_scheduler", "multi_precision"},
 }
-_NOT_HERE = ("signum", "signsgd", "ftml", "dcasgd", "sgld", "adadelta", "adamax",
-             "nadam", "lamb", "lars", "lbsgd", "adabelief", "adamw", "lans", "groupadagrad")
+_NOT_HERE = ("signsgd", "ftml", "dcasgd", "sgld", "nadam", "lamb", "lars", "lbsgd",
+             "adabelief", "adamw", "lans", "groupadagrad")
+_KVTRAIN_HAS = "sgd, nag, adam, adagrad, ftrl, rmsprop, signum, adamax, adadelta and test"
 
 
 class Optimizer(object):
@@ -39,8 +47,7 @@ class Optimizer(object):
     def __init__(self, name, **kwargs):
         name = name.lower()
         if name in _NOT_HERE:
-            raise NotInKvtrain("optimizer %r" % name,
-                               "kvtrain has sgd, nag, adam, adagrad, ftrl, rmsprop and test")
+            raise NotInKvtrain("optimizer %r" % name, "kvtrain has " + _KVTRAIN_HAS)
         if name not in _ARGS:
             raise ValueError("optimizer %r: unknown (MXNet's names kvtrain runs: %s)"
                              % (name, ", ".join(sorted(_ARGS))))
@@ -69,6 +76,8 @@ class Optimizer(object):
             if kw.pop("clip_weights", None) is not None:
                 raise NotInKvtrain("rmsprop's clip_weights", "leave it unset")
             kw.pop("gamma2", None)  # the centred variant's momentum only
+        if self.name == "signum":
+            kw.setdefault("momentum", 0.9)  # MXNet's default; 0 is signSGD
         if self.name == "test":
             # MXNet's test rule, w += rescale_grad * g, is SGD with rate 1
             # and the rescale negated: w -= 1 * (-rescale_grad * g).
@@ -101,12 +110,12 @@ def to_kvtrain(optimizer):
         return Optimizer(optimizer)._kvtrain
     raise NotInKvtrain("an optimizer of type %s (a Python optimizer on the store)"
                        % type(optimizer).__name__,
-                       "use mx.optimizer.create with one of sgd, nag, adam, adagrad, ftrl, test")
+                       "use mx.optimizer.create with one of " + _KVTRAIN_HAS)
 
 
 def register(klass):
     raise NotInKvtrain("mx.optimizer.register (Python optimizers run by the store)",
-                       "use mx.optimizer.create with one of sgd, nag, adam, adagrad, ftrl, test")
+                       "use mx.optimizer.create with one of " + _KVTRAIN_HAS)
 
 
 def SGD(**kwargs):
@@ -131,3 +140,15 @@ def Ftrl(**kwargs):
 
 def Test(**kwargs):
     return Optimizer("test", **kwargs)
+
+
+def Signum(**kwargs):
+    return Optimizer("signum", **kwargs)
+
+
+def Adamax(**kwargs):
+    return Optimizer("adamax", **kwargs)
+
+
+def AdaDelta(**kwargs):
+    return Optimizer("adadelta", **kwargs)
