@@ -3,13 +3,38 @@
 #ifndef KVTRAIN_OPS_BROADCAST_KERNELS_H_
 #define KVTRAIN_OPS_BROADCAST_KERNELS_H_
 
+#include <cmath>
 #include <cstdint>
 
 #include "ops/host_device.h"
 
 namespace kvtrain {
 
-enum class BroadcastKind : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3 };
+// kLeft is broadcast_to / broadcast_axis: the output repeats lhs (there is
+// no rhs). The comparisons give 1 or 0 and pass no gradient, as MXNet's.
+enum class BroadcastKind : int {
+  kAdd = 0,
+  kSub = 1,
+  kMul = 2,
+  kDiv = 3,
+  kMaximum = 4,
+  kMinimum = 5,
+  kPower = 6,
+  kEqual = 7,
+  kNotEqual = 8,
+  kGreater = 9,
+  kGreaterEqual = 10,
+  kLesser = 11,
+  kLesserEqual = 12,
+  kLeft = 13,
+};
+
+// Whether the gradient of `kind` reads the inputs' values.
+KV_HOST_DEVICE inline bool BroadcastGradientReads(BroadcastKind kind) {
+  return kind == BroadcastKind::kMul || kind == BroadcastKind::kDiv ||
+         kind == BroadcastKind::kMaximum || kind == BroadcastKind::kMinimum ||
+         kind == BroadcastKind::kPower;
+}
 
 // a <kind> b, and its partial derivative by a (which 0) or b (which 1):
 // the CPU and GPU paths share them.
@@ -22,11 +47,33 @@ KV_HOST_DEVICE inline float BroadcastApply(BroadcastKind kind, float a,
       return a - b;
     case BroadcastKind::kMul:
       return a * b;
-    default:
+    case BroadcastKind::kDiv:
       return a / b;
+    case BroadcastKind::kMaximum:
+      return a > b ? a : b;
+    case BroadcastKind::kMinimum:
+      return a < b ? a : b;
+    case BroadcastKind::kPower:
+      return powf(a, b);
+    case BroadcastKind::kEqual:
+      return a == b ? 1.0f : 0.0f;
+    case BroadcastKind::kNotEqual:
+      return a != b ? 1.0f : 0.0f;
+    case BroadcastKind::kGreater:
+      return a > b ? 1.0f : 0.0f;
+    case BroadcastKind::kGreaterEqual:
+      return a >= b ? 1.0f : 0.0f;
+    case BroadcastKind::kLesser:
+      return a < b ? 1.0f : 0.0f;
+    case BroadcastKind::kLesserEqual:
+      return a <= b ? 1.0f : 0.0f;
+    default:
+      return a;
   }
 }
 
+// maximum's gradient goes to lhs where a >= b, else to rhs (minimum: where
+// a <= b), as MXNet's; the power's by b is a^b ln a.
 KV_HOST_DEVICE inline float BroadcastPartial(BroadcastKind kind, int which,
                                              float a, float b) {
   switch (kind) {
@@ -36,8 +83,18 @@ KV_HOST_DEVICE inline float BroadcastPartial(BroadcastKind kind, int which,
       return which == 0 ? 1.0f : -1.0f;
     case BroadcastKind::kMul:
       return which == 0 ? b : a;
-    default:
+    case BroadcastKind::kDiv:
       return which == 0 ? 1.0f / b : -a / (b * b);
+    case BroadcastKind::kMaximum:
+      return (which == 0) == (a >= b) ? 1.0f : 0.0f;
+    case BroadcastKind::kMinimum:
+      return (which == 0) == (a <= b) ? 1.0f : 0.0f;
+    case BroadcastKind::kPower:
+      return which == 0 ? b * powf(a, b - 1.0f) : powf(a, b) * logf(a);
+    case BroadcastKind::kLeft:
+      return which == 0 ? 1.0f : 0.0f;
+    default:
+      return 0.0f;
   }
 }
 

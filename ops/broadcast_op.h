@@ -1,10 +1,15 @@
 // Binary ops with broadcasting, as MXNet's:
-//   broadcast_add, broadcast_sub, broadcast_mul, broadcast_div: lhs <op>
-//   rhs, where the shorter shape is taken with leading 1s and each
-//   dimension is equal in both or 1 in one (that input repeats along it);
-//   at most 8 dimensions. Inputs lhs, rhs; output of the broadcast shape;
-//   no attributes. Backward sums each input's gradient over the dimensions
-//   it was broadcast along, and reads both inputs.
+//   broadcast_add, _sub, _mul, _div, _maximum, _minimum, _power, and the
+//   comparisons broadcast_equal, _not_equal, _greater, _greater_equal,
+//   _lesser, _lesser_equal (1 or 0; no gradient): lhs <op> rhs, where the
+//   shorter shape is taken with leading 1s and each dimension is equal in
+//   both or 1 in one (that input repeats along it); at most 8 dimensions.
+//   Inputs lhs, rhs; output of the broadcast shape; no attributes. Backward
+//   sums each input's gradient over the dimensions it was broadcast along.
+// And one input repeated:
+//   broadcast_to: attribute shape, as many dimensions as data (0: data's).
+//   broadcast_axis: attributes axis and size (tuples of equal length), each
+//   named axis of data of size 1 becoming that size.
 #ifndef KVTRAIN_OPS_BROADCAST_OP_H_
 #define KVTRAIN_OPS_BROADCAST_OP_H_
 
@@ -34,6 +39,28 @@ class BroadcastOp : public Operator {
  private:
   static StatusOr<std::unique_ptr<Operator>> CreateFor(BroadcastKind kind, const OpSpec& spec);
   BroadcastKind kind_ = BroadcastKind::kAdd;
+};
+
+class BroadcastToOp : public Operator {
+ public:
+  static StatusOr<std::unique_ptr<Operator>> CreateTo(const OpSpec& spec);
+  static StatusOr<std::unique_ptr<Operator>> CreateAxis(const OpSpec& spec);
+
+  Status InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
+                    std::vector<Shape>* aux) const override;
+  // Only the output gradient (the shapes come with the gradients).
+  BackwardNeeds DeclareBackwardNeeds() const override { return BackwardNeeds(); }
+
+ protected:
+  Status ForwardCpu(const OpContext& ctx, ForwardArgs* args) override;
+  Status BackwardCpu(const OpContext& ctx, BackwardArgs* args) override;
+  Status ForwardGpu(const OpContext& ctx, ForwardArgs* args) override;
+  Status BackwardGpu(const OpContext& ctx, BackwardArgs* args) override;
+
+ private:
+  bool by_axis_ = false;
+  std::vector<int64_t> shape_;       // broadcast_to
+  std::vector<int64_t> axis_, size_;  // broadcast_axis
 };
 
 // The geometry of lhs <op> rhs (shapes already checked by InferShape).

@@ -549,6 +549,35 @@ def test_symbol_arithmetic_with_numbers_round_trips_through_mxnets_json():
     assert mx.sym.load_json(text).infer_shape(x=(2, 3), y=(1, 3))[1] == [(2, 3)]
 
 
+def test_broadcast_ops_compute_as_numpy_in_a_module():
+    d = mx.sym.var("data")
+    col, row = mx.sym.Reshape(d, shape=(2, 3, 1)), mx.sym.Reshape(d, shape=(2, 1, 3))
+    parts = [mx.sym.broadcast_maximum(col, row), mx.sym.broadcast_greater(col, row),
+             mx.sym.broadcast_to(row, shape=(2, 3, 0)), mx.sym.broadcast_axes(col, axis=2, size=3),
+             mx.sym.broadcast_power(col, row), mx.sym.broadcast_minus(col, row)]
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(total, num_hidden=4, name="fc"),
+                               name="softmax")
+    again = mx.sym.load_json(net.tojson())  # MXNet's JSON keeps every attribute
+    assert again.tojson() == net.tojson()
+    mod = mx.mod.Module(again)
+    mod.bind(data_shapes=[("data", (2, 3))], label_shapes=[("softmax_label", (2,))],
+             for_training=False)
+    mod.init_params(initializer=mx.init.Uniform(0.5))
+    x = np.array([[0.5, 1.5, 1.0], [2.0, 0.25, 2.0]], np.float32)
+    mod.forward(mx.io.DataBatch([mx.nd.array(x)], [mx.nd.zeros((2,))]), is_train=False)
+    c, r = x[:, :, None], x[:, None, :]
+    h = (np.maximum(c, r) + (c > r) + np.broadcast_to(r, (2, 3, 3))
+         + np.broadcast_to(c, (2, 3, 3)) + c ** r + (c - r)).reshape(2, 9)
+    args, _ = mod.get_params()
+    z = h @ args["fc_weight"].asnumpy().T + args["fc_bias"].asnumpy()
+    want = np.exp(z - z.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, rtol=1e-5)
+
+
 def test_mxnet_json_with_what_kvtrain_lacks_is_refused_naming_the_node(tmp_path):
     graph = json.loads(open(os.path.join(TESTDATA, "mxnet_mlp_bn-symbol.json")).read())
     graph["nodes"][9] = {"op": "LRN", "name": "lrn1", "attrs": {"nsize": "5"},

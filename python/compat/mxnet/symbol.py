@@ -48,8 +48,7 @@ _VARIABLE_HINTS = ("__shape__", "__dtype__", "__storage_type__", "__init__", "__
 
 # MXNet operators kvtrain's core does not have (a selection of the common).
 _NOT_HERE = {
-    "log_softmax", "SoftmaxActivation", "LRN", "broadcast_add", "broadcast_sub",
-    "broadcast_mul", "broadcast_div", "dot", "batch_dot", "transpose", "SliceChannel",
+    "SoftmaxActivation", "LRN", "broadcast_like", "dot", "batch_dot", "transpose", "SliceChannel",
     "split", "slice_axis", "expand_dims", "Deconvolution", "RNN", "LayerNorm",
     "InstanceNorm", "UpSampling", "SpatialTransformer", "MakeLoss", "L2Normalization",
     "sum", "mean", "exp", "log", "sqrt", "square", "relu", "sigmoid", "tanh", "where",
@@ -200,7 +199,13 @@ _SCALAR_OPS = ("_plus_scalar", "_minus_scalar", "_rminus_scalar", "_mul_scalar",
 
 # MXNet's names of ops kvtrain has under another: symbol / symbol is
 # elemwise_div there (equal shapes), broadcast_div here (a superset).
-_ALIASES = {"elemwise_div": "broadcast_div", "_div": "broadcast_div"}
+# broadcast_plus, broadcast_minus and broadcast_axes are MXNet's other names.
+_ALIASES = {"elemwise_div": "broadcast_div", "_div": "broadcast_div",
+            "broadcast_plus": "broadcast_add", "broadcast_minus": "broadcast_sub",
+            "broadcast_axes": "broadcast_axis"}
+for _alias, _op in _ALIASES.items():
+    if _alias.startswith("broadcast_"):
+        globals()[_alias] = globals()[_op]
 
 
 def from_mxnet_json(text, what="the JSON graph"):
