@@ -35,7 +35,7 @@ TEST(OperatorRegistryTest, UnknownOperatorListsTheKnownOnes) {
   EXPECT_EQ(op.status().message(),
             "unknown operator \"Convolution3D\" (for c); known operators: "
             "Activation, BatchNorm, BlockGrad, Cast, Concat, Convolution, Dropout, "
-            "Embedding, Flatten, FullyConnected, LeakyReLU, LinearRegressionOutput, "
+            "Embedding, Flatten, FullyConnected, LRN, LeakyReLU, LinearRegressionOutput, "
             "Pooling, Reshape, SoftmaxOutput, adagrad_update, adam_update, broadcast_add, "
             "broadcast_axis, broadcast_div, broadcast_equal, broadcast_greater, "
             "broadcast_greater_equal, broadcast_lesser, broadcast_lesser_equal, "

@@ -578,11 +578,33 @@ def test_broadcast_ops_compute_as_numpy_in_a_module():
     np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, rtol=1e-5)
 
 
+def test_lrn_computes_mxnets_formula_in_a_module():
+    d = mx.sym.Reshape(mx.sym.var("data"), shape=(2, 5, 1, 2))
+    lrn = mx.sym.LRN(d, nsize=3, alpha=0.3, beta=0.5, knorm=1.5, name="lrn")
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(lrn, num_hidden=3, name="fc"),
+                               name="softmax")
+    mod = mx.mod.Module(mx.sym.load_json(net.tojson()))
+    mod.bind(data_shapes=[("data", (2, 10))], label_shapes=[("softmax_label", (2,))],
+             for_training=False)
+    mod.init_params(initializer=mx.init.Uniform(0.5))
+    x = np.linspace(-2, 2, 20, dtype=np.float32).reshape(2, 10)
+    mod.forward(mx.io.DataBatch([mx.nd.array(x)], [mx.nd.zeros((2,))]), is_train=False)
+    a = x.reshape(2, 5, 1, 2).astype(np.float64)
+    sq = np.pad(a * a, ((0, 0), (1, 1), (0, 0), (0, 0)))
+    window = sq[:, 0:5] + sq[:, 1:6] + sq[:, 2:7]
+    h = (a / (1.5 + 0.3 / 3 * window) ** 0.5).reshape(2, 10)
+    args, _ = mod.get_params()
+    z = h @ args["fc_weight"].asnumpy().T + args["fc_bias"].asnumpy()
+    want = np.exp(z - z.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, rtol=1e-5)
+
+
 def test_mxnet_json_with_what_kvtrain_lacks_is_refused_naming_the_node(tmp_path):
     graph = json.loads(open(os.path.join(TESTDATA, "mxnet_mlp_bn-symbol.json")).read())
-    graph["nodes"][9] = {"op": "LRN", "name": "lrn1", "attrs": {"nsize": "5"},
+    graph["nodes"][9] = {"op": "UpSampling", "name": "up1", "attrs": {"scale": "2"},
                          "inputs": [[8, 0, 0]]}
-    with pytest.raises(NotInKvtrain, match="node 9 \\(lrn1\\) is operator LRN"):
+    with pytest.raises(NotInKvtrain, match="node 9 \\(up1\\) is operator UpSampling"):
         mx.sym.load_json(json.dumps(graph))
     graph["nodes"][9] = {"op": "Activation", "name": "relu1",
                          "attrs": {"act_type": "relu", "layout": "NHWC"}, "inputs": [[8, 0, 0]]}

@@ -48,7 +48,7 @@ _VARIABLE_HINTS = ("__shape__", "__dtype__", "__storage_type__", "__init__", "__
 
 # MXNet operators kvtrain's core does not have (a selection of the common).
 _NOT_HERE = {
-    "SoftmaxActivation", "LRN", "broadcast_like", "dot", "batch_dot", "transpose", "SliceChannel",
+    "SoftmaxActivation", "broadcast_like", "dot", "batch_dot", "transpose", "SliceChannel",
     "split", "slice_axis", "expand_dims", "Deconvolution", "RNN", "LayerNorm",
     "InstanceNorm", "UpSampling", "SpatialTransformer", "MakeLoss", "L2Normalization",
     "sum", "mean", "exp", "log", "sqrt", "square", "relu", "sigmoid", "tanh", "where",
