@@ -1,5 +1,6 @@
 // kvtrain._kvtrain.DataIter: the C++ iterators over numpy arrays,
-// MNIST-format directories and CSV files (kvtrain.io wraps them).
+// MNIST-format directories and CSV files (kvtrain.io wraps them), and one
+// that reads a Python iterator's batches for the C++ trainer.
 #include <memory>
 #include <string>
 
@@ -42,6 +43,81 @@ IterOptions Options(int batch_size, bool shuffle, uint64_t seed, const std::stri
   o.prefetch = prefetch;
   return o;
 }
+
+// Batches from Python: `source` has batch_size, data_shape (a tuple),
+// reset() and next_arrays(), which returns (data, label, pad) as float32
+// numpy arrays or None at the end of the epoch (kvtrain.io.PythonIter).
+// The number of batches is known only at an epoch's end. Next runs on the
+// trainer's thread and takes the GIL for each batch.
+class PythonSourceIter : public DataIter {
+ public:
+  explicit PythonSourceIter(py::object source)
+      : source_(std::move(source)),
+        batch_size_(source_.attr("batch_size").cast<int>()),
+        data_shape_(ToShape(source_.attr("data_shape"), "the Python iterator's data shape")) {}
+  ~PythonSourceIter() override {
+    py::gil_scoped_acquire gil;
+    source_ = py::object();
+  }
+
+  StatusOr<bool> Next(Batch* batch) override {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object got = source_.attr("next_arrays")();
+      if (got.is_none()) return false;
+      auto t = got.cast<py::tuple>();
+      Tensor data = ViewArray(t[0].cast<py::array>(), "the Python iterator's data", false);
+      Tensor label = ViewArray(t[1].cast<py::array>(), "the Python iterator's label", false);
+      if (data.shape() != data_shape_) {
+        return Status::InvalidArgument("the Python iterator's batch " + std::to_string(served_) +
+                                       " has data of shape " + data.shape().ToString() +
+                                       ", its provide_data says " + data_shape_.ToString());
+      }
+      if (label.size() != batch_size_) {
+        return Status::InvalidArgument("the Python iterator's batch " + std::to_string(served_) +
+                                       " has " + std::to_string(label.size()) +
+                                       " labels for a batch of " + std::to_string(batch_size_));
+      }
+      // Copies: the arrays are Python's, which may reuse them.
+      KV_ASSIGN_OR_RETURN(batch->data, data.CopyTo(Device::CPU()));
+      KV_ASSIGN_OR_RETURN(Tensor flat, label.Reshape(Shape({batch_size_})));
+      KV_ASSIGN_OR_RETURN(batch->label, flat.CopyTo(Device::CPU()));
+      batch->pad = t[2].cast<int>();
+      ++served_;
+      return true;
+    } catch (py::error_already_set& e) {
+      return Status::InvalidArgument("the Python data iterator failed: " + std::string(e.what()));
+    } catch (const py::cast_error& e) {
+      return Status::InvalidArgument("the Python data iterator gave a batch that is not "
+                                     "(data, label, pad) arrays: " + std::string(e.what()));
+    } catch (const StatusError& e) {
+      return e.status;
+    }
+  }
+
+  Status Reset() override {
+    py::gil_scoped_acquire gil;
+    try {
+      source_.attr("reset")();
+    } catch (py::error_already_set& e) {
+      return Status::InvalidArgument("the Python data iterator's reset() failed: " +
+                                     std::string(e.what()));
+    }
+    served_ = 0;
+    return Status::OK();
+  }
+  // A Python iterator cannot seek: every epoch starts with reset().
+  Status StartEpoch(int64_t) override { return Reset(); }
+  int batch_size() const override { return batch_size_; }
+  Shape data_shape() const override { return data_shape_; }
+  int64_t num_batches() const override { return -1; }
+
+ private:
+  py::object source_;
+  const int batch_size_;
+  const Shape data_shape_;
+  int64_t served_ = 0;
+};
 
 }  // namespace
 
@@ -105,6 +181,13 @@ void BindIo(py::module_& m) {
           py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
           py::arg("last_batch_handle"), py::arg("num_parts"), py::arg("part_index"),
           py::arg("prefetch"))
+      .def_static(
+          "from_python",
+          [](py::object source) {
+            std::unique_ptr<DataIter> it = std::make_unique<PythonSourceIter>(source);
+            return std::make_shared<PyIter>(std::move(it), source, py::none());
+          },
+          py::arg("source"))
       .def_property_readonly("batch_size", [](const PyIter& i) { return i.it()->batch_size(); })
       .def_property_readonly("data_shape",
                              [](const PyIter& i) {

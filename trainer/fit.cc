@@ -344,6 +344,12 @@ Status Module::Fit(DataIter* train, DataIter* eval, KVStore* kv,
     // steps; this worker goes on with the next batch of its part, as the
     // dead one would have.
     const int64_t batches = EpochBatches(run);
+    if (batches < 0) {
+      return Status::FailedPrecondition(
+          "this worker was started again in place of one that died, but its training data "
+          "(a Python iterator) does not say how many batches an epoch has, so it cannot find "
+          "where the job is: give the epoch's size (epoch_size, mx.io.ResizeIter)");
+    }
     first += static_cast<int>(done / batches);
     run.skip = done % batches;
     LOG(INFO) << "worker " << kv->rank() << " goes on at epoch " << first << " batch "
@@ -394,13 +400,21 @@ Status Module::TrainEpoch(int epoch, FitRun* run) {
   for (int64_t n = 0; n < skip; ++n) {
     KV_RETURN_IF_ERROR(NextTrainBatch(run->train, epoch, &batch, &rows));
   }
-  for (int64_t n = skip; n < batches; ++n) {
+  // batches < 0: an iterator that knows its length only at the end (a
+  // Python one) runs the epoch to its end.
+  for (int64_t n = skip; batches < 0 || n < batches; ++n) {
     if (o.stop && o.stop()) {
       return Status::Aborted("training stopped at epoch " +
                              std::to_string(epoch) + " batch " +
                              std::to_string(n));
     }
-    KV_RETURN_IF_ERROR(NextTrainBatch(run->train, epoch, &batch, &rows));
+    if (batches < 0) {
+      KV_ASSIGN_OR_RETURN(const bool more, run->train->NextRows(&batch, &rows));
+      if (!more && n == 0) return Status::InvalidArgument("the training data yields no batch");
+      if (!more) break;
+    } else {
+      KV_RETURN_IF_ERROR(NextTrainBatch(run->train, epoch, &batch, &rows));
+    }
     // Two steps in flight: this thread copies in, and pushes the ops of,
     // the next batch while this one's backward and store round trip run,
     // so the engine goes from the store's answer straight into the next
@@ -472,10 +486,11 @@ Status Module::EndEpoch(int epoch, FitRun* run) {
 
 int64_t Module::EpochBatches(const FitRun& run) const {
   // Workers of a synchronous store must run the same number of steps: as
-  // many as the largest part has.
-  return run.o.epoch_size > 0     ? run.o.epoch_size
-         : run.kv->lockstep() ? run.train->max_part_batches()
-                              : run.train->num_batches();
+  // many as the largest part has. -1: unknown until the epoch ends (then
+  // the workers' iterators must give equal numbers of batches).
+  if (run.o.epoch_size > 0) return run.o.epoch_size;
+  if (run.train->num_batches() < 0) return -1;
+  return run.kv->lockstep() ? run.train->max_part_batches() : run.train->num_batches();
 }
 
 Status Module::Checkpoint(int epoch, FitRun* run) {

@@ -54,7 +54,8 @@ class DataIter {
   virtual int batch_size() const = 0;
   // Shape of one batch's data, e.g. (100, 784).
   virtual Shape data_shape() const = 0;
-  // Batches per epoch in this part.
+  // Batches per epoch in this part; -1 when known only at the epoch's end
+  // (an iterator written in Python): a trainer then runs each epoch to it.
   virtual int64_t num_batches() const = 0;
   // The most batches any part of the data set has (part 0's): how many
   // steps every worker of a synchronous job takes per epoch.

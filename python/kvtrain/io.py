@@ -165,3 +165,76 @@ class CSVIter(DataIter):
             last_batch_handle=last_batch_handle, num_parts=num_parts, part_index=part_index,
             prefetch=True)
         super(CSVIter, self).__init__(handle, data_name, label_name)
+
+
+def _float32(x):
+    x = x.asnumpy() if hasattr(x, "asnumpy") else np.asarray(x)
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+class _Source(object):
+    """What the C++ trainer reads from a Python iterator (DataIter.from_python)."""
+
+    def __init__(self, it, batch_size, data_shape):
+        self._it, self.batch_size, self.data_shape = it, batch_size, data_shape
+
+    def reset(self):
+        self._it.reset()
+
+    def next_arrays(self):
+        try:
+            b = self._it.next() if hasattr(self._it, "next") else next(self._it)
+        except StopIteration:
+            return None
+        data = _float32(b.data[0] if isinstance(b.data, (list, tuple)) else b.data)
+        label = b.label[0] if isinstance(b.label, (list, tuple)) and b.label else b.label
+        label = (np.zeros((self.batch_size,), np.float32) if label is None or
+                 (isinstance(label, (list, tuple)) and not label) else _float32(label))
+        return data, label, int(b.pad or 0)
+
+
+def _desc(desc, what):
+    """(name, shape) of a provide_data / provide_label entry (a DataDesc or a pair)."""
+    if hasattr(desc, "name") and hasattr(desc, "shape"):
+        return desc.name, tuple(int(d) for d in desc.shape)
+    try:
+        name, shape = desc
+        return name, tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise TypeError("%s: expected (name, shape) or a DataDesc, got %r" % (what, desc))
+
+
+class PythonIter(DataIter):
+    """Any Python iterator, for the C++ trainer (fit, score, predict): one
+    with provide_data (and provide_label), reset() and next() (or
+    __next__) giving batches with .data, .label and .pad (numpy arrays, or
+    anything with asnumpy(), such as MXNet's NDArrays), as an MXNet DataIter
+    subclass is. An epoch ends where it raises StopIteration, so its length
+    need not be known; under a synchronous dist store every worker's
+    iterator must then give the same number of batches per epoch (as with
+    MXNet), or be cut to one length by fit's epoch_size (mx.io.ResizeIter).
+    The trainer calls reset() as each epoch starts and takes a copy of each
+    batch, on its own thread, holding the GIL while the iterator runs."""
+
+    def __init__(self, source):
+        provide = list(getattr(source, "provide_data", None) or [])
+        if len(provide) != 1:
+            raise TypeError("PythonIter: %s must provide one data input (provide_data), got %r"
+                            % (type(source).__name__, provide))
+        data_name, shape = _desc(provide[0], "provide_data")
+        labels = list(getattr(source, "provide_label", None) or [])
+        label_name = _desc(labels[0], "provide_label")[0] if labels else "softmax_label"
+        self.source = source
+        super(PythonIter, self).__init__(
+            _lib.DataIter.from_python(_Source(source, shape[0], shape)), data_name, label_name)
+
+
+def as_iter(data, what="data"):
+    """`data` as an iterator the C++ core reads: kvtrain's own as they are,
+    a Python one (an MXNet DataIter subclass, ...) through PythonIter."""
+    if data is None or hasattr(data, "_handle"):
+        return data
+    if hasattr(data, "provide_data") and (hasattr(data, "next") or hasattr(data, "__next__")):
+        return PythonIter(data)
+    raise TypeError("%s must be a kvtrain.io iterator or a Python one with provide_data, "
+                    "reset() and next(); got %s" % (what, type(data).__name__))

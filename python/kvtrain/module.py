@@ -18,6 +18,7 @@ from . import _lib
 from . import Context, cpu
 from . import callback as _cb
 from . import initializer as _init
+from . import io as _io
 from . import kvstore as _kv
 from . import optimizer as _opt
 from . import symbol as _sym
@@ -166,9 +167,8 @@ class Module(object):
         store elsewhere."""
         if num_epoch is None:
             raise ValueError("fit: num_epoch is required")
-        if not hasattr(train_data, "_handle"):
-            raise TypeError("fit: train_data must be a kvtrain.io iterator (NDArrayIter, "
-                            "MNISTIter), got %s" % type(train_data).__name__)
+        train_data = _io.as_iter(train_data, "fit: train_data")
+        eval_data = _io.as_iter(eval_data, "fit: eval_data")
         self.bind(train_data.provide_data, train_data.provide_label, force_rebind=force_rebind)
         self.init_params(initializer, arg_params, aux_params, allow_missing, force_init)
         self.init_optimizer(kvstore, optimizer, optimizer_params)
@@ -282,6 +282,7 @@ class Module(object):
               reset=True, epoch=0):
         """[(metric name, value)] of the model on eval_data (forward only)."""
         self._need_params("score")
+        eval_data = _io.as_iter(eval_data, "score: eval_data")
         return self._handle.score(eval_data._handle, _metric_names(eval_metric))
 
     def predict(self, eval_data, num_batch=None, merge_batches=True, reset=True,
@@ -289,6 +290,7 @@ class Module(object):
         """The output for every example of eval_data (padding dropped), as a
         numpy array (examples, ...)."""
         self._need_params("predict")
+        eval_data = _io.as_iter(eval_data, "predict: eval_data")
         return self._handle.predict(eval_data._handle)
 
     def get_params(self):

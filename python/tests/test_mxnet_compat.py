@@ -278,6 +278,55 @@ def test_module_step_by_step_under_dist_sync_keeps_the_workers_equal(tmp_path):
         assert np.array_equal(a[name], b[name]), name
 
 
+# -- fit fed by a Python DataIter subclass (mxnet_python_iter.py) ---------------
+PY_ITER = os.path.join(ROOT, "python", "tests", "mxnet_python_iter.py")
+ITER_LINE = re.compile(r"resets (\d+) batches (\d+) accuracy ([0-9.]+)")
+
+
+def test_fit_reads_a_python_data_iter_in_one_process(tmp_path):
+    r = subprocess.run([PY, PY_ITER, "--kv-store", "local"], env=_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    resets, batches, acc = ITER_LINE.search(r.stdout).groups()
+    # reset() as each of the 3 epochs starts; every one of its 30 batches.
+    assert (int(resets), int(batches)) == (3, 90) and float(acc) > 0.85, r.stdout
+
+
+def test_fit_reads_python_data_iters_under_dist_sync(tmp_path):
+    out = str(tmp_path / "p.npz")
+    env = ["--env", "PYTHONPATH=%s:%s" % (COMPAT, os.path.join(ROOT, "python"))]
+    code, text = launch(["-n", "2", "-s", "1"] + JOB_ENV + env + [
+        PY, PY_ITER, "--kv-store", "dist_sync", "--out", out])
+    assert code == 0, text[-3000:]
+    found = ITER_LINE.findall(text)
+    assert len(found) == 2 and all(b == "90" and float(a) > 0.85 for _, b, a in found), text
+    a, b = (np.load(out.replace(".npz", ".%d.npz" % r)) for r in (0, 1))
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+
+
+def test_a_python_data_iter_that_fails_stops_fit_naming_the_problem():
+    class Broken(mx.io.DataIter):
+        def __init__(self, shape, fail):
+            super().__init__(4)
+            self.provide_data = [mx.io.DataDesc("data", (4, 3))]
+            self.provide_label = [mx.io.DataDesc("softmax_label", (4,))]
+            self.shape, self.fail = shape, fail
+
+        def next(self):
+            if self.fail:
+                raise IOError("record 7 of the reader is corrupt")
+            return mx.io.DataBatch([mx.nd.zeros(self.shape)], [mx.nd.zeros((4,))], pad=0)
+
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2,
+                                                     name="fc"), name="softmax")
+    with pytest.raises(Exception, match=r"batch 0 has data of shape \(4, 5\), its "
+                                        r"provide_data says \(4, 3\)"):
+        mx.mod.Module(net).fit(Broken((4, 5), False), num_epoch=1)
+    with pytest.raises(Exception, match="record 7 of the reader is corrupt"):
+        mx.mod.Module(net).fit(Broken((4, 3), True), num_epoch=1)
+
+
 def test_module_step_by_step_refuses_what_it_cannot_do():
     mod = mx.mod.Module(mx.sym.SoftmaxOutput(mx.sym.FullyConnected(
         mx.sym.var("data"), num_hidden=4, name="fc"), name="softmax"))

@@ -49,14 +49,13 @@ def _data(it, what):
     if it is None:
         return None, 0
     if isinstance(it, _io.ResizeIter):
-        return it.data_iter._inner if hasattr(it.data_iter, "_inner") else it.data_iter, it.size
+        inner = it.data_iter
+        return (inner._inner if hasattr(inner, "_inner") else _kt.io.as_iter(inner, what)), it.size
     if isinstance(it, _io._Wrapped):
         return it._inner, 0
-    if isinstance(it, _kt.io.DataIter):
-        return it, 0
-    raise NotInKvtrain("a Python %s (%s) in Module.fit" % (what, type(it).__name__),
-                       "fit reads NDArrayIter, MNISTIter or ResizeIter in C++; load the "
-                       "data into numpy and use NDArrayIter")
+    # kvtrain's iterators as they are; a Python DataIter subclass through
+    # kvtrain.io.PythonIter (the trainer calls its next() for each batch).
+    return _kt.io.as_iter(it, what), 0
 
 
 def _store(kvstore):
