@@ -27,6 +27,11 @@ struct ConvGeometry {
   }
 };
 
+// The CPU versions for one image (convolution_op.cc): its column block (K
+// rows of P, row stride ld) from the image, and added back onto it.
+void Im2ColImageCpu(const ConvGeometry& g, const float* data, float* col, int64_t ld);
+void Col2ImImageCpu(const ConvGeometry& g, const float* col, int64_t ld, float* data);
+
 namespace gpu {
 
 // col (K x g*P) from g consecutive images starting at `data`.

@@ -85,6 +85,14 @@ KV_MULTI_ISA void Col2ImCpu(const ConvGeometry& g, const float* col,
 
 }  // namespace
 
+void Im2ColImageCpu(const ConvGeometry& g, const float* data, float* col, int64_t ld) {
+  Im2ColCpu(g, data, col, ld);
+}
+
+void Col2ImImageCpu(const ConvGeometry& g, const float* col, int64_t ld, float* data) {
+  Col2ImCpu(g, col, ld, data);
+}
+
 StatusOr<std::unique_ptr<Operator>> ConvolutionOp::Create(const OpSpec& spec) {
   auto op = std::unique_ptr<ConvolutionOp>(new ConvolutionOp);
   AttrReader r(spec.Describe(), spec.attrs);

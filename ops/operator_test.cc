@@ -34,7 +34,7 @@ TEST(OperatorRegistryTest, UnknownOperatorListsTheKnownOnes) {
   EXPECT_EQ(op.status().code(), Status::Code::kNotFound);
   EXPECT_EQ(op.status().message(),
             "unknown operator \"Convolution3D\" (for c); known operators: "
-            "Activation, BatchNorm, BlockGrad, Cast, Concat, Convolution, Dropout, "
+            "Activation, BatchNorm, BlockGrad, Cast, Concat, Convolution, Deconvolution, Dropout, "
             "Embedding, Flatten, FullyConnected, LRN, LeakyReLU, LinearRegressionOutput, "
             "Pooling, Reshape, SoftmaxOutput, adagrad_update, adam_update, broadcast_add, "
             "broadcast_axis, broadcast_div, broadcast_equal, broadcast_greater, "

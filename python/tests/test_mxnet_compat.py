@@ -649,6 +649,31 @@ def test_lrn_computes_mxnets_formula_in_a_module():
     np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, rtol=1e-5)
 
 
+def test_deconvolution_spreads_each_pixel_over_its_kernel_in_a_module():
+    d = mx.sym.Reshape(mx.sym.var("data"), shape=(2, 1, 2, 2))
+    up = mx.sym.Deconvolution(d, kernel=(2, 2), stride=(2, 2), num_filter=2, name="up",
+                              target_shape=(), workspace=512)
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(up, num_hidden=3, name="fc"),
+                               name="softmax")
+    g = json.loads(net.tojson())
+    node = [n for n in g["nodes"] if n["op"] == "Deconvolution"][0]
+    node["attrs"].update({"num_group": "1", "dilate": "(1, 1)", "adj": "(0, 0)"})
+    mod = mx.mod.Module(mx.sym.load_json(json.dumps(g)))  # as MXNet writes it
+    mod.bind(data_shapes=[("data", (2, 4))], label_shapes=[("softmax_label", (2,))],
+             for_training=False)
+    mod.init_params(initializer=mx.init.Uniform(0.5))
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 8
+    mod.forward(mx.io.DataBatch([mx.nd.array(x)], [mx.nd.zeros((2,))]), is_train=False)
+    args, _ = mod.get_params()
+    w = args["up_weight"].asnumpy()  # (1, 2, 2, 2): channels, num_filter, kh, kw
+    # Stride 2 with a 2x2 kernel: each input pixel becomes its own 2x2 block.
+    h = np.einsum("nij,fab->nfiajb", x.reshape(2, 2, 2), w[0]).reshape(2, 2 * 4 * 4)
+    z = h @ args["fc_weight"].asnumpy().T + args["fc_bias"].asnumpy()
+    want = np.exp(z - z.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, rtol=1e-5)
+
+
 def test_mxnet_json_with_what_kvtrain_lacks_is_refused_naming_the_node(tmp_path):
     graph = json.loads(open(os.path.join(TESTDATA, "mxnet_mlp_bn-symbol.json")).read())
     graph["nodes"][9] = {"op": "UpSampling", "name": "up1", "attrs": {"scale": "2"},

@@ -25,6 +25,7 @@ _HARMLESS = ("workspace", "cudnn_tune", "cudnn_off")
 _DEFAULT_ONLY = {  # name: (MXNet's default, the spellings of it MXNet writes)
     "dilate": ("(1, 1)", {"(1, 1)", "(1,1)", "(1, 1, 1)", "(1,1,1)", "()", "(1,)", "(1)"}),
     "num_group": ("1", {"1"}),
+    "target_shape": ("()", {"()", "(0, 0)", "(0,0)"}),
     "layout": ("None", {"None", "NCHW", "NCW", "NCDHW"}),
     "pooling_convention": ("valid", {"valid"}),
     "output_mean_var": ("False", {"False", "false", "0"}),
@@ -49,7 +50,7 @@ _VARIABLE_HINTS = ("__shape__", "__dtype__", "__storage_type__", "__init__", "__
 # MXNet operators kvtrain's core does not have (a selection of the common).
 _NOT_HERE = {
     "SoftmaxActivation", "broadcast_like", "dot", "batch_dot", "transpose", "SliceChannel",
-    "split", "slice_axis", "expand_dims", "Deconvolution", "RNN", "LayerNorm",
+    "split", "slice_axis", "expand_dims", "RNN", "LayerNorm",
     "InstanceNorm", "UpSampling", "SpatialTransformer", "MakeLoss", "L2Normalization",
     "sum", "mean", "exp", "log", "sqrt", "square", "relu", "sigmoid", "tanh", "where",
     "zeros", "ones", "Custom", "take", "pick", "one_hot", "Crop", "Pad", "ROIPooling",
