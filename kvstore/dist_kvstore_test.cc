@@ -3,6 +3,7 @@
 // in tests/kvstore run the same over ZeroMQ.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <mutex>
 #include <thread>
 
@@ -282,6 +283,39 @@ TEST(DistKVStoreTest, AsyncFinalizeWaitsForTheSlowestWorker) {
     KV_RETURN_IF_ERROR(kv->Init({"w"}, {Filled(3, 0)}));
     if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2000));
     return kv->Push({"w"}, {Filled(3, 1)});
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// The servers find each key's lr_mult and wd_mult by its name, split
+// across servers or not (MXNet: biases take no weight decay).
+TEST(DistKVStoreTest, ServersApplyEachKeysMultipliersByName) {
+  DistFixture f(2, 2, {{"KVTRAIN_BIGARRAY_BOUND", "8"}});
+  Status s = f.Run("dist_sync", [](KVStore* kv, int) -> Status {
+    const std::vector<Key> keys = {"fc_weight", "fc_bias", 7};
+    KV_RETURN_IF_ERROR(kv->Init(keys, {Filled(20, 1), Filled(3, 1), Filled(3, 1)}));
+    proto::OptimizerSpec sgd;
+    sgd.set_type(proto::OptimizerSpec::SGD);
+    sgd.set_learning_rate(0.5f);
+    sgd.set_weight_decay(0.1f);
+    (*sgd.mutable_wd_mult())["fc_bias"] = 0.0f;
+    (*sgd.mutable_lr_mult())["fc_weight"] = 2.0f;
+    (*sgd.mutable_wd_mult())["7"] = 3.0f;
+    KV_RETURN_IF_ERROR(kv->SetOptimizer(sgd));
+    std::vector<Tensor> outs = {Tensor::Zeros({20}), Tensor::Zeros({3}), Tensor::Zeros({3})};
+    KV_RETURN_IF_ERROR(kv->PushPull(keys, {Filled(20, 0.5f), Filled(3, 0.5f), Filled(3, 0.5f)},
+                                    outs));
+    // w -= lr * lr_mult * (sum of the 2 pushes + wd * wd_mult * w).
+    const std::vector<float> want = {1 - 1.0f * (1 + 0.1f), 1 - 0.5f * 1, 1 - 0.5f * (1 + 0.3f)};
+    for (size_t i = 0; i < keys.size(); ++i) {
+      for (float v : outs[i].ToVector()) {
+        if (std::fabs(v - want[i]) > 1e-6) {
+          return Status::Internal("key " + keys[i].ToString() + ": got " + std::to_string(v) +
+                                  ", want " + std::to_string(want[i]));
+        }
+      }
+    }
+    return kv->Barrier();
   });
   EXPECT_TRUE(s.ok()) << s;
 }

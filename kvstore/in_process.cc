@@ -40,7 +40,8 @@ Status ProcessUpdate::SetOptimizer(const proto::OptimizerSpec& spec) {
   optimizer_ = opt;
   updater_ = [opt, keys](const Key& key, const Tensor& grad, Tensor* weight) {
     KV_ASSIGN_OR_RETURN(uint64_t id, keys->Id(key));
-    return opt->Update(StateKey(id, 0), *weight, grad);
+    return opt->Update(StateKey(id, 0), *weight, grad, Optimizer::Wait::kDone, 1.0f,
+                       opt->MultsFor(key.ToString()));
   };
   return Status::OK();
 }

@@ -481,7 +481,7 @@ Status ServerHandler::Apply(KeyState* st, uint64_t key, const Tensor& grad,
   if (st->value.storage().use_count() > 1) st->value = st->value.Clone();
   if (std::shared_ptr<Optimizer> opt = optimizer()) {
     return opt->Update(static_cast<int64_t>(key - key_base_), st->value, grad,
-                       Optimizer::Wait::kDone, step_scale)
+                       Optimizer::Wait::kDone, step_scale, opt->MultsFor(st->name))
         .Annotate("key " + st->name + ": update");
   }
   return accumulate ? blas::Axpy(1.0f, grad, &st->value)

@@ -119,6 +119,14 @@ Status CheckSpec(const OptimizerSpec& s) {
   if (s.has_gamma1() && !(s.gamma1() >= 0 && s.gamma1() < 1)) {
     return Bad("gamma1 " + Num(s.gamma1()) + " must be in [0, 1)");
   }
+  for (const auto* mults : {&s.lr_mult(), &s.wd_mult()}) {
+    for (const auto& [name, m] : *mults) {
+      if (!(m >= 0) || !std::isfinite(m)) {
+        return Bad(std::string(mults == &s.lr_mult() ? "lr_mult" : "wd_mult") + " of key \"" +
+                   name + "\" is " + Num(m) + "; it must be finite and >= 0");
+      }
+    }
+  }
   if (s.has_rho() && !(s.rho() >= 0 && s.rho() < 1)) {
     return Bad("rho " + Num(s.rho()) + " must be in [0, 1)");
   }
@@ -229,6 +237,13 @@ UpdateParams Optimizer::StepParams(int64_t t, int64_t count) const {
   return p;
 }
 
+Optimizer::KeyMults Optimizer::MultsFor(const std::string& name) const {
+  KeyMults m;
+  if (auto it = spec_.lr_mult().find(name); it != spec_.lr_mult().end()) m.lr = it->second;
+  if (auto it = spec_.wd_mult().find(name); it != spec_.wd_mult().end()) m.wd = it->second;
+  return m;
+}
+
 float Optimizer::CurrentLearningRate() const {
   std::lock_guard<std::mutex> lock(mu_);
   return LearningRateAt(num_update_ + 1);
@@ -269,7 +284,8 @@ StatusOr<Optimizer::KeyState*> Optimizer::StateFor(int64_t key,
 }
 
 Status Optimizer::Update(int64_t key, const Tensor& weight,
-                         const Tensor& grad, Wait wait, float step_scale) {
+                         const Tensor& grad, Wait wait, float step_scale,
+                         KeyMults mults) {
   const std::string what = "optimizer key " + std::to_string(key);
   if (!(step_scale > 0) || !std::isfinite(step_scale)) {
     return Status::InvalidArgument(what + ": step scale " + std::to_string(step_scale) +
@@ -292,6 +308,8 @@ Status Optimizer::Update(int64_t key, const Tensor& weight,
     t = num_update_;
   }
   UpdateParams p = StepParams(t, state->count);
+  p.lr *= mults.lr;
+  p.wd *= mults.wd;
   if (step_scale != 1.0f) {
     // The effective step lr / (1 - momentum) times step_scale: momentum
     // lowered first, (1 - m') = (1 - m) / step_scale up to 1, and the

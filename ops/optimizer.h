@@ -21,6 +21,11 @@
 
 namespace kvtrain {
 
+// One key's multipliers of the learning rate and the weight decay.
+struct OptimizerKeyMults {
+  float lr = 1.0f, wd = 1.0f;
+};
+
 // Thread-safe: Update may be called concurrently for different keys (the
 // servers do); calls for the same key must not overlap. Save/Load may run
 // concurrently with updates of other keys.
@@ -53,8 +58,13 @@ class Optimizer {
   // as momentum of its own: Mitliagkas et al., "Asynchrony begets
   // momentum", 2016), then the learning rate for the rest; without
   // momentum, the learning rate alone (Zhang et al., IJCAI'16).
+  // `mults`: the key's multipliers of the learning rate and weight decay
+  // (MultsFor its name).
+  using KeyMults = OptimizerKeyMults;
   Status Update(int64_t key, const Tensor& weight, const Tensor& grad,
-                Wait wait = Wait::kDone, float step_scale = 1.0f);
+                Wait wait = Wait::kDone, float step_scale = 1.0f, KeyMults mults = {});
+  // The spec's lr_mult and wd_mult for a key named `name` (1 when unlisted).
+  KeyMults MultsFor(const std::string& name) const;
 
   // The rule and the scalars of an update at schedule count `t` of an array
   // updated `count` times, this update included (Adam's bias correction):

@@ -205,6 +205,28 @@ TEST_F(OptimizerTest, EachRuleMatchesReference) {
       << refused.status();
 }
 
+TEST_F(OptimizerTest, KeysTakeTheirMultipliers) {
+  OptimizerSpec s = Spec(OptimizerSpec::SGD, 0.5f);
+  s.set_weight_decay(0.1f);
+  (*s.mutable_lr_mult())["fc_weight"] = 2.0f;
+  (*s.mutable_wd_mult())["fc_bias"] = 0.0f;
+  auto opt = Make(s);
+  EXPECT_EQ(opt->MultsFor("fc_weight").lr, 2.0f);
+  EXPECT_EQ(opt->MultsFor("fc_weight").wd, 1.0f);
+  EXPECT_EQ(opt->MultsFor("fc_bias").wd, 0.0f);
+  EXPECT_EQ(opt->MultsFor("other").lr, 1.0f);
+  Tensor w = *Tensor::FromVector({1.0f, 1.0f}, {2}).CopyTo(TestDevice());
+  Tensor b = *Tensor::FromVector({1.0f, 1.0f}, {2}).CopyTo(TestDevice());
+  Tensor g = *Tensor::FromVector({0.5f, 0.5f}, {2}).CopyTo(TestDevice());
+  ASSERT_TRUE(opt->Update(1, w, g, Optimizer::Wait::kDone, 1.0f, opt->MultsFor("fc_weight")).ok());
+  ASSERT_TRUE(opt->Update(2, b, g, Optimizer::Wait::kDone, 1.0f, opt->MultsFor("fc_bias")).ok());
+  EXPECT_NEAR(w.ToVector()[0], 1 - 1.0 * (0.5 + 0.1), 1e-6);  // lr 0.5 x 2
+  EXPECT_NEAR(b.ToVector()[0], 1 - 0.5 * 0.5, 1e-6);          // no decay
+  (*s.mutable_wd_mult())["fc_bias"] = -1.0f;
+  EXPECT_EQ(Optimizer::Create(s).status().message(),
+            "optimizer: wd_mult of key \"fc_bias\" is -1; it must be finite and >= 0");
+}
+
 TEST_F(OptimizerTest, BadSpecsAreRejected) {
   OptimizerSpec s;
   EXPECT_EQ(Optimizer::Create(s).status().message(),

@@ -139,6 +139,21 @@ py::bytes OptimizerSpec(const std::string& name, const py::dict& params) {
       spec.set_beta(number());
     } else if (key == "gamma1") {
       spec.set_gamma1(number());
+    } else if (key == "lr_mult" || key == "wd_mult") {
+      if (v.is_none()) continue;
+      if (!py::isinstance<py::dict>(v)) {
+        throw StatusError{Status::InvalidArgument("optimizer parameter " + key +
+                                                  ": expected a dict of key -> multiplier")};
+      }
+      auto* mults = key == "lr_mult" ? spec.mutable_lr_mult() : spec.mutable_wd_mult();
+      for (const auto& [name, m] : v.cast<py::dict>()) {
+        if (!py::isinstance<py::float_>(m) && !py::isinstance<py::int_>(m)) {
+          throw StatusError{Status::InvalidArgument("optimizer parameter " + key + "[" +
+                                                    std::string(py::str(name)) +
+                                                    "]: expected a number")};
+        }
+        (*mults)[std::string(py::str(name))] = m.cast<float>();
+      }
     } else if (key == "wd_lh") {
       spec.set_wd_lh(number());
     } else if (key == "rho") {
@@ -171,7 +186,8 @@ py::bytes OptimizerSpec(const std::string& name, const py::dict& params) {
       throw StatusError{Status::InvalidArgument(
           "optimizer parameter \"" + key +
           "\" is unknown; accepted: learning_rate, momentum, wd, rescale_grad, "
-          "clip_gradient, beta1, beta2, epsilon, lamda1, beta, lr_scheduler")};
+          "clip_gradient, beta1, beta2, epsilon, lamda1, beta, gamma1, wd_lh, rho, lr_mult, "
+          "wd_mult, lr_scheduler")};
     }
   }
   Check(Optimizer::Create(spec).status());

@@ -213,7 +213,8 @@ Status Module::FinishStep(KVStore* kv, const std::vector<KVHandle>& handles) {
       // it; whatever reads the weight elsewhere synchronises first.
       KV_RETURN_IF_ERROR(local_optimizer->Update(
           kv::StateKey(state_ids_[p], d), execs_[d]->arg_arrays()[arg],
-          execs_[d]->grad_arrays()[arg], Optimizer::Wait::kQueued));
+          execs_[d]->grad_arrays()[arg], Optimizer::Wait::kQueued, 1.0f,
+          local_optimizer->MultsFor(param_names_[p])));
     }
   }
   return Status::OK();

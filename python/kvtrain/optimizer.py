@@ -15,7 +15,9 @@ class Optimizer(object):
     """`name` and its parameters: learning_rate, momentum (sgd, nag), wd,
     rescale_grad, clip_gradient, beta1, beta2 (adam, adamax), epsilon (adam,
     adagrad, rmsprop, adadelta), lamda1, beta (ftrl), gamma1 (rmsprop), wd_lh
-    (signum), rho (adadelta), lr_scheduler (kvtrain.lr_scheduler). Checked at
+    (signum), rho (adadelta), lr_scheduler (kvtrain.lr_scheduler), lr_mult and
+    wd_mult (dicts: a key's name, or an int key, to its multiplier of the
+    learning rate or the weight decay; 1 for keys not listed). Checked at
     once: a bad value is a ValueError naming it."""
 
     def __init__(self, name, **params):

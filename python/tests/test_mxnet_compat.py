@@ -194,12 +194,39 @@ def test_signum_adamax_and_adadelta_follow_mxnets_updates(name, kw):
                                    err_msg="%s step %d" % (name, t))
 
 
+def test_biases_take_no_weight_decay_as_in_mxnet():
+    # Given the parameters' names, MXNet decays only *_weight and *_gamma.
+    names = {0: "fc_weight", 1: "fc_bias", 2: "bn_gamma", 3: "bn_beta"}
+    opt = mx.optimizer.create("sgd", learning_rate=1.0, wd=0.1, rescale_grad=1.0,
+                              param_idx2name=names)
+    opt.set_lr_mult({"fc_weight": 2.0})
+    kv = mx.kv.create("local")
+    kv.set_optimizer(opt)
+    for key in names:
+        kv.init(key, mx.nd.ones((2,)))
+        kv.push(key, mx.nd.full((2,), 0.5))
+    out = mx.nd.zeros((2,))
+    got = []
+    for key in names:
+        kv.pull(key, out=out)
+        got.append(float(out.asnumpy()[0]))
+    # w -= lr * lr_mult * (g + wd * wd_mult * w)
+    np.testing.assert_allclose(got, [1 - 2 * (0.5 + 0.1), 0.5, 1 - (0.5 + 0.1), 0.5], rtol=1e-6)
+    # A Module given the optimizer's name passes the names, as MXNet's does.
+    mod = mx.mod.Module(mx.sym.SoftmaxOutput(mx.sym.FullyConnected(
+        mx.sym.var("data"), num_hidden=2, name="fc"), name="softmax"))
+    mod.bind(data_shapes=[("data", (4, 3))], label_shapes=[("softmax_label", (4,))])
+    mod.init_params()
+    mod.init_optimizer(optimizer="sgd", optimizer_params={"wd": 0.01})
+    assert mod._optimizer.params["wd_mult"] == {"fc_bias": 0.0, "1": 0.0}
+
+
 def test_optimizers_take_mxnets_names_arguments_and_defaults():
     adam = mx.optimizer.create("adam")
     assert adam.learning_rate == 0.001  # MXNet's, where kvtrain's own is 0.01
     assert adam._kvtrain.params["learning_rate"] == 0.001
     sgd = mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, wd=1e-4, multi_precision=True,
-                           param_idx2name={0: "w"})
+                           param_idx2name={0: "fc_weight"})
     assert sgd._kvtrain.params == {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}
     rmsprop = mx.optimizer.create("rmsprop", gamma1=0.95, gamma2=0.9, epsilon=1e-7)
     assert rmsprop._kvtrain.params == {"learning_rate": 0.001, "gamma1": 0.95, "epsilon": 1e-7}

@@ -125,6 +125,12 @@ class Module(_kt.mod.Module):
         if self._compression:
             self._kv.set_gradient_compression(dict(self._compression))
         params = dict(optimizer_params or {})
+        if isinstance(optimizer, str):
+            # As MXNet's Module: the parameters' names, so biases and
+            # BatchNorm's betas take no weight decay.
+            named = set(self._data_names) | set(self._label_names)
+            params.setdefault("param_idx2name", dict(enumerate(
+                n for n in self._symbol.list_arguments() if n not in named)))
         self._optimizer = _opt.to_kvtrain(
             optimizer if isinstance(optimizer, _opt.Optimizer)
             else _opt.create(optimizer, **params))

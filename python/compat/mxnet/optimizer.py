@@ -61,7 +61,34 @@ class Optimizer(object):
         self.rescale_grad = kwargs.get("rescale_grad", 1.0)
         self.wd = kwargs.get("wd", 0.0)
         self.multi_precision = bool(kwargs.get("multi_precision", False))
+        self.idx2name = dict(kwargs.get("param_idx2name") or {})
+        self.lr_mult, self.wd_mult = {}, {}
+        self.set_wd_mult({})
         self._kvtrain = self._translate()
+
+    def set_lr_mult(self, args_lr_mult):
+        """Each parameter's learning-rate multiplier, by name (or index)."""
+        self.lr_mult = dict(args_lr_mult)
+        self._kvtrain = self._translate()
+
+    def set_wd_mult(self, args_wd_mult):
+        """Each parameter's weight-decay multiplier, by name (or index). As
+        MXNet's: given param_idx2name, a parameter whose name does not end
+        in _weight or _gamma (a bias, BatchNorm's beta) takes none."""
+        self.wd_mult = {n: 0.0 for n in self.idx2name.values()
+                        if not (n.endswith("_weight") or n.endswith("_gamma"))}
+        self.wd_mult.update(args_wd_mult)
+        if hasattr(self, "_kvtrain"):
+            self._kvtrain = self._translate()
+
+    def _mults(self, mults):
+        """kvtrain's multipliers by key: the names and indices given, and the
+        indices param_idx2name names (int keys reach the store as decimals)."""
+        out = {str(k): float(v) for k, v in mults.items()}
+        for index, name in self.idx2name.items():
+            if name in mults and index not in mults:
+                out[str(index)] = float(mults[name])
+        return out
 
     def _translate(self):
         kw = {k: v for k, v in self.kwargs.items()
@@ -86,6 +113,10 @@ class Optimizer(object):
             return _kt.optimizer.create("sgd", learning_rate=1.0,
                                         rescale_grad=-float(self.rescale_grad))
         kw["learning_rate"] = self.learning_rate
+        if self.lr_mult:
+            kw["lr_mult"] = self._mults(self.lr_mult)
+        if self.wd_mult:
+            kw["wd_mult"] = self._mults(self.wd_mult)
         return _kt.optimizer.create(self.name, **kw)
 
     def __repr__(self):
