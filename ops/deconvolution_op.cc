@@ -111,6 +111,11 @@ DeconvolutionOp::Plan DeconvolutionOp::MakePlan(const Shape& data, const Device&
   p.slots = device.is_cpu() ? std::max(1, std::min(threads, p.batch)) : 1;
   p.slot_floats = g.K() * g.P() +
                   (device.is_cpu() ? p.channels * g.K() + static_cast<int64_t>(g.c) : 0);
+  p.K = static_cast<int>(g.K());
+  p.P = static_cast<int>(g.P());
+  p.in_size = static_cast<int64_t>(p.channels) * p.P;
+  p.out_size = g.image_size();
+  p.out_plane = static_cast<int64_t>(g.h) * g.w;
   return p;
 }
 
@@ -120,11 +125,15 @@ size_t DeconvolutionOp::WorkspaceBytes(const std::vector<Shape>& in_shapes,
   return p.slots * p.slot_floats * sizeof(float);
 }
 
-DeconvolutionOp::Plan DeconvolutionOp::CallPlan(const OpContext& ctx, const Tensor& data) const {
+StatusOr<DeconvolutionOp::Plan> DeconvolutionOp::CallPlan(const OpContext& ctx,
+                                                         const Tensor& data) const {
   const Device& dev = ctx.device->device();
   Plan p = MakePlan(data.shape(), dev, CpuThreads());
   while (p.slots > 1 && p.slots * p.slot_floats * sizeof(float) > ctx.workspace_bytes) {
     p = MakePlan(data.shape(), dev, p.slots - 1);
+  }
+  if (p.slots * p.slot_floats * sizeof(float) > ctx.workspace_bytes) {
+    return Error("workspace too small");
   }
   return p;
 }
@@ -132,14 +141,10 @@ DeconvolutionOp::Plan DeconvolutionOp::CallPlan(const OpContext& ctx, const Tens
 Status DeconvolutionOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
   const OpReq req = args->req[0];
   if (req == OpReq::kNull) return Status::OK();
-  const Plan p = CallPlan(ctx, args->in[0]);
-  if (p.slots * p.slot_floats * sizeof(float) > ctx.workspace_bytes) {
-    return Error("workspace too small");
-  }
+  KV_ASSIGN_OR_RETURN(const Plan p, CallPlan(ctx, args->in[0]));
   const ConvGeometry& g = p.geo;
-  const int K = static_cast<int>(g.K()), P = static_cast<int>(g.P());
-  const int64_t out_size = g.image_size(), in_size = static_cast<int64_t>(p.channels) * P;
-  const int64_t out_plane = static_cast<int64_t>(g.h) * g.w;
+  const int K = p.K, P = p.P;
+  const int64_t out_size = p.out_size, in_size = p.in_size, out_plane = p.out_plane;
   const float* data = Ptr(args->in[0]);
   const float* weight = Ptr(args->in[1]);
   const float* bias = no_bias_ ? nullptr : Ptr(args->in[2]);
@@ -170,14 +175,10 @@ Status DeconvolutionOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
 }
 
 Status DeconvolutionOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
-  const Plan p = CallPlan(ctx, args->in[0]);
-  if (p.slots * p.slot_floats * sizeof(float) > ctx.workspace_bytes) {
-    return Error("workspace too small");
-  }
+  KV_ASSIGN_OR_RETURN(const Plan p, CallPlan(ctx, args->in[0]));
   const ConvGeometry& g = p.geo;
-  const int K = static_cast<int>(g.K()), P = static_cast<int>(g.P());
-  const int64_t out_size = g.image_size(), in_size = static_cast<int64_t>(p.channels) * P;
-  const int64_t out_plane = static_cast<int64_t>(g.h) * g.w;
+  const int K = p.K, P = p.P;
+  const int64_t out_size = p.out_size, in_size = p.in_size, out_plane = p.out_plane;
   const float* data = Ptr(args->in[0]);
   const float* weight = Ptr(args->in[1]);
   const float* dout = Ptr(args->out_grad[0]);
@@ -235,10 +236,10 @@ Status DeconvolutionOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
 #ifdef KVTRAIN_CUDA
   const OpReq req = args->req[0];
   if (req == OpReq::kNull) return Status::OK();
-  const Plan p = CallPlan(ctx, args->in[0]);
+  KV_ASSIGN_OR_RETURN(const Plan p, CallPlan(ctx, args->in[0]));
   const ConvGeometry& g = p.geo;
-  const int K = static_cast<int>(g.K()), P = static_cast<int>(g.P());
-  const int64_t out_size = g.image_size(), in_size = static_cast<int64_t>(p.channels) * P;
+  const int K = p.K, P = p.P;
+  const int64_t out_size = p.out_size, in_size = p.in_size;
   float* col = static_cast<float*>(ctx.workspace);
   void* stream = ctx.device->stream();
   for (int n = 0; n < p.batch; ++n) {
@@ -247,8 +248,7 @@ Status DeconvolutionOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
     gpu::Col2Im(g, col, 1, Ptr(args->out[0]) + n * out_size, req == OpReq::kAdd, stream);
   }
   if (!no_bias_) {
-    gpu::AddBias(Ptr(args->in[2]), p.batch, g.c, static_cast<int64_t>(g.h) * g.w,
-                 Ptr(args->out[0]), stream);
+    gpu::AddBias(Ptr(args->in[2]), p.batch, g.c, p.out_plane, Ptr(args->out[0]), stream);
   }
   return Status::OK();
 #else
@@ -258,16 +258,16 @@ Status DeconvolutionOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
 
 Status DeconvolutionOp::BackwardGpu(const OpContext& ctx, BackwardArgs* args) {
 #ifdef KVTRAIN_CUDA
-  const Plan p = CallPlan(ctx, args->in[0]);
+  KV_ASSIGN_OR_RETURN(const Plan p, CallPlan(ctx, args->in[0]));
   const ConvGeometry& g = p.geo;
-  const int K = static_cast<int>(g.K()), P = static_cast<int>(g.P());
-  const int64_t out_size = g.image_size(), in_size = static_cast<int64_t>(p.channels) * P;
+  const int K = p.K, P = p.P;
+  const int64_t out_size = p.out_size, in_size = p.in_size;
   float* col = static_cast<float*>(ctx.workspace);
   void* stream = ctx.device->stream();
   const OpReq dx_req = args->req[0], dw_req = args->req[1];
   if (!no_bias_ && args->req[2] != OpReq::kNull) {
-    gpu::BiasGrad(Ptr(args->out_grad[0]), p.batch, g.c, static_cast<int64_t>(g.h) * g.w,
-                  Ptr(args->in_grad[2]), args->req[2] == OpReq::kAdd, stream);
+    gpu::BiasGrad(Ptr(args->out_grad[0]), p.batch, g.c, p.out_plane, Ptr(args->in_grad[2]),
+                  args->req[2] == OpReq::kAdd, stream);
   }
   for (int n = 0; n < p.batch; ++n) {
     gpu::Im2Col(g, Ptr(args->out_grad[0]) + n * out_size, 1, col, stream);

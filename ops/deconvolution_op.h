@@ -48,9 +48,15 @@ class DeconvolutionOp : public Operator {
     // Floats per slot: the column block, and on the CPU the partial weight
     // and bias gradients.
     int64_t slot_floats = 0;
+    // The column block's rows and columns; one data image's, one output
+    // image's and one output plane's floats.
+    int K = 0, P = 0;
+    int64_t in_size = 0, out_size = 0, out_plane = 0;
   };
   Plan MakePlan(const Shape& data, const Device& device, int threads) const;
-  Plan CallPlan(const OpContext& ctx, const Tensor& data) const;
+  // The plan for this call within the workspace the executor gave (an
+  // error if even one slot does not fit).
+  StatusOr<Plan> CallPlan(const OpContext& ctx, const Tensor& data) const;
 
   int64_t kernel_[2] = {0, 0};
   int64_t stride_[2] = {1, 1};

@@ -625,6 +625,15 @@ def test_symbol_arithmetic_with_numbers_round_trips_through_mxnets_json():
     assert mx.sym.load_json(text).infer_shape(x=(2, 3), y=(1, 3))[1] == [(2, 3)]
 
 
+def _expect_softmax_of_fc(mod, h):
+    """The module's output is softmax(fc(h)) with its parameters fc_weight, fc_bias."""
+    args, _ = mod.get_params()
+    z = h @ args["fc_weight"].asnumpy().T + args["fc_bias"].asnumpy()
+    want = np.exp(z - z.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, rtol=1e-5)
+
+
 def test_broadcast_ops_compute_as_numpy_in_a_module():
     d = mx.sym.var("data")
     col, row = mx.sym.Reshape(d, shape=(2, 3, 1)), mx.sym.Reshape(d, shape=(2, 1, 3))
@@ -647,11 +656,7 @@ def test_broadcast_ops_compute_as_numpy_in_a_module():
     c, r = x[:, :, None], x[:, None, :]
     h = (np.maximum(c, r) + (c > r) + np.broadcast_to(r, (2, 3, 3))
          + np.broadcast_to(c, (2, 3, 3)) + c ** r + (c - r)).reshape(2, 9)
-    args, _ = mod.get_params()
-    z = h @ args["fc_weight"].asnumpy().T + args["fc_bias"].asnumpy()
-    want = np.exp(z - z.max(1, keepdims=True))
-    want /= want.sum(1, keepdims=True)
-    np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, rtol=1e-5)
+    _expect_softmax_of_fc(mod, h)
 
 
 def test_lrn_computes_mxnets_formula_in_a_module():
@@ -669,11 +674,7 @@ def test_lrn_computes_mxnets_formula_in_a_module():
     sq = np.pad(a * a, ((0, 0), (1, 1), (0, 0), (0, 0)))
     window = sq[:, 0:5] + sq[:, 1:6] + sq[:, 2:7]
     h = (a / (1.5 + 0.3 / 3 * window) ** 0.5).reshape(2, 10)
-    args, _ = mod.get_params()
-    z = h @ args["fc_weight"].asnumpy().T + args["fc_bias"].asnumpy()
-    want = np.exp(z - z.max(1, keepdims=True))
-    want /= want.sum(1, keepdims=True)
-    np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, rtol=1e-5)
+    _expect_softmax_of_fc(mod, h)
 
 
 def test_deconvolution_spreads_each_pixel_over_its_kernel_in_a_module():
@@ -695,10 +696,7 @@ def test_deconvolution_spreads_each_pixel_over_its_kernel_in_a_module():
     w = args["up_weight"].asnumpy()  # (1, 2, 2, 2): channels, num_filter, kh, kw
     # Stride 2 with a 2x2 kernel: each input pixel becomes its own 2x2 block.
     h = np.einsum("nij,fab->nfiajb", x.reshape(2, 2, 2), w[0]).reshape(2, 2 * 4 * 4)
-    z = h @ args["fc_weight"].asnumpy().T + args["fc_bias"].asnumpy()
-    want = np.exp(z - z.max(1, keepdims=True))
-    want /= want.sum(1, keepdims=True)
-    np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, rtol=1e-5)
+    _expect_softmax_of_fc(mod, h)
 
 
 def test_mxnet_json_with_what_kvtrain_lacks_is_refused_naming_the_node(tmp_path):
