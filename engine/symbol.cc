@@ -4,6 +4,8 @@
 #include <google/protobuf/text_format.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -23,11 +25,26 @@ Symbol Symbol::Error(Status status) {
   return s;
 }
 
-Symbol Symbol::Variable(const std::string& name, const std::string& group) {
+Symbol Symbol::Variable(const std::string& name, const std::string& group,
+                        const OpAttrs& attrs) {
   if (name.empty()) return Error(Status::InvalidArgument("a variable needs a name"));
+  for (const auto& [k, v] : attrs) {
+    if (k != "__lr_mult__" && k != "__wd_mult__") {
+      return Error(Status::InvalidArgument("variable \"" + name + "\": attribute \"" + k +
+                                           "\" is not one a variable takes (__lr_mult__, "
+                                           "__wd_mult__)"));
+    }
+    char* end = nullptr;
+    const double m = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(m >= 0) || !std::isfinite(m)) {
+      return Error(Status::InvalidArgument("variable \"" + name + "\": " + k + " \"" + v +
+                                           "\" is not a number >= 0"));
+    }
+  }
   auto node = std::make_shared<Node>();
   node->name = name;
   node->ctx_group = group;
+  node->attrs = attrs;
   Symbol s;
   s.heads_.push_back({node, 0});
   return s;
@@ -224,11 +241,11 @@ StatusOr<Symbol> Symbol::FromText(const std::string& text) {
     }
     Symbol s;
     if (d.op().empty()) {
-      if (d.inputs_size() > 0 || d.attrs_size() > 0) {
-        return Status::InvalidArgument("graph text: variable \"" + d.name() +
-                                       "\" has inputs or attributes");
+      if (d.inputs_size() > 0) {
+        return Status::InvalidArgument("graph text: variable \"" + d.name() + "\" has inputs");
       }
-      s = Variable(d.name(), d.ctx_group());
+      s = Variable(d.name(), d.ctx_group(), OpAttrs(d.attrs().begin(), d.attrs().end()));
+      KV_RETURN_IF_ERROR(s.status().Annotate("graph text"));
     } else {
       std::vector<Symbol> inputs;
       for (const proto::NodeOutput& o : d.inputs()) {

@@ -26,9 +26,12 @@ class Symbol {
   // An empty symbol; using it as an input is an error.
   Symbol() = default;
 
-  // An input, parameter or label array named `name`.
-  static Symbol Variable(const std::string& name,
-                         const std::string& ctx_group = "");
+  // An input, parameter or label array named `name`. `attrs`: the
+  // parameter's multipliers of the optimizer's learning rate and weight
+  // decay, "__lr_mult__" and "__wd_mult__" (numbers >= 0; MXNet's
+  // Variable(lr_mult=, wd_mult=)), the only attributes a variable takes.
+  static Symbol Variable(const std::string& name, const std::string& ctx_group = "",
+                         const OpAttrs& attrs = {});
   // Operator `type` named `name` over `inputs` (ListArguments() order).
   // `ctx_group` places it (and the variables it creates) in a device group
   // for Executor's group2ctx.

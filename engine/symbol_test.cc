@@ -130,5 +130,23 @@ TEST(SymbolTest, BadTextIsRejectedWithReasons) {
             Status::Code::kNotFound);
 }
 
+TEST(SymbolTest, VariablesCarryTheirRateMultipliersThroughText) {
+  Symbol w = Symbol::Variable("fc_weight", "", {{"__lr_mult__", "0"}, {"__wd_mult__", "2.5"}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  Symbol fc = Symbol::Op("FullyConnected", "fc", {Symbol::Variable("data"), w},
+                         {{"num_hidden", "2"}});
+  auto text = fc.ToText();
+  ASSERT_TRUE(text.ok()) << text.status();
+  auto back = Symbol::FromText(*text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back->ToText(), *text);
+  EXPECT_NE(text->find("__wd_mult__"), std::string::npos) << *text;
+  EXPECT_EQ(Symbol::Variable("v", "", {{"shape", "(2, 3)"}}).status().message(),
+            "variable \"v\": attribute \"shape\" is not one a variable takes (__lr_mult__, "
+            "__wd_mult__)");
+  EXPECT_EQ(Symbol::Variable("v", "", {{"__lr_mult__", "-1"}}).status().message(),
+            "variable \"v\": __lr_mult__ \"-1\" is not a number >= 0");
+}
+
 }  // namespace
 }  // namespace kvtrain

@@ -37,8 +37,12 @@ py::list ShapeList(const std::vector<Shape>& shapes) {
 
 void BindSymbol(py::module_& m) {
   py::class_<Symbol>(m, "Symbol")
-      .def_static("variable",
-                  [](const std::string& name) { return Checked(Symbol::Variable(name)); })
+      .def_static(
+          "variable",
+          [](const std::string& name, const std::map<std::string, std::string>& attrs) {
+            return Checked(Symbol::Variable(name, "", OpAttrs(attrs.begin(), attrs.end())));
+          },
+          py::arg("name"), py::arg("attrs") = std::map<std::string, std::string>())
       .def_static("op",
                   [](const std::string& type, const std::string& name,
                      const std::vector<Symbol>& inputs,

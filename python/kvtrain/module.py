@@ -144,10 +144,29 @@ class Module(object):
         if self.optimizer_initialized and not force_init:
             return
         self._kv = kvstore if isinstance(kvstore, _kv.KVStore) else _kv.create(kvstore)
-        self._optimizer = (optimizer if isinstance(optimizer, _opt.Optimizer)
-                           else _opt.create(optimizer, **dict(optimizer_params or {})))
+        self._optimizer = self._with_variable_mults(
+            optimizer if isinstance(optimizer, _opt.Optimizer)
+            else _opt.create(optimizer, **dict(optimizer_params or {})))
         self.optimizer_initialized = True
         self._steps_ready = False
+
+    def _with_variable_mults(self, optimizer):
+        """`optimizer` with the graph variables' lr_mult and wd_mult added
+        (those the optimizer names itself win)."""
+        found = {"lr_mult": {}, "wd_mult": {}}
+        for name, attrs in self._symbol.attr_dict().items():
+            for key in found:
+                if "__%s__" % key in attrs:
+                    found[key][name] = float(attrs["__%s__" % key])
+        if not (found["lr_mult"] or found["wd_mult"]):
+            return optimizer
+        params = dict(optimizer.params)
+        for key, mults in found.items():
+            merged = dict(mults)
+            merged.update(params.get(key) or {})
+            if merged:
+                params[key] = merged
+        return _opt.Optimizer(optimizer.name, **params)
 
     def fit(self, train_data, eval_data=None, eval_metric="acc", epoch_end_callback=None,
             batch_end_callback=None, kvstore="local", optimizer="sgd",

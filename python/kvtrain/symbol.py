@@ -47,6 +47,12 @@ class Symbol(object):
     def __init__(self, handle):
         self._handle = handle
 
+    def attr_dict(self):
+        """{node name: its attributes} for the nodes that have any (a
+        variable's __lr_mult__ and __wd_mult__, an operator's settings)."""
+        return {name: dict(attrs) for name, _, attrs, _ in self._handle.graph()["nodes"]
+                if attrs}
+
     def list_arguments(self):
         """Variables the graph reads (data, fc1_weight, ...)."""
         return self._handle.list_arguments()
@@ -131,11 +137,18 @@ class Symbol(object):
         return "<Symbol outputs=%s>" % ", ".join(self.list_outputs())
 
 
-def Variable(name, shape=None, **kwargs):
-    """An input, parameter or label array named `name`."""
+def Variable(name, shape=None, lr_mult=None, wd_mult=None, attr=None, **kwargs):
+    """An input, parameter or label array named `name`. lr_mult, wd_mult:
+    this parameter's multipliers of the optimizer's learning rate and weight
+    decay (0 freezes it), kept in the graph as its __lr_mult__ and
+    __wd_mult__ attributes; Module.init_optimizer applies them."""
     if not isinstance(name, str) or not name:
         raise TypeError("Variable: expected a non-empty name")
-    return Symbol(_lib.Symbol.variable(name))
+    attrs = {str(k): str(v) for k, v in (attr or {}).items()}
+    for key, m in (("__lr_mult__", lr_mult), ("__wd_mult__", wd_mult)):
+        if m is not None:
+            attrs[key] = repr(float(m))
+    return Symbol(_lib.Symbol.variable(name, attrs))
 
 
 var = Variable

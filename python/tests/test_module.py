@@ -269,3 +269,25 @@ def test_ctrl_c_during_fit_raises_keyboard_interrupt(script):
     assert r.returncode == 0, r.stdout + r.stderr
     seconds = float(r.stdout.split("interrupted after ")[1].split()[0])
     assert seconds < 10, r.stdout
+
+
+def test_variable_multipliers_reach_the_optimizer():
+    # lr_mult 0 freezes fc1_weight; fc2_weight learns at twice the rate.
+    w1 = kt.sym.Variable("fc1_weight", lr_mult=0)
+    net = kt.sym.SoftmaxOutput(kt.sym.FullyConnected(
+        kt.sym.Activation(kt.sym.FullyConnected(kt.sym.Variable("data"), weight=w1,
+                                                num_hidden=8, name="fc1"), act_type="relu"),
+        weight=kt.sym.Variable("fc2_weight", lr_mult=2), num_hidden=3, name="fc2"),
+        name="softmax")
+    assert net.attr_dict()["fc1_weight"] == {"__lr_mult__": "0.0"}
+    rng = np.random.RandomState(1)
+    x = rng.randn(64, 5).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.float32)
+    mod = kt.mod.Module(net)
+    mod.bind([("data", (16, 5))], [("softmax_label", (16,))])
+    mod.init_params(kt.init.Xavier())
+    before = mod.get_params()[0]["fc1_weight"].copy()
+    mod.fit(kt.io.NDArrayIter(x, y, batch_size=16), num_epoch=1,
+            optimizer_params={"learning_rate": 0.1})
+    assert np.array_equal(mod.get_params()[0]["fc1_weight"], before)
+    assert mod._optimizer.params["lr_mult"] == {"fc1_weight": 0.0, "fc2_weight": 2.0}

@@ -221,6 +221,33 @@ def test_biases_take_no_weight_decay_as_in_mxnet():
     assert mod._optimizer.params["wd_mult"] == {"fc_bias": 0.0, "1": 0.0}
 
 
+def test_a_variable_with_lr_mult_zero_stays_frozen_in_fit():
+    w1 = mx.sym.Variable("fc1_weight", lr_mult=0.0)
+    b2 = mx.sym.Variable("fc2_bias", wd_mult=0.5)
+    h = mx.sym.Activation(mx.sym.FullyConnected(mx.sym.var("data"), weight=w1, num_hidden=8,
+                                                name="fc1"), act_type="relu")
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(h, bias=b2, num_hidden=3, name="fc2"),
+                               name="softmax")
+    g = json.loads(net.tojson())  # MXNet's JSON keeps the multipliers
+    attrs = {n["name"]: n.get("attrs", {}) for n in g["nodes"] if n["op"] == "null"}
+    assert attrs["fc1_weight"] == {"__lr_mult__": "0.0"}
+    assert attrs["fc2_bias"] == {"__wd_mult__": "0.5"}
+    net = mx.sym.load_json(json.dumps(g))
+    rng = np.random.RandomState(0)
+    x = rng.randn(64, 5).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.float32) + (x[:, 1] > 0)
+    mod = mx.mod.Module(net)
+    mod.bind(data_shapes=[("data", (16, 5))], label_shapes=[("softmax_label", (16,))])
+    mod.init_params(initializer=mx.init.Xavier())
+    before = {k: v.asnumpy().copy() for k, v in mod.get_params()[0].items()}
+    mod.fit(mx.io.NDArrayIter(x, y, 16), num_epoch=2, optimizer_params={"learning_rate": 0.5})
+    after = {k: v.asnumpy() for k, v in mod.get_params()[0].items()}
+    assert np.array_equal(after["fc1_weight"], before["fc1_weight"])
+    assert not np.array_equal(after["fc1_bias"], before["fc1_bias"])
+    assert not np.array_equal(after["fc2_weight"], before["fc2_weight"])
+    assert mod._optimizer.params["lr_mult"] == {"fc1_weight": 0.0, "0": 0.0}
+
+
 def test_optimizers_take_mxnets_names_arguments_and_defaults():
     adam = mx.optimizer.create("adam")
     assert adam.learning_rate == 0.001  # MXNet's, where kvtrain's own is 0.01

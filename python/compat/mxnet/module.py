@@ -131,9 +131,10 @@ class Module(_kt.mod.Module):
             named = set(self._data_names) | set(self._label_names)
             params.setdefault("param_idx2name", dict(enumerate(
                 n for n in self._symbol.list_arguments() if n not in named)))
-        self._optimizer = _opt.to_kvtrain(
+            params.setdefault("sym", self._symbol)
+        self._optimizer = self._with_variable_mults(_opt.to_kvtrain(
             optimizer if isinstance(optimizer, _opt.Optimizer)
-            else _opt.create(optimizer, **params))
+            else _opt.create(optimizer, **params)))
         self.optimizer_initialized = True
 
     def fit(self, train_data, eval_data=None, eval_metric="acc", epoch_end_callback=None,

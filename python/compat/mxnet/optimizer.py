@@ -62,13 +62,20 @@ class Optimizer(object):
         self.wd = kwargs.get("wd", 0.0)
         self.multi_precision = bool(kwargs.get("multi_precision", False))
         self.idx2name = dict(kwargs.get("param_idx2name") or {})
-        self.lr_mult, self.wd_mult = {}, {}
+        sym = kwargs.get("sym")
+        self._sym_attrs = sym.attr_dict() if sym is not None else {}
+        self.lr_mult, self.wd_mult = self._from_sym("__lr_mult__"), {}
         self.set_wd_mult({})
         self._kvtrain = self._translate()
 
+    def _from_sym(self, key):
+        return {n: float(a[key]) for n, a in self._sym_attrs.items() if key in a}
+
     def set_lr_mult(self, args_lr_mult):
-        """Each parameter's learning-rate multiplier, by name (or index)."""
-        self.lr_mult = dict(args_lr_mult)
+        """Each parameter's learning-rate multiplier, by name (or index),
+        over the `sym` variables' lr_mult."""
+        self.lr_mult = self._from_sym("__lr_mult__")
+        self.lr_mult.update(args_lr_mult)
         self._kvtrain = self._translate()
 
     def set_wd_mult(self, args_wd_mult):
@@ -77,6 +84,7 @@ class Optimizer(object):
         in _weight or _gamma (a bias, BatchNorm's beta) takes none."""
         self.wd_mult = {n: 0.0 for n in self.idx2name.values()
                         if not (n.endswith("_weight") or n.endswith("_gamma"))}
+        self.wd_mult.update(self._from_sym("__wd_mult__"))
         self.wd_mult.update(args_wd_mult)
         if hasattr(self, "_kvtrain"):
             self._kvtrain = self._translate()

@@ -105,9 +105,6 @@ def _check_attrs(op_type, name, known, attrs):
 def Variable(name, attr=None, shape=None, lr_mult=None, wd_mult=None, dtype=None, init=None,
              stype=None, **kwargs):
     """An input, parameter or label named `name`."""
-    if lr_mult not in (None, 1, 1.0) or wd_mult not in (None, 1, 1.0):
-        raise NotInKvtrain("Variable %r: lr_mult/wd_mult (per-parameter rates)" % (name,),
-                           "every parameter takes the optimizer's rate and wd")
     if dtype not in (None, "float32") and getattr(dtype, "__name__", None) != "float32":
         raise NotInKvtrain("Variable %r: dtype %s" % (name, dtype),
                            "kvtrain's graphs compute in float32")
@@ -117,7 +114,8 @@ def Variable(name, attr=None, shape=None, lr_mult=None, wd_mult=None, dtype=None
     if stype not in (None, "default"):
         raise NotInKvtrain("Variable %r: stype %r" % (name, stype),
                            "row-sparse parameters are kvtrain tables (docs/sparse.md)")
-    return Symbol(_kt.sym.Variable(name)._handle)
+    hints = {k: v for k, v in (attr or {}).items() if k not in _VARIABLE_HINTS}
+    return Symbol(_kt.sym.Variable(name, lr_mult=lr_mult, wd_mult=wd_mult, attr=hints)._handle)
 
 
 var = Variable
@@ -174,7 +172,8 @@ def to_mxnet_json(sym):
 
     for name, op, attrs, inputs in graph["nodes"]:
         if not op:
-            add({"op": "null", "name": name, "inputs": []})
+            add(dict({"op": "null", "name": name, "inputs": []},
+                     **({"attrs": dict(attrs)} if attrs else {})))
             continue
         entries = [[index[n], i, 0] for n, i in inputs]
         for aux in _lib.describe_op(op)["aux"]:
@@ -221,11 +220,8 @@ def from_mxnet_json(text, what="the JSON graph"):
         op, name = node.get("op"), node.get("name")
         attrs = node.get("attrs", node.get("attr", node.get("param", {}))) or {}
         if op == "null":
-            for k, v in attrs.items():
-                if k in ("__lr_mult__", "__wd_mult__") and float(v) != 1:
-                    raise NotInKvtrain("%s: variable %s has %s=%s" % (what, name, k, v),
-                                       "every parameter takes the optimizer's rate and wd")
-            built.append(_lib.Symbol.variable(name))
+            mults = {k: str(v) for k, v in attrs.items() if k in ("__lr_mult__", "__wd_mult__")}
+            built.append(_lib.Symbol.variable(name, mults))
             continue
         op = _ALIASES.get(op, op)
         if op not in _lib.registered_ops() and op not in _SCALAR_OPS:
