@@ -9,6 +9,10 @@
    (bench/pushpull_bench.py) against KVStore::PushPull from C++
    (bench/pushpull_bench), on `local` and on `dist_sync` with 1 worker + 1
    server: microseconds per call and Python / C++.
+3. (--parts iter) Module.fit fed by an iterator written in Python (an MXNet
+   DataIter subclass's shape, batches sliced from numpy arrays) against the
+   same arrays through kvtrain.io.NDArrayIter (the C++ iterator), MLP,
+   `local`, in one process: samples/s and Python iterator / C++ iterator.
 
 Runs alternate between the two sides, so a slow spell of the machine falls
 on both. Example (after bazel build //python:kvtrain //examples:train_mnist
@@ -52,7 +56,7 @@ def parse_args(argv):
     ap.add_argument("--num-examples", type=int, default=0, help="examples per epoch (0: 60,000)")
     ap.add_argument("--sizes", default="1024,1048576", help="pushpull bytes per key")
     ap.add_argument("--iters", type=int, default=300, help="pushpull calls per round")
-    ap.add_argument("--parts", default="train,pushpull", help="train, pushpull")
+    ap.add_argument("--parts", default="train,pushpull", help="train, pushpull, iter")
     ap.add_argument("--bin", default=os.path.join(ROOT, "bazel-bin"),
                     help="where examples/train_mnist and bench/pushpull_bench are built")
     return ap.parse_args(argv)
@@ -121,6 +125,67 @@ def pushpull_rows(a):
             print("%-35s| %21.1f | %18.1f | %11.2fx" % (label, c, p, p / c))
 
 
+# One process training the MLP on random MNIST-shaped data for `epochs`
+# epochs; argv: array|python, epochs, examples. Prints the samples/s of the
+# median epoch after the first.
+ITER_PROGRAM = r"""
+import statistics, sys, time
+import numpy as np
+import kvtrain as kt
+mode, epochs, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = np.random.RandomState(0)
+x = rng.rand(n, 784).astype(np.float32)
+y = rng.randint(0, 10, n).astype(np.float32)
+
+class Batches(object):
+    provide_data = [("data", (100, 784))]
+    provide_label = [("softmax_label", (100,))]
+    def __init__(self):
+        self.i = 0
+    def reset(self):
+        self.i = 0
+    def next(self):
+        if self.i + 100 > n:
+            raise StopIteration
+        rows = slice(self.i, self.i + 100)
+        self.i += 100
+        return kt.io.DataBatch([x[rows]], [y[rows]], 0)
+
+it = kt.io.NDArrayIter(x, y, batch_size=100) if mode == "array" else Batches()
+h = kt.sym.Activation(kt.sym.FullyConnected(kt.sym.Variable("data"), num_hidden=128, name="fc1"),
+                      act_type="relu")
+h = kt.sym.Activation(kt.sym.FullyConnected(h, num_hidden=64, name="fc2"), act_type="relu")
+net = kt.sym.SoftmaxOutput(kt.sym.FullyConnected(h, num_hidden=10, name="fc3"), name="softmax")
+ends = [time.time()]
+mod = kt.mod.Module(net)
+mod.fit(it, num_epoch=epochs, optimizer_params={"learning_rate": 0.1},
+        epoch_end_callback=lambda *a: ends.append(time.time()))
+secs = [b - a for a, b in zip(ends[1:], ends[2:])]
+print("samples/s %.1f" % (n / statistics.median(secs)))
+"""
+SAMPLES = re.compile(r"samples/s ([0-9.]+)")
+
+
+def iter_rows(a):
+    n = a.num_examples or 60000
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    rates = {"C++": [], "Python": []}
+    for r in range(a.runs):
+        for side, mode in (("C++", "array"), ("Python", "python")):
+            p = subprocess.run([PY, "-c", ITER_PROGRAM, mode, str(a.epochs), str(n)],
+                               capture_output=True, text=True, timeout=600, env=env)
+            m = SAMPLES.search(p.stdout)
+            if p.returncode != 0 or m is None:
+                raise RuntimeError("iterator run (%s) failed:\n%s" % (mode, p.stderr[-2000:]))
+            rates[side].append(float(m.group(1)))
+        print("  iterator round %d of %d done" % (r + 1, a.runs), flush=True)
+    print()
+    print("MLP fit in one process, samples/s      | C++ iterator | Python iterator"
+          " | Python / C++")
+    c, p = statistics.median(rates["C++"]), statistics.median(rates["Python"])
+    print("%-39s| %12.0f | %15.0f | %11.2fx" % ("local, NDArrayIter vs PythonIter", c, p, p / c))
+
+
 def main(argv):
     a = parse_args(argv)
     parts = a.parts.split(",")
@@ -130,6 +195,8 @@ def main(argv):
         train_rows(a)
     if "pushpull" in parts:
         pushpull_rows(a)
+    if "iter" in parts:
+        iter_rows(a)
     return 0
 
 

@@ -188,7 +188,14 @@ Status DistKVStore::RunServer() {
 
 Status DistKVStore::Finalize() {
   if (finalized_) return Status::OK();
-  if (worker_ != nullptr) (void)FlushBucket();
+  if (worker_ != nullptr) {
+    (void)FlushBucket();
+    // The servers answer whoever waits for a step this worker will never
+    // push (a worker with fewer batches) with an error naming it, at once.
+    const StatusOr<std::vector<std::string>> told =
+        AskEveryServer(proto::KV_WORKER_DONE, "telling the servers this worker is done");
+    if (!told.ok()) LOG(WARNING) << po_->name() << ": " << told.status().message();
+  }
   finalized_ = true;
   // Waits for the slowest worker (dist_async workers may finish far apart):
   // no deadline, but a dead node still ends the wait (liveness).

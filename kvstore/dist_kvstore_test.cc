@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -254,6 +255,8 @@ TEST(DistKVStoreTest, AnOperationHasOneDeadline) {
   DistFixture f(2, 2, {{"KVTRAIN_KVSTORE_TIMEOUT", "1"}, {"KVTRAIN_PS_BUCKET_BYTES", "0"}});
   double waited = 0;
   std::string error;
+  std::mutex mu;
+  std::condition_variable failed;
   Status s = f.Run("dist_sync", [&](KVStore* kv, int rank) -> Status {
     std::vector<Key> keys = {"a", "b", "c", "d", "e"};
     std::vector<Tensor> vals, outs;
@@ -262,17 +265,65 @@ TEST(DistKVStoreTest, AnOperationHasOneDeadline) {
       outs.push_back(Tensor::Zeros({3}));
     }
     KV_RETURN_IF_ERROR(kv->Init(keys, vals));
-    if (rank == 1) return Status::OK();  // never pushes
+    if (rank == 1) {
+      // Never pushes, and stays until worker 0's request failed (its
+      // Finalize would answer the request at once, naming it).
+      std::unique_lock<std::mutex> l(mu);
+      failed.wait(l, [&] { return !error.empty(); });
+      return Status::OK();
+    }
     const auto start = std::chrono::steady_clock::now();
     Status e = kv->PushPull(keys, vals, outs);
     waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::lock_guard<std::mutex> l(mu);
     error = e.ToString();
+    failed.notify_all();
     return Status::OK();
   });
   (void)s;  // the job itself ends with worker 1's early Finalize: not checked here
   EXPECT_NE(error.find("not answered within"), std::string::npos) << error;
   EXPECT_LT(waited, 3.0) << "5 requests waited " << waited << " s with a 1 s deadline";
   EXPECT_GE(waited, 0.9);
+}
+
+// dist_sync: a worker that finishes having pushed fewer times than another
+// (fewer batches) is named at once to the one waiting for its next push,
+// instead of that one waiting for KVTRAIN_KVSTORE_TIMEOUT.
+TEST(DistKVStoreTest, AWorkerThatFinishedEarlyIsNamedAtOnce) {
+  DistFixture f(2, 2, {{"KVTRAIN_KVSTORE_TIMEOUT", "600"}, {"KVTRAIN_PS_BUCKET_BYTES", "0"}});
+  std::string error;
+  Status s = f.Run("dist_sync", [&](KVStore* kv, int rank) -> Status {
+    KV_RETURN_IF_ERROR(kv->Init({"w", "v"}, {Filled(3, 1), Filled(40, 1)}));
+    Tensor w = Tensor::Zeros({3}), v = Tensor::Zeros({40});
+    for (int t = 0; t < (rank == 0 ? 3 : 2); ++t) {
+      const Status e = kv->PushPull({"w", "v"}, {Filled(3, 1), Filled(40, 1)}, {w, v});
+      if (!e.ok()) {
+        error = e.ToString();
+        return Status::OK();
+      }
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_NE(error.find("worker 1 finished (KVStore::Finalize) after pushing it 2 times: step 3"),
+            std::string::npos)
+      << error;
+}
+
+// dist_ssp: a worker that finished holds nobody back (its clock stopped,
+// but it pushes no more).
+TEST(DistKVStoreTest, AFinishedWorkerBoundsNoStaleness) {
+  DistFixture f(1, 2, {{"KVTRAIN_KVSTORE_TIMEOUT", "600"}});
+  Status s = f.Run("dist_ssp", [&](KVStore* kv, int rank) -> Status {
+    KV_RETURN_IF_ERROR(kv->Init({"w"}, {Filled(3, 0)}));
+    Tensor w = Tensor::Zeros({3});
+    // Worker 1 runs 6 steps, past the bound of 2 ahead of worker 0's one.
+    for (int t = 0; t < (rank == 0 ? 1 : 6); ++t) {
+      KV_RETURN_IF_ERROR(kv->PushPull({"w"}, {Filled(3, 1)}, {w}));
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 // dist_async: a worker that finishes long before another waits for it at

@@ -69,6 +69,16 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
     case proto::KV_ASYNC_STATS: return AsyncStats(meta, server);
     case proto::KV_REPLICA: return ApplyReplica(meta, data, info, server);
     case proto::KV_STEPS: return Steps(meta, data, info, server);
+    case proto::KV_WORKER_DONE:
+      if (meta.sender_role != Role::kWorker || meta.sender_rank < 0 ||
+          meta.sender_rank >= num_workers_) {
+        server->RespondError(meta, Status::InvalidArgument(
+            "KV_WORKER_DONE from " + meta.sender_name + ", which is not a worker"));
+        return;
+      }
+      WorkerDone(meta.sender_rank, server);
+      server->Respond(meta);
+      return;
     case proto::KV_SPARSE_INIT:
     case proto::KV_SPARSE_PUSH:
     case proto::KV_SPARSE_PULL:
@@ -192,11 +202,12 @@ namespace {
 // Whether every worker has pushed the key often enough for an answer at
 // `step`: the step minus the bound, at most.
 bool CloseEnough(const std::vector<int64_t>& clock, const proto::RequestInfo& info,
-                 int64_t step) {
+                 int64_t step, const FinishedWorkers& finished) {
   if (!info.bounded()) return true;
   const int64_t need = step - info.staleness();
-  for (int64_t c : clock) {
-    if (c < need) return false;
+  for (size_t r = 0; r < clock.size(); ++r) {
+    // A finished worker pushes no more: it holds nobody back.
+    if (clock[r] < need && !finished.done(static_cast<int>(r))) return false;
   }
   return true;
 }
@@ -207,7 +218,7 @@ void ServerHandler::AnswerAsync(KeyState* st, uint64_t key, const Deferred& d,
                                 ps::KVServer* server) {
   const int rank = d.meta().sender_rank;
   const bool worker = rank >= 0 && rank < num_workers_;
-  if (worker && !CloseEnough(st->clock, d.info(), d.rec.step)) {
+  if (worker && !CloseEnough(st->clock, d.info(), d.rec.step, finished_)) {
     st->held.emplace_back(d, std::chrono::steady_clock::now());
     return;
   }
@@ -221,7 +232,7 @@ void ServerHandler::ReleaseHeld(KeyState* st, uint64_t key, ps::KVServer* server
   std::vector<std::pair<Deferred, std::chrono::steady_clock::time_point>> waiting;
   waiting.swap(st->held);
   for (auto& [d, since] : waiting) {
-    if (!CloseEnough(st->clock, d.info(), d.rec.step)) {
+    if (!CloseEnough(st->clock, d.info(), d.rec.step, finished_)) {
       st->held.emplace_back(std::move(d), since);
       continue;
     }
@@ -369,6 +380,10 @@ bool ServerHandler::Admit(KeyState* st, const Deferred& push, ps::KVServer* serv
                       std::to_string(kSyncWindow) + " steps ahead of step " +
                       std::to_string(st->step + 1) + ", which this server is summing"),
          server);
+    return false;
+  }
+  if (const std::string why = Blocking(*st, step); !why.empty()) {
+    Fail(push, KeyError(Status::Code::kFailedPrecondition, st->name, why), server);
     return false;
   }
   // An early push: its step has not begun (or the last step is still
@@ -831,6 +846,34 @@ void ServerHandler::ForgetWorker(int rank) {
   }
 }
 
+void ServerHandler::WorkerDone(int rank, ps::KVServer* server) {
+  finished_.Mark(rank);
+  std::vector<std::pair<uint64_t, KeyState*>> states;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, st] : keys_) states.emplace_back(key, st.get());
+  }
+  for (auto& [key, st] : states) {
+    std::lock_guard<std::mutex> lock(st->mu);
+    auto fail = [&](const Deferred& d) {
+      const std::string why = Blocking(*st, d.rec.step);
+      if (why.empty()) return false;
+      Fail(d, KeyError(Status::Code::kFailedPrecondition, st->name, why), server);
+      return true;
+    };
+    std::vector<Deferred> pulls;
+    pulls.swap(st->pulls);
+    for (Deferred& p : pulls) {
+      if (p.rec.step <= st->step || !fail(p)) st->pulls.push_back(std::move(p));
+    }
+    for (auto it = st->later.begin(); it != st->later.end();) {
+      it = fail(it->second) ? st->later.erase(it) : std::next(it);
+    }
+    ReleaseHeld(st, key, server);
+  }
+  sparse_.WorkerDone(server);
+}
+
 ServerRanges::ServerRanges(ps::Postoffice* po)
     : po_(po), ranges_(po->ServerKeyRanges()) {
   const int n = po->num_servers();
@@ -1015,9 +1058,23 @@ void ServerRanges::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
       server->Respond(meta, answer);
       return;
     }
+    case proto::KV_WORKER_DONE:
+      if (meta.sender_role != Role::kWorker || meta.sender_rank < 0 ||
+          meta.sender_rank >= po_->num_workers()) {
+        server->RespondError(meta, Status::InvalidArgument(
+            "KV_WORKER_DONE from " + meta.sender_name + ", which is not a worker"));
+        return;
+      }
+      WorkerDone(meta.sender_rank, server);
+      server->Respond(meta);
+      return;
     default:
       return handlers_.at(po_->rank())->Handle(meta, data, server);
   }
+}
+
+void ServerRanges::WorkerDone(int rank, ps::KVServer* server) {
+  for (auto& [range, h] : handlers_) h->WorkerDone(rank, server);
 }
 
 void ServerRanges::ForgetWorker(int rank) {

@@ -25,6 +25,7 @@
 
 #include "base/thread_annotations.h"
 #include "transport/ps/ps.h"
+#include "kvstore/sparse/finished_workers.h"
 #include "kvstore/request.h"
 #include "kvstore/sparse/replica.h"
 #include "kvstore/sparse/server.h"
@@ -62,7 +63,8 @@ class ServerHandler {
       : num_workers_(num_workers),
         key_base_(key_base),
         ordered_sum_(ordered_sum && num_workers > 2),
-        sparse_(num_workers, [this] { return optimizer(); }, ordered_sum),
+        finished_(num_workers),
+        sparse_(num_workers, [this] { return optimizer(); }, ordered_sum, &finished_),
         stats_(static_cast<size_t>(num_workers)) {}
 
   // The row-sparse keys' tables on this server.
@@ -89,6 +91,10 @@ class ServerHandler {
   // Worker `rank` was started again: drop what its dead process asked and
   // was not answered (its pushes already summed stay).
   void ForgetWorker(int rank) EXCLUDES(mu_);
+  // KV_WORKER_DONE: worker `rank` finished. Requests that wait for a
+  // dist_sync step it never pushed are answered with an error naming it,
+  // and bounded-staleness answers stop waiting for it.
+  void WorkerDone(int rank, ps::KVServer* server) EXCLUDES(mu_);
 
   // KV_FILL on the range's primary: the range as it is (every key locked
   // while it is taken; `joined` runs then, so that each later update of
@@ -190,6 +196,11 @@ class ServerHandler {
   void Answer(const Deferred& d, KeyState* st, uint64_t key, ps::KVServer* server)
       REQUIRES(st->mu);
   void Fail(const Deferred& d, const Status& error, ps::KVServer* server);
+  // Why a dist_sync push or pull of `step` can never be answered (a worker
+  // that finished never pushed it), or "".
+  std::string Blocking(const KeyState& st, int64_t step) const {
+    return finished_.Blocking("it", st.step, [&st](int r) { return st.pushed[r]; }, step);
+  }
   void Ack(const Deferred& d, ps::KVServer* server);
   void SetOptimizer(const ps::RequestMeta& meta, const proto::RequestInfo& info,
                     ps::KVServer* server);
@@ -275,6 +286,7 @@ class ServerHandler {
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<KeyState>> keys_ GUARDED_BY(mu_);
   std::shared_ptr<Optimizer> optimizer_ GUARDED_BY(mu_);
+  FinishedWorkers finished_;
   sparse::SparseServer sparse_;
   std::mutex stats_mu_;
   // By worker rank, since it last asked (KV_ASYNC_STATS).
@@ -301,6 +313,8 @@ class ServerRanges {
   std::string SparseReport();
   // Worker `rank` was started again (ServerHandler::ForgetWorker).
   void ForgetWorker(int rank);
+  // KV_WORKER_DONE on every range this server holds.
+  void WorkerDone(int rank, ps::KVServer* server);
   // A server started again (Postoffice::incarnation() > 0): asks each
   // range's primary for the range (KV_FILL), takes it in, and tells the
   // scheduler, which makes it a copy again. Before, the updates the

@@ -178,6 +178,9 @@ void ServerHandler::ServeKey(KeyState* st, uint64_t key, const Deferred& pushed,
                                ", the last this server applied"),
                   server);
     }
+    if (const std::string why = Blocking(*st, step); !why.empty()) {
+      return Fail(pushed, KeyError(Status::Code::kFailedPrecondition, st->name, why), server);
+    }
     st->pulls.push_back(pushed);
     return;
   }

@@ -107,6 +107,30 @@ void DistClosedForm(int servers, int workers, const std::string& type) {
 }
 
 TEST(SparseKVStoreTest, SyncOneByOne) { DistClosedForm(1, 1, "dist_sync"); }
+
+// A worker that finished after fewer pushes of a table is named at once to
+// the one waiting for its next step.
+TEST(SparseKVStoreTest, AWorkerThatFinishedEarlyIsNamedAtOnce) {
+  DistFixture f(2, 2, {{"KVTRAIN_KVSTORE_TIMEOUT", "600"}});
+  std::string error;
+  Status s = f.Run("dist_sync", [&](KVStore* kv, int rank) -> Status {
+    KV_RETURN_IF_ERROR(kv->InitRowSparse("emb", Table(2)));
+    Tensor out = Tensor::Zeros({2, 2});
+    for (int t = 0; t < (rank == 0 ? 3 : 2); ++t) {
+      Status e = kv->PushRowSparse("emb", Ids({rank, 7}), Rows(2, 2, 1.0f));
+      if (e.ok()) e = kv->RowSparsePull("emb", Ids({rank, 7}), out);
+      if (!e.ok()) {
+        error = e.ToString();
+        return Status::OK();
+      }
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_NE(error.find("worker 1 finished (KVStore::Finalize) after pushing it 2 times: step 3"),
+            std::string::npos)
+      << error;
+}
 TEST(SparseKVStoreTest, SyncTwoByTwo) { DistClosedForm(2, 2, "dist_sync"); }
 TEST(SparseKVStoreTest, SyncThreeServersFourWorkers) { DistClosedForm(3, 4, "dist_sync"); }
 TEST(SparseKVStoreTest, DeviceSync) { DistClosedForm(2, 2, "dist_device_sync"); }

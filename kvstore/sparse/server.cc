@@ -14,6 +14,14 @@ Status KeyBad(const std::string& key, const std::string& what) {
   return Status::InvalidArgument("key " + key + ": " + what);
 }
 
+// Why a sync request of `step` on table `st` can never be answered (a
+// finished worker never pushed it), or "".
+template <typename KeyState>
+std::string Blocking(const kv::FinishedWorkers* finished, const KeyState& st, int64_t step) {
+  if (finished == nullptr) return "";
+  return finished->Blocking("it", st.step, [&st](int r) { return st.pushed[r]; }, step);
+}
+
 }  // namespace
 
 SparseServer::KeyState* SparseServer::Find(uint64_t key) {
@@ -53,6 +61,10 @@ void SparseServer::Handle(proto::KVCommand command, const ps::RequestMeta& meta,
                              ", more than " + std::to_string(kSyncWindow) +
                              " steps ahead of step " + std::to_string(st->step) +
                              ", the last this server applied"));
+        return;
+      }
+      if (const std::string why = Blocking(finished_, *st, info.step()); !why.empty()) {
+        server->RespondError(meta, KeyBad(st->table->key(), why));
         return;
       }
       st->pulls.push_back(req);
@@ -242,6 +254,10 @@ bool SparseServer::Admit(KeyState* st, const Deferred& push, ps::KVServer* serve
   const Status s = Parse(st, push, true, &ids, &n, &rows);
   if (!s.ok()) {
     server->RespondError(push.meta, s);
+    return false;
+  }
+  if (const std::string why = Blocking(finished_, *st, step); !why.empty()) {
+    server->RespondError(push.meta, KeyBad(key, why));
     return false;
   }
   if (step > st->step + 1) {
@@ -506,6 +522,32 @@ Status SparseServer::Restore(const proto::RangeSnapshot& snap) {
     keys_[k.key()] = std::move(st);
   }
   return Status::OK();
+}
+
+void SparseServer::WorkerDone(ps::KVServer* server) {
+  std::vector<KeyState*> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, st] : keys_) all.push_back(st.get());
+  }
+  for (KeyState* st : all) {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (!st->sync) continue;
+    auto fail = [&](const Deferred& d) {
+      const std::string why = Blocking(finished_, *st, d.info.step());
+      if (why.empty()) return false;
+      server->RespondError(d.meta, KeyBad(st->table->key(), why));
+      return true;
+    };
+    std::vector<Deferred> pulls;
+    pulls.swap(st->pulls);
+    for (Deferred& p : pulls) {
+      if (p.info.step() <= st->answered || !fail(p)) st->pulls.push_back(std::move(p));
+    }
+    for (auto it = st->later.begin(); it != st->later.end();) {
+      it = fail(it->second) ? st->later.erase(it) : std::next(it);
+    }
+  }
 }
 
 std::string SparseServer::StatsReport() {

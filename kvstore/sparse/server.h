@@ -29,6 +29,7 @@
 
 #include "base/thread_annotations.h"
 #include "transport/ps/ps.h"
+#include "kvstore/sparse/finished_workers.h"
 #include "kvstore/sparse/replica.h"
 #include "kvstore/sparse/rows.h"
 #include "kvstore/sparse/table.h"
@@ -51,10 +52,13 @@ class SparseServer {
   // in worker rank order, not as they arrive, and reads (which only the
   // range's primary answers) do not count as a use of a row: its recency
   // (LRU cap, expiry) counts updates only.
+  // `finished`: the workers that finished (kv::FinishedWorkers; may be
+  // null), which a sync step it never pushed can never include.
   SparseServer(int num_workers, std::function<std::shared_ptr<Optimizer>()> optimizer,
-               bool replicated = false)
+               bool replicated = false, const kv::FinishedWorkers* finished = nullptr)
       : num_workers_(num_workers),
         replicated_(replicated),
+        finished_(finished),
         optimizer_(std::move(optimizer)) {}
 
   // Handles a KV_SPARSE_* request (data: one server key).
@@ -79,6 +83,9 @@ class SparseServer {
 
   // Every table's counters, one line per key: for PS_VERBOSE and metrics.
   std::string StatsReport() EXCLUDES(mu_);
+  // A worker finished (after finished->Mark): the requests waiting for a
+  // step it never pushed are answered with an error naming it.
+  void WorkerDone(ps::KVServer* server) EXCLUDES(mu_);
 
  private:
   struct Deferred {
@@ -144,6 +151,7 @@ class SparseServer {
 
   const int num_workers_;
   const bool replicated_;
+  const kv::FinishedWorkers* const finished_;
   const std::function<std::shared_ptr<Optimizer>()> optimizer_;
   replica::Forwarder forward_;
   std::mutex mu_;

@@ -21,6 +21,8 @@ import mxnet as mx
 ap = argparse.ArgumentParser()
 ap.add_argument("--kv-store", default="local")
 ap.add_argument("--batches", type=int, default=30)
+ap.add_argument("--last-worker-batches", type=int, default=0,
+                help="the last worker's batches per epoch (0: --batches)")
 ap.add_argument("--num-epochs", type=int, default=3)
 ap.add_argument("--batch-size", type=int, default=20)
 ap.add_argument("--out", default="")
@@ -54,7 +56,9 @@ class Synthetic(mx.io.DataIter):
 
 
 kv = mx.kv.create(args.kv_store)
-train = Synthetic(args.batches, args.batch_size, seed=1 + kv.rank)
+last = kv.rank == kv.num_workers - 1 and args.last_worker_batches > 0
+train = Synthetic(args.last_worker_batches if last else args.batches, args.batch_size,
+                  seed=1 + kv.rank)
 val = Synthetic(5, args.batch_size, seed=100)
 net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, name="fc"),
                            name="softmax")

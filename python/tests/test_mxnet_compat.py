@@ -359,6 +359,18 @@ def test_fit_reads_python_data_iters_under_dist_sync(tmp_path):
         assert np.array_equal(a[name], b[name]), name
 
 
+def test_python_data_iters_of_unequal_length_under_dist_sync_name_the_short_one():
+    # Worker 1 has 25 batches an epoch, worker 0 30: worker 1 finishes first,
+    # and worker 0's next step fails at once naming it (not after
+    # KVTRAIN_KVSTORE_TIMEOUT, 600 s).
+    env = ["--env", "PYTHONPATH=%s:%s" % (COMPAT, os.path.join(ROOT, "python"))]
+    code, text = launch(["-n", "2", "-s", "1"] + JOB_ENV + env + [
+        PY, PY_ITER, "--kv-store", "dist_sync", "--num-epochs", "1",
+        "--last-worker-batches", "25"])
+    assert code != 0, text[-3000:]
+    assert "worker 1 finished (KVStore::Finalize) after pushing it" in text, text[-3000:]
+
+
 def test_a_python_data_iter_that_fails_stops_fit_naming_the_problem():
     class Broken(mx.io.DataIter):
         def __init__(self, shape, fail):
