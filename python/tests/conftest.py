@@ -10,6 +10,15 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PY = "/usr/bin/python3"
+# kvtrain's MXNet face (`import mxnet`).
+COMPAT = os.path.join(ROOT, "python", "compat")
+
+
+def compat_env():
+    """The environment of a process running a script on kvtrain's MXNet face."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = "%s:%s" % (COMPAT, os.path.join(ROOT, "python"))
+    return env
 LAUNCH = os.path.join(ROOT, "tracker", "launch.py")
 TRAIN_MNIST_CC = os.path.join(ROOT, "examples", "train_mnist")
 if not os.path.exists(TRAIN_MNIST_CC):

@@ -12,9 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import JOB_ENV, PY, ROOT, launch, lines_with
+from conftest import COMPAT, JOB_ENV, PY, ROOT, compat_env, launch, lines_with
 
-COMPAT = os.path.join(ROOT, "python", "compat")
 sys.path.insert(0, COMPAT)
 
 import mxnet as mx  # noqa: E402
@@ -142,144 +141,6 @@ def test_a_python_updater_on_a_local_store():
     assert out.asnumpy().tolist() == [-1, -1]
 
 
-def _mxnet_update(name, kw, w, g, state, t):
-    """One step of MXNet 1.9's Python update rule (optimizer.py), in numpy."""
-    lr = kw.get("learning_rate", 0.002 if name == "adamax" else 0.01)
-    wd = kw.get("wd", 0.0)
-    rescale, clip = kw.get("rescale_grad", 1.0), kw.get("clip_gradient")
-    if name == "signum":
-        mom = kw.get("momentum", 0.9)
-        if mom == 0:  # signsgd_update
-            return (1 - lr * wd) * w - lr * np.sign(g)
-        gc = rescale * g if clip is None else np.clip(rescale * g, -clip, clip)
-        state[0] = mom * state[0] - (1 - mom) * wd * w - (1 - mom) * gc
-        return (1 - lr * kw.get("wd_lh", 0.0)) * w + lr * np.sign(state[0])
-    if name == "adamax":
-        b1, b2 = kw.get("beta1", 0.9), kw.get("beta2", 0.999)
-        lr_t = lr / (1. - b1 ** t)
-        gw = g * rescale + wd * w
-        if clip is not None:
-            gw = np.clip(gw, -clip, clip)
-        state[0] = b1 * state[0] + (1. - b1) * gw
-        state[1] = np.maximum(b2 * state[1], np.abs(gw))
-        return w - lr_t * state[0] / state[1]
-    assert name == "adadelta"
-    rho, eps = kw.get("rho", 0.9), kw.get("epsilon", 1e-5)
-    gc = g * rescale if clip is None else np.clip(g * rescale, -clip, clip)
-    state[0] = rho * state[0] + (1. - rho) * gc * gc
-    delta = np.sqrt(state[1] + eps) / np.sqrt(state[0] + eps) * gc
-    state[1] = rho * state[1] + (1. - rho) * delta * delta
-    return w - (delta + wd * w)
-
-
-@pytest.mark.parametrize("name,kw", [
-    ("signum", {"learning_rate": 0.05, "wd": 0.01, "wd_lh": 0.02, "rescale_grad": 0.5}),
-    ("signum", {"learning_rate": 0.05, "momentum": 0.0, "wd": 0.1}),
-    ("adamax", {"wd": 0.01, "clip_gradient": 0.6}),
-    ("adadelta", {"rho": 0.8, "wd": 0.001, "rescale_grad": 2.0}),
-])
-def test_signum_adamax_and_adadelta_follow_mxnets_updates(name, kw):
-    kv = mx.kv.create("local")
-    kv.set_optimizer(mx.optimizer.create(name, **kw))
-    w = np.array([0.5, -1.5, 2.0, 0.0], np.float64)
-    kv.init(3, mx.nd.array(w.astype(np.float32)))
-    state = [np.zeros(4), np.zeros(4)]
-    out = mx.nd.zeros((4,))
-    for t in range(1, 6):
-        g = np.array([0.3 * t, -0.7, 0.1 - t, 0.25 * (-1) ** t])
-        kv.push(3, mx.nd.array(g.astype(np.float32)))
-        kv.pull(3, out=out)
-        w = _mxnet_update(name, kw, w, g, state, t)
-        np.testing.assert_allclose(out.asnumpy(), w, rtol=1e-5, atol=1e-6,
-                                   err_msg="%s step %d" % (name, t))
-
-
-def test_biases_take_no_weight_decay_as_in_mxnet():
-    # Given the parameters' names, MXNet decays only *_weight and *_gamma.
-    names = {0: "fc_weight", 1: "fc_bias", 2: "bn_gamma", 3: "bn_beta"}
-    opt = mx.optimizer.create("sgd", learning_rate=1.0, wd=0.1, rescale_grad=1.0,
-                              param_idx2name=names)
-    opt.set_lr_mult({"fc_weight": 2.0})
-    kv = mx.kv.create("local")
-    kv.set_optimizer(opt)
-    for key in names:
-        kv.init(key, mx.nd.ones((2,)))
-        kv.push(key, mx.nd.full((2,), 0.5))
-    out = mx.nd.zeros((2,))
-    got = []
-    for key in names:
-        kv.pull(key, out=out)
-        got.append(float(out.asnumpy()[0]))
-    # w -= lr * lr_mult * (g + wd * wd_mult * w)
-    np.testing.assert_allclose(got, [1 - 2 * (0.5 + 0.1), 0.5, 1 - (0.5 + 0.1), 0.5], rtol=1e-6)
-    # A Module given the optimizer's name passes the names, as MXNet's does.
-    mod = mx.mod.Module(mx.sym.SoftmaxOutput(mx.sym.FullyConnected(
-        mx.sym.var("data"), num_hidden=2, name="fc"), name="softmax"))
-    mod.bind(data_shapes=[("data", (4, 3))], label_shapes=[("softmax_label", (4,))])
-    mod.init_params()
-    mod.init_optimizer(optimizer="sgd", optimizer_params={"wd": 0.01})
-    assert mod._optimizer.params["wd_mult"] == {"fc_bias": 0.0, "1": 0.0}
-
-
-def test_a_variable_with_lr_mult_zero_stays_frozen_in_fit():
-    w1 = mx.sym.Variable("fc1_weight", lr_mult=0.0)
-    b2 = mx.sym.Variable("fc2_bias", wd_mult=0.5)
-    h = mx.sym.Activation(mx.sym.FullyConnected(mx.sym.var("data"), weight=w1, num_hidden=8,
-                                                name="fc1"), act_type="relu")
-    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(h, bias=b2, num_hidden=3, name="fc2"),
-                               name="softmax")
-    g = json.loads(net.tojson())  # MXNet's JSON keeps the multipliers
-    attrs = {n["name"]: n.get("attrs", {}) for n in g["nodes"] if n["op"] == "null"}
-    assert attrs["fc1_weight"] == {"__lr_mult__": "0.0"}
-    assert attrs["fc2_bias"] == {"__wd_mult__": "0.5"}
-    net = mx.sym.load_json(json.dumps(g))
-    rng = np.random.RandomState(0)
-    x = rng.randn(64, 5).astype(np.float32)
-    y = (x[:, 0] > 0).astype(np.float32) + (x[:, 1] > 0)
-    mod = mx.mod.Module(net)
-    mod.bind(data_shapes=[("data", (16, 5))], label_shapes=[("softmax_label", (16,))])
-    mod.init_params(initializer=mx.init.Xavier())
-    before = {k: v.asnumpy().copy() for k, v in mod.get_params()[0].items()}
-    mod.fit(mx.io.NDArrayIter(x, y, 16), num_epoch=2, optimizer_params={"learning_rate": 0.5})
-    after = {k: v.asnumpy() for k, v in mod.get_params()[0].items()}
-    assert np.array_equal(after["fc1_weight"], before["fc1_weight"])
-    assert not np.array_equal(after["fc1_bias"], before["fc1_bias"])
-    assert not np.array_equal(after["fc2_weight"], before["fc2_weight"])
-    assert mod._optimizer.params["lr_mult"] == {"fc1_weight": 0.0, "0": 0.0}
-
-
-def test_optimizers_take_mxnets_names_arguments_and_defaults():
-    adam = mx.optimizer.create("adam")
-    assert adam.learning_rate == 0.001  # MXNet's, where kvtrain's own is 0.01
-    assert adam._kvtrain.params["learning_rate"] == 0.001
-    sgd = mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, wd=1e-4, multi_precision=True,
-                           param_idx2name={0: "fc_weight"})
-    assert sgd._kvtrain.params == {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}
-    rmsprop = mx.optimizer.create("rmsprop", gamma1=0.95, gamma2=0.9, epsilon=1e-7)
-    assert rmsprop._kvtrain.params == {"learning_rate": 0.001, "gamma1": 0.95, "epsilon": 1e-7}
-    with pytest.raises(NotInKvtrain, match="centered=True"):
-        mx.optimizer.create("rmsprop", centered=True)
-    with pytest.raises(NotInKvtrain, match="optimizer 'nadam'"):
-        mx.optimizer.create("nadam")
-    signum = mx.optimizer.create("signum", wd_lh=0.01)
-    assert signum._kvtrain.params == {"learning_rate": 0.01, "momentum": 0.9, "wd_lh": 0.01}
-    assert mx.optimizer.Adamax().learning_rate == 0.002
-    with pytest.raises(TypeError, match="'adadelta' got argument\\(s\\) it does not take: beta1"):
-        mx.optimizer.create("adadelta", beta1=0.9)
-    with pytest.raises(TypeError, match="'sgd' got argument\\(s\\) it does not take: beta1"):
-        mx.optimizer.create("sgd", beta1=0.9)
-    with pytest.raises(NotInKvtrain, match="mx.optimizer.register"):
-        mx.optimizer.register(object)
-
-    class Mine(object):
-        pass
-
-    with pytest.raises(NotInKvtrain, match="an optimizer of type Mine"):
-        mx.kv.create("local").set_optimizer(Mine())
-    with pytest.raises(NotInKvtrain, match="kvstore type 'horovod'"):
-        mx.kv.create("horovod")
-
-
 def test_random_and_test_utils():
     mx.random.seed(7)
     a = mx.random.uniform(shape=(3,)).asnumpy()
@@ -309,7 +170,7 @@ STEPS = os.path.join(ROOT, "python", "tests", "mxnet_module_steps.py")
 
 def test_module_step_by_step_trains_in_one_process(tmp_path):
     r = subprocess.run([PY, STEPS, "--kv-store", "local", "--out", str(tmp_path / "p.npz")],
-                       env=_env(), capture_output=True, text=True, timeout=300)
+                       env=compat_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     acc = [float(a) for a in re.findall(r"Training \('accuracy', ([0-9.]+)\)", r.stdout)]
     assert len(acc) == 2 and acc[1] > acc[0] > 0.5, r.stdout
@@ -330,67 +191,6 @@ def test_module_step_by_step_under_dist_sync_keeps_the_workers_equal(tmp_path):
     a, b = (np.load(out.replace(".npz", ".%d.npz" % r)) for r in (0, 1))
     for name in a:
         assert np.array_equal(a[name], b[name]), name
-
-
-# -- fit fed by a Python DataIter subclass (mxnet_python_iter.py) ---------------
-PY_ITER = os.path.join(ROOT, "python", "tests", "mxnet_python_iter.py")
-ITER_LINE = re.compile(r"resets (\d+) batches (\d+) accuracy ([0-9.]+)")
-
-
-def test_fit_reads_a_python_data_iter_in_one_process(tmp_path):
-    r = subprocess.run([PY, PY_ITER, "--kv-store", "local"], env=_env(), capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    resets, batches, acc = ITER_LINE.search(r.stdout).groups()
-    # reset() as each of the 3 epochs starts; every one of its 30 batches.
-    assert (int(resets), int(batches)) == (3, 90) and float(acc) > 0.85, r.stdout
-
-
-def test_fit_reads_python_data_iters_under_dist_sync(tmp_path):
-    out = str(tmp_path / "p.npz")
-    env = ["--env", "PYTHONPATH=%s:%s" % (COMPAT, os.path.join(ROOT, "python"))]
-    code, text = launch(["-n", "2", "-s", "1"] + JOB_ENV + env + [
-        PY, PY_ITER, "--kv-store", "dist_sync", "--out", out])
-    assert code == 0, text[-3000:]
-    found = ITER_LINE.findall(text)
-    assert len(found) == 2 and all(b == "90" and float(a) > 0.85 for _, b, a in found), text
-    a, b = (np.load(out.replace(".npz", ".%d.npz" % r)) for r in (0, 1))
-    for name in a:
-        assert np.array_equal(a[name], b[name]), name
-
-
-def test_python_data_iters_of_unequal_length_under_dist_sync_name_the_short_one():
-    # Worker 1 has 25 batches an epoch, worker 0 30: worker 1 finishes first,
-    # and worker 0's next step fails at once naming it (not after
-    # KVTRAIN_KVSTORE_TIMEOUT, 600 s).
-    env = ["--env", "PYTHONPATH=%s:%s" % (COMPAT, os.path.join(ROOT, "python"))]
-    code, text = launch(["-n", "2", "-s", "1"] + JOB_ENV + env + [
-        PY, PY_ITER, "--kv-store", "dist_sync", "--num-epochs", "1",
-        "--last-worker-batches", "25"])
-    assert code != 0, text[-3000:]
-    assert "worker 1 finished (KVStore::Finalize) after pushing it" in text, text[-3000:]
-
-
-def test_a_python_data_iter_that_fails_stops_fit_naming_the_problem():
-    class Broken(mx.io.DataIter):
-        def __init__(self, shape, fail):
-            super().__init__(4)
-            self.provide_data = [mx.io.DataDesc("data", (4, 3))]
-            self.provide_label = [mx.io.DataDesc("softmax_label", (4,))]
-            self.shape, self.fail = shape, fail
-
-        def next(self):
-            if self.fail:
-                raise IOError("record 7 of the reader is corrupt")
-            return mx.io.DataBatch([mx.nd.zeros(self.shape)], [mx.nd.zeros((4,))], pad=0)
-
-    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2,
-                                                     name="fc"), name="softmax")
-    with pytest.raises(Exception, match=r"batch 0 has data of shape \(4, 5\), its "
-                                        r"provide_data says \(4, 3\)"):
-        mx.mod.Module(net).fit(Broken((4, 5), False), num_epoch=1)
-    with pytest.raises(Exception, match="record 7 of the reader is corrupt"):
-        mx.mod.Module(net).fit(Broken((4, 3), True), num_epoch=1)
 
 
 def test_module_step_by_step_refuses_what_it_cannot_do():
@@ -425,17 +225,11 @@ def workdir(tmp_path):
     return str(tmp_path)
 
 
-def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = "%s:%s" % (COMPAT, os.path.join(ROOT, "python"))
-    return env
-
-
 def train_mnist(workdir, *flags, launch_args=None, timeout=300):
     argv = [PY, os.path.join(SCRIPTS, "train_mnist.py")] + list(flags)
     if launch_args is not None:
         argv = [PY, os.path.join(ROOT, "tracker", "launch.py")] + launch_args + argv
-    r = subprocess.run(argv, cwd=workdir, env=_env(), stdout=subprocess.PIPE,
+    r = subprocess.run(argv, cwd=workdir, env=compat_env(), stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=timeout)
     return r.returncode, r.stdout
 
@@ -619,139 +413,6 @@ def test_fit_calls_the_eval_callbacks_with_the_validation_metrics():
     assert last[0] == dict(mod.score(val, "acc"))["accuracy"] > 0.8
 
 
-def test_csv_iter_reads_mxnets_csv_files_and_trains(tmp_path):
-    rng = np.random.RandomState(0)
-    x = rng.randn(200, 6).astype(np.float32)
-    y = (x[:, 0] + x[:, 1] > 0).astype(np.float32)
-    np.savetxt(str(tmp_path / "x.csv"), x, delimiter=",", fmt="%.6f")
-    np.savetxt(str(tmp_path / "y.csv"), y, fmt="%d")
-    it = mx.io.CSVIter(data_csv=str(tmp_path / "x.csv"), data_shape=(2, 3),
-                       label_csv=str(tmp_path / "y.csv"), batch_size=50)
-    assert it.provide_data[0].shape == (50, 2, 3)
-    first = it.next()
-    assert np.allclose(first.data[0].asnumpy().reshape(50, 6), x[:50], atol=1e-6)
-    assert np.array_equal(first.label[0].asnumpy(), y[:50])
-    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(mx.sym.Flatten(mx.sym.var("data")),
-                                                     num_hidden=2), name="softmax")
-    mod = mx.mod.Module(net)
-    it.reset()
-    mod.fit(it, num_epoch=20, optimizer="sgd",
-            optimizer_params={"learning_rate": 0.5}, initializer=mx.init.Xavier())
-    assert dict(mod.score(it, "acc"))["accuracy"] > 0.9
-    (tmp_path / "bad.csv").write_text("1,2,3,4,5,6\n1,2,oops,4,5,6\n")
-    with pytest.raises(ValueError, match=r"bad.csv line 2 column 3: not a finite number"):
-        mx.io.CSVIter(data_csv=str(tmp_path / "bad.csv"), data_shape=(6,), batch_size=1)
-    with pytest.raises(NotInKvtrain, match="label_shape"):
-        mx.io.CSVIter(data_csv=str(tmp_path / "x.csv"), data_shape=(6,), label_shape=(2,))
-
-
-def test_symbol_arithmetic_with_numbers_round_trips_through_mxnets_json():
-    x = mx.sym.var("x")
-    y = 1 - (x * 2 + 3) / 4
-    g = json.loads(y.tojson())
-    ops = {n["op"]: n.get("attrs", {}) for n in g["nodes"]}
-    assert ops["_mul_scalar"] == {"scalar": "2.0"}
-    assert set(ops) >= {"_plus_scalar", "_div_scalar", "_rminus_scalar"}
-    back = mx.sym.load_json(y.tojson())
-    assert back.tojson() == y.tojson()
-    # As MXNet 1.9 writes a scalar op (with is_int).
-    g["nodes"][[n["op"] for n in g["nodes"]].index("_mul_scalar")]["attrs"] = {
-        "is_int": "False", "scalar": "2"}
-    assert mx.sym.load_json(json.dumps(g)).infer_shape(x=(2, 3))[1] == [(2, 3)]
-    # Symbol / symbol: MXNet writes elemwise_div, kvtrain reads it as broadcast_div.
-    z = mx.sym.broadcast_add(x, mx.sym.var("y")) / x
-    text = z.tojson().replace('"broadcast_div"', '"elemwise_div"')
-    assert mx.sym.load_json(text).infer_shape(x=(2, 3), y=(1, 3))[1] == [(2, 3)]
-
-
-def _expect_softmax_of_fc(mod, h):
-    """The module's output is softmax(fc(h)) with its parameters fc_weight, fc_bias."""
-    args, _ = mod.get_params()
-    z = h @ args["fc_weight"].asnumpy().T + args["fc_bias"].asnumpy()
-    want = np.exp(z - z.max(1, keepdims=True))
-    want /= want.sum(1, keepdims=True)
-    np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, rtol=1e-5)
-
-
-def test_broadcast_ops_compute_as_numpy_in_a_module():
-    d = mx.sym.var("data")
-    col, row = mx.sym.Reshape(d, shape=(2, 3, 1)), mx.sym.Reshape(d, shape=(2, 1, 3))
-    parts = [mx.sym.broadcast_maximum(col, row), mx.sym.broadcast_greater(col, row),
-             mx.sym.broadcast_to(row, shape=(2, 3, 0)), mx.sym.broadcast_axes(col, axis=2, size=3),
-             mx.sym.broadcast_power(col, row), mx.sym.broadcast_minus(col, row)]
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(total, num_hidden=4, name="fc"),
-                               name="softmax")
-    again = mx.sym.load_json(net.tojson())  # MXNet's JSON keeps every attribute
-    assert again.tojson() == net.tojson()
-    mod = mx.mod.Module(again)
-    mod.bind(data_shapes=[("data", (2, 3))], label_shapes=[("softmax_label", (2,))],
-             for_training=False)
-    mod.init_params(initializer=mx.init.Uniform(0.5))
-    x = np.array([[0.5, 1.5, 1.0], [2.0, 0.25, 2.0]], np.float32)
-    mod.forward(mx.io.DataBatch([mx.nd.array(x)], [mx.nd.zeros((2,))]), is_train=False)
-    c, r = x[:, :, None], x[:, None, :]
-    h = (np.maximum(c, r) + (c > r) + np.broadcast_to(r, (2, 3, 3))
-         + np.broadcast_to(c, (2, 3, 3)) + c ** r + (c - r)).reshape(2, 9)
-    _expect_softmax_of_fc(mod, h)
-
-
-def test_lrn_computes_mxnets_formula_in_a_module():
-    d = mx.sym.Reshape(mx.sym.var("data"), shape=(2, 5, 1, 2))
-    lrn = mx.sym.LRN(d, nsize=3, alpha=0.3, beta=0.5, knorm=1.5, name="lrn")
-    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(lrn, num_hidden=3, name="fc"),
-                               name="softmax")
-    mod = mx.mod.Module(mx.sym.load_json(net.tojson()))
-    mod.bind(data_shapes=[("data", (2, 10))], label_shapes=[("softmax_label", (2,))],
-             for_training=False)
-    mod.init_params(initializer=mx.init.Uniform(0.5))
-    x = np.linspace(-2, 2, 20, dtype=np.float32).reshape(2, 10)
-    mod.forward(mx.io.DataBatch([mx.nd.array(x)], [mx.nd.zeros((2,))]), is_train=False)
-    a = x.reshape(2, 5, 1, 2).astype(np.float64)
-    sq = np.pad(a * a, ((0, 0), (1, 1), (0, 0), (0, 0)))
-    window = sq[:, 0:5] + sq[:, 1:6] + sq[:, 2:7]
-    h = (a / (1.5 + 0.3 / 3 * window) ** 0.5).reshape(2, 10)
-    _expect_softmax_of_fc(mod, h)
-
-
-def test_deconvolution_spreads_each_pixel_over_its_kernel_in_a_module():
-    d = mx.sym.Reshape(mx.sym.var("data"), shape=(2, 1, 2, 2))
-    up = mx.sym.Deconvolution(d, kernel=(2, 2), stride=(2, 2), num_filter=2, name="up",
-                              target_shape=(), workspace=512)
-    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(up, num_hidden=3, name="fc"),
-                               name="softmax")
-    g = json.loads(net.tojson())
-    node = [n for n in g["nodes"] if n["op"] == "Deconvolution"][0]
-    node["attrs"].update({"num_group": "1", "dilate": "(1, 1)", "adj": "(0, 0)"})
-    mod = mx.mod.Module(mx.sym.load_json(json.dumps(g)))  # as MXNet writes it
-    mod.bind(data_shapes=[("data", (2, 4))], label_shapes=[("softmax_label", (2,))],
-             for_training=False)
-    mod.init_params(initializer=mx.init.Uniform(0.5))
-    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 8
-    mod.forward(mx.io.DataBatch([mx.nd.array(x)], [mx.nd.zeros((2,))]), is_train=False)
-    args, _ = mod.get_params()
-    w = args["up_weight"].asnumpy()  # (1, 2, 2, 2): channels, num_filter, kh, kw
-    # Stride 2 with a 2x2 kernel: each input pixel becomes its own 2x2 block.
-    h = np.einsum("nij,fab->nfiajb", x.reshape(2, 2, 2), w[0]).reshape(2, 2 * 4 * 4)
-    _expect_softmax_of_fc(mod, h)
-
-
-def test_mxnet_json_with_what_kvtrain_lacks_is_refused_naming_the_node(tmp_path):
-    graph = json.loads(open(os.path.join(TESTDATA, "mxnet_mlp_bn-symbol.json")).read())
-    graph["nodes"][9] = {"op": "UpSampling", "name": "up1", "attrs": {"scale": "2"},
-                         "inputs": [[8, 0, 0]]}
-    with pytest.raises(NotInKvtrain, match="node 9 \\(up1\\) is operator UpSampling"):
-        mx.sym.load_json(json.dumps(graph))
-    graph["nodes"][9] = {"op": "Activation", "name": "relu1",
-                         "attrs": {"act_type": "relu", "layout": "NHWC"}, "inputs": [[8, 0, 0]]}
-    with pytest.raises(NotInKvtrain, match="node 9 \\(Activation relu1\\).*layout=NHWC"):
-        mx.sym.load_json(json.dumps(graph))
-    with pytest.raises(ValueError, match="is not MXNet's JSON graph"):
-        mx.sym.load_json("{\"nodes\": 3}")
-
-
 def test_fit_checkpoints_in_mxnets_files_and_module_load_continues(tmp_path):
     x = np.random.RandomState(0).rand(64, 10).astype(np.float32)
     y = (x.sum(1) > 5).astype(np.float32)
@@ -830,29 +491,6 @@ def test_mxnet_style_resnet_builds_and_trains_on_28x28(small_workdir):
     assert len([a for a in net.list_arguments() if a.endswith("_conv1_weight")]) == 9
     assert "bn1_moving_var" in net.list_auxiliary_states()
     assert mx.sym.load_json(net.tojson()).tojson() == net.tojson()
-
-
-def test_schedules_with_warmup_run_in_the_store():
-    sched = mx.lr_scheduler.CosineScheduler(max_update=4, base_lr=9, final_lr=0,
-                                            warmup_steps=2, warmup_begin_lr=0.5,
-                                            warmup_mode="constant")
-    kv = mx.kv.create("local")
-    kv.init(0, mx.nd.zeros((1,)))
-    kv.set_optimizer(mx.optimizer.create("sgd", learning_rate=1.0, lr_scheduler=sched))
-    steps, before = [], 0.0
-    for _ in range(6):
-        kv.push(0, mx.nd.ones((1,)))
-        out = mx.nd.zeros((1,))
-        kv.pull(0, out=out)
-        steps.append(round(before - out.asscalar(), 6))
-        before = out.asscalar()
-    # Update 1 warms up at 0.5; 2..4 follow the half cosine from the base
-    # rate (the optimizer's 1.0, not base_lr) to 0 at update 4, then stay.
-    assert steps == [0.5, 1.0, 0.5, 0.0, 0.0, 0.0]
-    poly = mx.lr_scheduler.PolyScheduler(10, 0.1, 2)
-    assert (poly.max_update, poly.pwr, poly.final_lr) == (10, 2.0, 0.0)
-    with pytest.raises(TypeError, match="does not take: cycle"):
-        mx.lr_scheduler.FactorScheduler(5, cycle=2)
 
 
 def test_mxnet_train_mnist_with_a_power_schedule(workdir):
@@ -935,25 +573,3 @@ def test_orthogonal_initializer_gives_orthonormal_rows_times_its_scale():
     with pytest.raises(ValueError, match="rand_type"):
         mx.init.Orthogonal(rand_type="poisson")
 
-
-def test_leaky_relu_clip_and_softmax_train_and_round_trip():
-    rng = np.random.RandomState(1)
-    x = rng.randn(256, 6).astype(np.float32)
-    y = (x[:, 0] * x[:, 1] > 0).astype(np.float32)
-    data = mx.sym.Variable("data")
-    h = mx.sym.LeakyReLU(data=mx.sym.FullyConnected(data=data, num_hidden=16, name="fc1"),
-                         act_type="leaky", slope=0.1, name="lrelu")
-    h = mx.sym.clip(data=h, a_min=-3.0, a_max=3.0, name="clip")
-    h = mx.sym.LeakyReLU(data=h, act_type="elu", name="elu")
-    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(data=h, num_hidden=2, name="fc2"),
-                               name="softmax")
-    mod = mx.mod.Module(net)
-    it = mx.io.NDArrayIter(x, y, 32, shuffle=True)
-    mod.fit(it, num_epoch=30, optimizer_params={"learning_rate": 0.2, "momentum": 0.9},
-            initializer=mx.init.Xavier())
-    assert dict(mod.score(mx.io.NDArrayIter(x, y, 32), "acc"))["accuracy"] > 0.8
-    assert mx.sym.load_json(net.tojson()).tojson() == net.tojson()
-    probs = mx.sym.softmax(data=data, name="sm")
-    assert probs.list_outputs() == ["sm_output"]
-    with pytest.raises(Exception, match="prelu"):
-        mx.sym.LeakyReLU(data=data, act_type="prelu")
