@@ -223,10 +223,31 @@ StatusOr<std::unique_ptr<Operator>> BroadcastToOp::CreateAxis(const OpSpec& spec
   return std::unique_ptr<Operator>(std::move(op));
 }
 
+StatusOr<std::unique_ptr<Operator>> BroadcastToOp::CreateLike(const OpSpec& spec) {
+  AttrReader r(spec.Describe(), spec.attrs);
+  KV_RETURN_IF_ERROR(r.Finish());
+  auto op = std::unique_ptr<BroadcastToOp>(new BroadcastToOp);
+  op->like_ = true;
+  return std::unique_ptr<Operator>(std::move(op));
+}
+
 Status BroadcastToOp::InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
                                  std::vector<Shape>* aux) const {
   const Shape& data = (*in)[0];
   if (data.ndim() == 0) return Error("the shape of " + input_name(0) + " is unknown");
+  if (like_) {
+    const Shape& like = (*in)[1];
+    if (like.ndim() == 0) return Error("the shape of " + input_name(1) + " is unknown");
+    bool fits = like.ndim() == data.ndim() && like.ndim() <= BroadcastGeometry::kMaxDims;
+    for (int d = 0; fits && d < data.ndim(); ++d) fits = data[d] == like[d] || data[d] == 1;
+    if (!fits) {
+      return Error(input_name(0) + " " + data.ToString() + " does not broadcast to " +
+                   input_name(1) + "'s shape " + like.ToString() +
+                   " (as many dimensions, each equal or 1)");
+    }
+    (*out)[0] = like;
+    return Status::OK();
+  }
   if (data.ndim() > BroadcastGeometry::kMaxDims) {
     return Error("broadcasts at most " + std::to_string(BroadcastGeometry::kMaxDims) +
                  " dimensions, got " + std::to_string(data.ndim()));
@@ -282,6 +303,9 @@ Status BroadcastToOp::ForwardCpu(const OpContext& ctx, ForwardArgs* args) {
 }
 
 Status BroadcastToOp::BackwardCpu(const OpContext& ctx, BackwardArgs* args) {
+  if (like_ && args->req[1] != OpReq::kNull) {  // rhs gives its shape only
+    op_util::ZeroReq(ctx, args->req[1], Ptr(args->in_grad[1]), args->in_grad[1].size());
+  }
   const OpReq req = args->req[0];
   if (req == OpReq::kNull) return Status::OK();
   const BroadcastGeometry g =
@@ -308,6 +332,9 @@ Status BroadcastToOp::ForwardGpu(const OpContext& ctx, ForwardArgs* args) {
 
 Status BroadcastToOp::BackwardGpu(const OpContext& ctx, BackwardArgs* args) {
 #ifdef KVTRAIN_CUDA
+  if (like_ && args->req[1] != OpReq::kNull) {
+    op_util::ZeroReq(ctx, args->req[1], Ptr(args->in_grad[1]), args->in_grad[1].size());
+  }
   const OpReq req = args->req[0];
   if (req == OpReq::kNull) return Status::OK();
   op_util::ZeroReq(ctx, req, Ptr(args->in_grad[0]), args->in_grad[0].size());
@@ -323,5 +350,6 @@ Status BroadcastToOp::BackwardGpu(const OpContext& ctx, BackwardArgs* args) {
 
 KV_REGISTER_OP("broadcast_to", BroadcastToOp::CreateTo);
 KV_REGISTER_OP("broadcast_axis", BroadcastToOp::CreateAxis);
+KV_REGISTER_OP("broadcast_like", BroadcastToOp::CreateLike);
 
 }  // namespace kvtrain

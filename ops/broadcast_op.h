@@ -10,6 +10,8 @@
 //   broadcast_to: attribute shape, as many dimensions as data (0: data's).
 //   broadcast_axis: attributes axis and size (tuples of equal length), each
 //   named axis of data of size 1 becoming that size.
+//   broadcast_like: inputs lhs, rhs; lhs repeated to rhs's shape (rhs is
+//   read for its shape only and gets no gradient).
 #ifndef KVTRAIN_OPS_BROADCAST_OP_H_
 #define KVTRAIN_OPS_BROADCAST_OP_H_
 
@@ -45,7 +47,11 @@ class BroadcastToOp : public Operator {
  public:
   static StatusOr<std::unique_ptr<Operator>> CreateTo(const OpSpec& spec);
   static StatusOr<std::unique_ptr<Operator>> CreateAxis(const OpSpec& spec);
+  static StatusOr<std::unique_ptr<Operator>> CreateLike(const OpSpec& spec);
 
+  std::vector<std::string> ListArguments() const override {
+    return like_ ? std::vector<std::string>{"lhs", "rhs"} : std::vector<std::string>{"data"};
+  }
   Status InferShape(std::vector<Shape>* in, std::vector<Shape>* out,
                     std::vector<Shape>* aux) const override;
   // Only the output gradient (the shapes come with the gradients).
@@ -59,6 +65,7 @@ class BroadcastToOp : public Operator {
 
  private:
   bool by_axis_ = false;
+  bool like_ = false;
   std::vector<int64_t> shape_;       // broadcast_to
   std::vector<int64_t> axis_, size_;  // broadcast_axis
 };

@@ -103,9 +103,12 @@ TEST(BroadcastTo, RepeatsDataAndSumsTheGradientBack) {
   const std::vector<Case> cases = {
       {"broadcast_to", {{"shape", "(2, 0, 4)"}}, {1, 3, 1}, {2, 3, 4}},
       {"broadcast_axis", {{"axis", "(0, 2)"}, {"size", "(2, 4)"}}, {1, 3, 1}, {2, 3, 4}},
-      {"broadcast_axis", {{"axis", "-1"}, {"size", "5"}}, {3, 1}, {3, 5}}};
+      {"broadcast_axis", {{"axis", "-1"}, {"size", "5"}}, {3, 1}, {3, 5}},
+      {"broadcast_like", {}, {2, 1, 4}, {2, 3, 4}}};
   for (const Case& c : cases) {
-    auto r = OpRunner::Create(c.type, c.attrs, {c.in}, TestDevice());
+    std::vector<Shape> shapes = {c.in};
+    if (c.type == "broadcast_like") shapes.push_back(c.out);
+    auto r = OpRunner::Create(c.type, c.attrs, shapes, TestDevice());
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ((*r)->out_shapes()[0], c.out) << c.type;
     (*r)->SetInput(0, op_test::Random(c.in.Product(0, c.in.ndim()), 5));
@@ -122,7 +125,9 @@ TEST(BroadcastTo, RepeatsDataAndSumsTheGradientBack) {
       want.push_back(a[l]);
     }
     op_test::ExpectNear((*r)->Output(0), want, 0, 0, c.type);
-    op_test::CheckGradient(r->get(), op_test::ForInputs({0}));
+    op_test::CheckGradient(r->get(), op_test::ForInputs(shapes.size() == 2
+                                                            ? std::vector<int>{0, 1}
+                                                            : std::vector<int>{0}));
   }
 }
 
@@ -141,6 +146,12 @@ TEST(BroadcastTo, ShapesThatCannotRepeatAreNamed) {
                 .status()
                 .message(),
             "y (broadcast_axis): 2 axes but 1 sizes (one size per axis)");
+  op = CreateOperator("broadcast_like", "k", {});
+  ASSERT_TRUE(op.ok());
+  in = {{2, 3}, {2, 4}};
+  EXPECT_EQ((*op)->InferShape(&in, &out, &aux).message(),
+            "k (broadcast_like): k_lhs (2, 3) does not broadcast to k_rhs's shape (2, 4) (as "
+            "many dimensions, each equal or 1)");
 }
 
 TEST(BroadcastErrors, SizesThatDoNotBroadcastAreNamed) {

@@ -38,7 +38,7 @@ TEST(OperatorRegistryTest, UnknownOperatorListsTheKnownOnes) {
             "Embedding, Flatten, FullyConnected, LRN, LeakyReLU, LinearRegressionOutput, "
             "Pooling, Reshape, SoftmaxOutput, adagrad_update, adam_update, broadcast_add, "
             "broadcast_axis, broadcast_div, broadcast_equal, broadcast_greater, "
-            "broadcast_greater_equal, broadcast_lesser, broadcast_lesser_equal, "
+            "broadcast_greater_equal, broadcast_lesser, broadcast_lesser_equal, broadcast_like, "
             "broadcast_maximum, broadcast_minimum, broadcast_mul, broadcast_not_equal, "
             "broadcast_power, broadcast_sub, broadcast_to, clip, "
             "elemwise_add, elemwise_mul, elemwise_sub, ftrl_update, identity, "

@@ -53,6 +53,7 @@ def test_broadcast_ops_compute_as_numpy_in_a_module():
     parts = [mx.sym.broadcast_maximum(col, row), mx.sym.broadcast_greater(col, row),
              mx.sym.broadcast_to(row, shape=(2, 3, 0)), mx.sym.broadcast_axes(col, axis=2, size=3),
              mx.sym.broadcast_power(col, row), mx.sym.broadcast_minus(col, row)]
+    parts.append(mx.sym.broadcast_like(row, parts[0], lhs_axes=None))
     total = parts[0]
     for p in parts[1:]:
         total = total + p
@@ -68,7 +69,8 @@ def test_broadcast_ops_compute_as_numpy_in_a_module():
     mod.forward(mx.io.DataBatch([mx.nd.array(x)], [mx.nd.zeros((2,))]), is_train=False)
     c, r = x[:, :, None], x[:, None, :]
     h = (np.maximum(c, r) + (c > r) + np.broadcast_to(r, (2, 3, 3))
-         + np.broadcast_to(c, (2, 3, 3)) + c ** r + (c - r)).reshape(2, 9)
+         + np.broadcast_to(c, (2, 3, 3)) + c ** r + (c - r)
+         + np.broadcast_to(r, (2, 3, 3))).reshape(2, 9)
     _expect_softmax_of_fc(mod, h)
 
 

@@ -26,6 +26,8 @@ _DEFAULT_ONLY = {  # name: (MXNet's default, the spellings of it MXNet writes)
     "dilate": ("(1, 1)", {"(1, 1)", "(1,1)", "(1, 1, 1)", "(1,1,1)", "()", "(1,)", "(1)"}),
     "num_group": ("1", {"1"}),
     "target_shape": ("()", {"()", "(0, 0)", "(0,0)"}),
+    "lhs_axes": ("None", {"None"}),
+    "rhs_axes": ("None", {"None"}),
     "layout": ("None", {"None", "NCHW", "NCW", "NCDHW"}),
     "pooling_convention": ("valid", {"valid"}),
     "output_mean_var": ("False", {"False", "false", "0"}),
@@ -49,7 +51,7 @@ _VARIABLE_HINTS = ("__shape__", "__dtype__", "__storage_type__", "__init__", "__
 
 # MXNet operators kvtrain's core does not have (a selection of the common).
 _NOT_HERE = {
-    "SoftmaxActivation", "broadcast_like", "dot", "batch_dot", "transpose", "SliceChannel",
+    "SoftmaxActivation", "dot", "batch_dot", "transpose", "SliceChannel",
     "split", "slice_axis", "expand_dims", "RNN", "LayerNorm",
     "InstanceNorm", "UpSampling", "SpatialTransformer", "MakeLoss", "L2Normalization",
     "sum", "mean", "exp", "log", "sqrt", "square", "relu", "sigmoid", "tanh", "where",
