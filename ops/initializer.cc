@@ -51,7 +51,8 @@ StatusOr<InitializerOptions> ParseInitializer(const std::string& text) {
                                    " (expected uniform[:scale], "
                                    "normal[:sigma], xavier[:uniform|"
                                    "gaussian[:avg|in|out[:magnitude]]], "
-                                   "orthogonal[:gain[:uniform|gaussian]] or constant:value)");
+                                   "orthogonal[:gain[:uniform|gaussian]], bilinear or "
+                                   "constant:value)");
   };
   auto number = [&](const std::string& s, float* out) {
     char* end = nullptr;
@@ -82,6 +83,11 @@ StatusOr<InitializerOptions> ParseInitializer(const std::string& text) {
       return bad("constant needs one finite value");
     }
     o.value = static_cast<float>(v);
+    return o;
+  }
+  if (parts[0] == "bilinear") {
+    if (parts.size() > 1) return bad("bilinear takes no fields");
+    o.type = InitializerOptions::Type::kBilinear;
     return o;
   }
   if (parts[0] == "orthogonal") {
@@ -156,6 +162,23 @@ Status Initializer::Fill(const std::string& name, Tensor* t) const {
   }
   const InitializerOptions& o = options_;
   if (o.type == InitializerOptions::Type::kConstant) return t->Fill(o.value);
+  if (o.type == InitializerOptions::Type::kBilinear) {
+    const Shape& s = t->shape();
+    if (s.ndim() != 4) {
+      return Status::InvalidArgument(
+          "initializer: bilinear needs a 4-D weight (a Deconvolution's), but " + name + " is " +
+          s.ToString());
+    }
+    const double f = std::ceil(s[3] / 2.0);
+    const double c = (2 * f - 1 - std::fmod(f, 2.0)) / (2 * f);
+    std::vector<float> v(static_cast<size_t>(t->size()));
+    for (int64_t i = 0; i < t->size(); ++i) {
+      const double x = static_cast<double>(i % s[3]), y = static_cast<double>((i / s[3]) % s[2]);
+      v[static_cast<size_t>(i)] =
+          static_cast<float>((1 - std::fabs(x / f - c)) * (1 - std::fabs(y / f - c)));
+    }
+    return CopyIn(v, t);
+  }
   const uint64_t stream = Mix(o.seed ^ Mix(HashName(name)));
   const int64_t n = t->size();
   bool gaussian = o.type == InitializerOptions::Type::kNormal;

@@ -1,5 +1,5 @@
-// Weight initializers: uniform, normal, Xavier, orthogonal and constant, seeded and
-// deterministic
+// Weight initializers: uniform, normal, Xavier, orthogonal, constant and
+// bilinear (upsampling kernels), seeded and deterministic
 // (an array's values depend only on the seed, its name and its shape, not on
 // the order arrays are initialised in or the device they live on).
 #ifndef KVTRAIN_OPS_INITIALIZER_H_
@@ -15,7 +15,11 @@
 namespace kvtrain {
 
 struct InitializerOptions {
-  enum class Type { kUniform, kNormal, kXavier, kConstant, kOrthogonal };
+  // kBilinear: a 4-D weight (.., .., kh, kw) whose every kernel is the
+  // bilinear interpolation filter, (1 - |x / f - c|) (1 - |y / f - c|) with
+  // f = ceil(kw / 2), c = (2 f - 1 - f mod 2) / (2 f) (MXNet's Bilinear: a
+  // Deconvolution of stride f upsamples by f).
+  enum class Type { kUniform, kNormal, kXavier, kConstant, kOrthogonal, kBilinear };
   enum class Distribution { kUniform, kGaussian };
   enum class Factor { kAvg, kIn, kOut };
 
@@ -45,7 +49,7 @@ struct InitializerOptions {
 // Parses "uniform", "uniform:0.1", "normal:0.01", "xavier",
 // "xavier:gaussian:in:2" (distribution, factor, magnitude; each optional),
 // "constant:V" (any finite V), "orthogonal", "orthogonal:GAIN",
-// "orthogonal:GAIN:uniform|gaussian".
+// "orthogonal:GAIN:uniform|gaussian", "bilinear".
 StatusOr<InitializerOptions> ParseInitializer(const std::string& text);
 
 // Immutable after Create; thread-safe.

@@ -102,7 +102,7 @@ TEST_F(InitializerTest, ParseAndErrors) {
   EXPECT_EQ(ParseInitializer("glorot").status().message(),
             "initializer \"glorot\": unknown type \"glorot\" (expected "
             "uniform[:scale], normal[:sigma], xavier[:uniform|gaussian[:avg|"
-            "in|out[:magnitude]]], orthogonal[:gain[:uniform|gaussian]] or "
+            "in|out[:magnitude]]], orthogonal[:gain[:uniform|gaussian]], bilinear or "
             "constant:value)");
   // Constant: any finite value for weights; biases keep their own rule.
   o = ParseInitializer("constant:-0.5");
@@ -129,6 +129,23 @@ TEST_F(InitializerTest, ParseAndErrors) {
 // Orthogonal: a wide weight has orthonormal rows times the gain, a tall one
 // (more rows than the rest) orthonormal columns; a 4-d kernel counts as
 // (out, in * kh * kw).
+TEST_F(InitializerTest, BilinearKernelsUpsample) {
+  auto o = ParseInitializer("bilinear");
+  ASSERT_TRUE(o.ok()) << o.status();
+  auto init = Initializer::Create(*o);
+  // A 4x4 kernel (stride 2 upsampling): f = 2, c = 0.75, the 1-D filter
+  // (0.25, 0.75, 0.75, 0.25); each kernel its outer product.
+  Tensor w = Tensor::Zeros({2, 1, 4, 4});
+  ASSERT_TRUE(init->Init("up_weight", &w).ok());
+  const std::vector<float> v = w.ToVector();
+  const float k[4] = {0.25f, 0.75f, 0.75f, 0.25f};
+  for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ(v[i], k[(i / 4) % 4] * k[i % 4]) << i;
+  Tensor flat = Tensor::Zeros({3, 4});
+  EXPECT_EQ(init->Init("fc_weight", &flat).message(),
+            "initializer: bilinear needs a 4-D weight (a Deconvolution's), but fc_weight is (3, 4)");
+  EXPECT_FALSE(ParseInitializer("bilinear:2").ok());
+}
+
 TEST_F(InitializerTest, OrthogonalRowsOrColumns) {
   for (const std::string spec : {"orthogonal", "orthogonal:1:gaussian"}) {
     auto o = ParseInitializer(spec);

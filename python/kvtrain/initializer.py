@@ -1,6 +1,7 @@
-"""Weight initializers (kvtrain.init): Uniform, Normal, Xavier. Each array's
-values depend only on the seed, its name and its shape; names ending in
-_bias, _beta, _moving_mean start at 0 and _gamma, _moving_var at 1."""
+"""Weight initializers (kvtrain.init): Uniform, Normal, Xavier, Orthogonal,
+Bilinear. Each array's values depend only on the seed, its name and its
+shape; names ending in _bias, _beta, _moving_mean start at 0 and _gamma,
+_moving_var at 1."""
 
 
 class Initializer(object):
@@ -46,3 +47,12 @@ class Orthogonal(Initializer):
         super(Orthogonal, self).__init__(
             "orthogonal:%r:%s" % (float(scale), "uniform" if rand_type == "uniform" else "gaussian"),
             seed)
+
+
+class Bilinear(Initializer):
+    """Every kernel of a 4-D weight the bilinear interpolation filter: a
+    Deconvolution of stride s and kernel 2s with it upsamples by s (MXNet's
+    Bilinear)."""
+
+    def __init__(self, seed=0):
+        super(Bilinear, self).__init__("bilinear", seed)

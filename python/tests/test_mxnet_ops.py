@@ -149,3 +149,20 @@ def test_leaky_relu_clip_and_softmax_train_and_round_trip():
     assert probs.list_outputs() == ["sm_output"]
     with pytest.raises(Exception, match="prelu"):
         mx.sym.LeakyReLU(data=data, act_type="prelu")
+
+
+def test_a_bilinear_deconvolution_upsamples_by_its_stride():
+    d = mx.sym.Reshape(mx.sym.var("data"), shape=(1, 1, 3, 3))
+    up = mx.sym.Deconvolution(d, kernel=(4, 4), stride=(2, 2), pad=(1, 1), num_filter=1,
+                              name="up")
+    net = mx.sym.LinearRegressionOutput(mx.sym.Flatten(up), name="out")
+    mod = mx.mod.Module(net, label_names=("out_label",))
+    mod.bind(data_shapes=[("data", (1, 9))], label_shapes=[("out_label", (1, 36))],
+             for_training=False)
+    mod.init_params(initializer=mx.init.Bilinear())
+    k = np.array([0.25, 0.75, 0.75, 0.25], np.float32)
+    np.testing.assert_allclose(mod.get_params()[0]["up_weight"].asnumpy()[0, 0],
+                               np.outer(k, k))
+    mod.forward(mx.io.DataBatch([mx.nd.ones((1, 9))], [mx.nd.zeros((1, 36))]), is_train=False)
+    out = mod.get_outputs()[0].asnumpy().reshape(6, 6)
+    np.testing.assert_allclose(out[1:5, 1:5], np.ones((4, 4)), rtol=1e-6)  # constant stays

@@ -51,6 +51,11 @@ class One(Constant):
         super().__init__(1.0)
 
 
+class Bilinear(_kt.init.Bilinear):
+    def __init__(self):
+        super().__init__()
+
+
 class Orthogonal(_kt.init.Orthogonal):
     def __init__(self, scale=1.414, rand_type="uniform"):
         super().__init__(scale, rand_type)
@@ -59,6 +64,5 @@ class Orthogonal(_kt.init.Orthogonal):
 Mixed = missing_class("mx.init.Mixed",
                       "one initializer for all weights; pass arg_params for the rest")
 Load = missing_class("mx.init.Load", "pass arg_params (mx.model.load_checkpoint) to fit")
-Bilinear = missing_class("mx.init.Bilinear", "there is no Deconvolution to fill")
 LSTMBias = missing_class("mx.init.LSTMBias", "there is no RNN operator")
 FusedRNN = missing_class("mx.init.FusedRNN", "there is no RNN operator")
