@@ -154,6 +154,20 @@ void Fit(PyModule& m, const py::object& train, const py::object& eval, const py:
 }  // namespace
 
 void BindModule(py::module_& m) {
+  // One array as initializer `text` (seeded) fills the parameter `name`:
+  // what Module.init_params would give it (mx.init.Mixed picks per name).
+  m.def(
+      "init_array",
+      [](const std::string& text, uint64_t seed, const std::string& name,
+         const py::object& shape) {
+        InitializerOptions io = Check(ParseInitializer(text));
+        io.seed = seed;
+        Initializer init = Check(Initializer::Create(io));
+        Tensor t = Tensor::Zeros(ToShape(shape, "init_array shape"));
+        Check(init.Init(name, &t));
+        return ToArray(t);
+      },
+      py::arg("text"), py::arg("seed"), py::arg("name"), py::arg("shape"));
   py::class_<PyModule, std::shared_ptr<PyModule>>(m, "Module")
       .def_static("create", &Create, py::arg("symbol"), py::arg("devices"),
                   py::arg("work_load_list"), py::arg("data_name"), py::arg("label_name"))

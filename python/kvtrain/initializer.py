@@ -56,3 +56,37 @@ class Bilinear(Initializer):
 
     def __init__(self, seed=0):
         super(Bilinear, self).__init__("bilinear", seed)
+
+
+class Mixed(Initializer):
+    """Per parameter, the initializer of the first pattern (a regular
+    expression, matched from the name's start as MXNet's re.match) that
+    matches its name, e.g. Mixed(['up.*', '.*'], [Bilinear(), Xavier()])."""
+
+    def __init__(self, patterns, initializers):
+        if len(patterns) != len(initializers) or not patterns:
+            raise ValueError("Mixed: %d patterns for %d initializers (one each)"
+                             % (len(patterns), len(initializers)))
+        for init in initializers:
+            if not isinstance(init, Initializer) or isinstance(init, Mixed):
+                raise TypeError("Mixed: expected kvtrain.init initializers, got %r" % (init,))
+        import re
+        self.map = [(re.compile(p), init) for p, init in zip(patterns, initializers)]
+        super(Mixed, self).__init__(None, 0)
+
+    def choose(self, name):
+        """The initializer that fills `name` (ValueError when none matches)."""
+        for pattern, init in self.map:
+            if pattern.match(name):
+                return init
+        raise ValueError("Mixed: no pattern matches parameter %r; add '.*' last" % (name,))
+
+    def arrays(self, names_and_shapes):
+        """{name: numpy array} for [(name, shape)], each by its initializer."""
+        from . import _lib
+        out = {}
+        for name, shape in names_and_shapes:
+            init = self.choose(name)
+            out[name] = _lib.init_array(init._text, init.seed, name, tuple(shape))
+        return out
+

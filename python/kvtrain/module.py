@@ -116,6 +116,7 @@ class Module(object):
         lshape = (_shape_of(label_shapes, self._label_names[0], "label") if label_shapes
                   else (dshape[0],))
         self._handle.bind(dshape, lshape)
+        self._data_shape = dshape
         self._batch_size = dshape[0]
         self._label_shape = lshape
         self._for_training = bool(for_training)
@@ -133,9 +134,22 @@ class Module(object):
         initializer = initializer or _init.Uniform(0.01)
         if not isinstance(initializer, _init.Initializer):
             raise TypeError("initializer: expected a kvtrain.init initializer, got %r" % (initializer,))
+        if isinstance(initializer, _init.Mixed) and arg_params is None:
+            # Each parameter by its own initializer, handed over as arrays.
+            arg_params, aux_params = self._mixed_arrays(initializer, aux_params)
+            initializer = _init.Uniform(0.01)
         self._handle.init_params(initializer._text, initializer.seed, arg_params, aux_params,
                                  self._preloaded and arg_params is None)
         self.params_initialized = True
+
+    def _mixed_arrays(self, mixed, aux_params):
+        named = set(self._data_names) | set(self._label_names)
+        arg_shapes, _, aux_shapes = self._symbol.infer_shape(
+            **{self._data_names[0]: self._data_shape, self._label_names[0]: self._label_shape})
+        args = [(n, s) for n, s in zip(self._symbol.list_arguments(), arg_shapes)
+                if n not in named]
+        aux = list(zip(self._symbol.list_auxiliary_states(), aux_shapes))
+        return mixed.arrays(args), (aux_params if aux_params is not None else mixed.arrays(aux))
 
     def init_optimizer(self, kvstore="local", optimizer="sgd",
                        optimizer_params=(("learning_rate", 0.01),), force_init=False):

@@ -166,3 +166,27 @@ def test_a_bilinear_deconvolution_upsamples_by_its_stride():
     mod.forward(mx.io.DataBatch([mx.nd.ones((1, 9))], [mx.nd.zeros((1, 36))]), is_train=False)
     out = mod.get_outputs()[0].asnumpy().reshape(6, 6)
     np.testing.assert_allclose(out[1:5, 1:5], np.ones((4, 4)), rtol=1e-6)  # constant stays
+
+
+def test_mixed_initializers_pick_by_name():
+    data = mx.sym.Reshape(mx.sym.var("data"), shape=(2, 1, 2, 2))
+    up = mx.sym.Deconvolution(data, kernel=(4, 4), stride=(2, 2), pad=(1, 1), num_filter=1,
+                              name="up")
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(up, num_hidden=3, name="fc"),
+                               name="softmax")
+    mod = mx.mod.Module(net)
+    mod.bind(data_shapes=[("data", (2, 4))], label_shapes=[("softmax_label", (2,))])
+    mod.init_params(initializer=mx.init.Mixed(["up_.*", ".*"],
+                                              [mx.init.Bilinear(), mx.init.Constant(0.5)]))
+    args, _ = mod.get_params()
+    k = np.array([0.25, 0.75, 0.75, 0.25], np.float32)
+    np.testing.assert_allclose(args["up_weight"].asnumpy()[0, 0], np.outer(k, k))
+    assert np.all(args["fc_weight"].asnumpy() == 0.5)
+    assert np.all(args["fc_bias"].asnumpy() == 0)  # a bias starts at 0 whatever picks it
+    mod.fit(mx.io.NDArrayIter(np.ones((4, 4), np.float32), np.zeros(4), 2), num_epoch=1,
+            initializer=mx.init.Mixed(["up_.*", "fc_.*"], [mx.init.Bilinear(), mx.init.Xavier()]),
+            force_init=True)
+    with pytest.raises(ValueError, match="no pattern matches parameter 'fc_weight'"):
+        mod.init_params(initializer=mx.init.Mixed(["up_.*"], [mx.init.Bilinear()]),
+                        force_init=True)
+

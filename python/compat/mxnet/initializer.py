@@ -61,8 +61,9 @@ class Orthogonal(_kt.init.Orthogonal):
         super().__init__(scale, rand_type)
 
 
-Mixed = missing_class("mx.init.Mixed",
-                      "one initializer for all weights; pass arg_params for the rest")
+# MXNet's Mixed(patterns, initializers): the first pattern that matches a
+# parameter's name picks its initializer.
+Mixed = _kt.init.Mixed
 Load = missing_class("mx.init.Load", "pass arg_params (mx.model.load_checkpoint) to fit")
 LSTMBias = missing_class("mx.init.LSTMBias", "there is no RNN operator")
 FusedRNN = missing_class("mx.init.FusedRNN", "there is no RNN operator")
