@@ -71,16 +71,6 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
     case proto::KV_ASYNC_STATS: return AsyncStats(meta, server);
     case proto::KV_REPLICA: return ApplyReplica(meta, data, info, server);
     case proto::KV_STEPS: return Steps(meta, data, info, server);
-    case proto::KV_WORKER_DONE:
-      if (meta.sender_role != Role::kWorker || meta.sender_rank < 0 ||
-          meta.sender_rank >= num_workers_) {
-        server->RespondError(meta, Status::InvalidArgument(
-            "KV_WORKER_DONE from " + meta.sender_name + ", which is not a worker"));
-        return;
-      }
-      WorkerDone(meta.sender_rank, server);
-      server->Respond(meta);
-      return;
     case proto::KV_SPARSE_INIT:
     case proto::KV_SPARSE_PUSH:
     case proto::KV_SPARSE_PULL:

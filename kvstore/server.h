@@ -91,7 +91,7 @@ class ServerHandler {
   // Worker `rank` was started again: drop what its dead process asked and
   // was not answered (its pushes already summed stay).
   void ForgetWorker(int rank) EXCLUDES(mu_);
-  // KV_WORKER_DONE: worker `rank` finished. Requests that wait for a
+  // KV_WORKER_DONE (ServerRanges answers it): worker `rank` finished. Requests that wait for a
   // dist_sync step it never pushed are answered with an error naming it,
   // and bounded-staleness answers stop waiting for it.
   void WorkerDone(int rank, ps::KVServer* server) EXCLUDES(mu_);
