@@ -71,6 +71,9 @@ void ServerHandler::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
     case proto::KV_ASYNC_STATS: return AsyncStats(meta, server);
     case proto::KV_REPLICA: return ApplyReplica(meta, data, info, server);
     case proto::KV_STEPS: return Steps(meta, data, info, server);
+    case proto::KV_WORKER_DONE:
+      if (AnswerWorkerDone(meta, num_workers_, server)) WorkerDone(meta.sender_rank, server);
+      return;
     case proto::KV_SPARSE_INIT:
     case proto::KV_SPARSE_PUSH:
     case proto::KV_SPARSE_PULL:
@@ -531,6 +534,18 @@ void ServerHandler::ForgetWorker(int rank) {
                                   [&](const auto& h) { return from(h.first); }),
                    st->held.end());
   }
+}
+
+bool ServerHandler::AnswerWorkerDone(const ps::RequestMeta& meta, int num_workers,
+                                     ps::KVServer* server) {
+  if (meta.sender_role != Role::kWorker || meta.sender_rank < 0 ||
+      meta.sender_rank >= num_workers) {
+    server->RespondError(meta, Status::InvalidArgument("KV_WORKER_DONE from " + meta.sender_name +
+                                                       ", which is not a worker"));
+    return false;
+  }
+  server->Respond(meta);
+  return true;
 }
 
 void ServerHandler::WorkerDone(int rank, ps::KVServer* server) {

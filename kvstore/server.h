@@ -91,7 +91,11 @@ class ServerHandler {
   // Worker `rank` was started again: drop what its dead process asked and
   // was not answered (its pushes already summed stay).
   void ForgetWorker(int rank) EXCLUDES(mu_);
-  // KV_WORKER_DONE (ServerRanges answers it): worker `rank` finished. Requests that wait for a
+  // KV_WORKER_DONE: answers `meta` (an error unless a worker of
+  // `num_workers` sent it); false when it was refused.
+  static bool AnswerWorkerDone(const ps::RequestMeta& meta, int num_workers,
+                               ps::KVServer* server);
+  // Worker `rank` finished. Requests that wait for a
   // dist_sync step it never pushed are answered with an error naming it,
   // and bounded-staleness answers stop waiting for it.
   void WorkerDone(int rank, ps::KVServer* server) EXCLUDES(mu_);

@@ -349,14 +349,9 @@ void ServerRanges::Handle(const ps::RequestMeta& meta, const ps::KVPairs& data,
       return;
     }
     case proto::KV_WORKER_DONE:
-      if (meta.sender_role != Role::kWorker || meta.sender_rank < 0 ||
-          meta.sender_rank >= po_->num_workers()) {
-        server->RespondError(meta, Status::InvalidArgument(
-            "KV_WORKER_DONE from " + meta.sender_name + ", which is not a worker"));
-        return;
+      if (ServerHandler::AnswerWorkerDone(meta, po_->num_workers(), server)) {
+        WorkerDone(meta.sender_rank, server);
       }
-      WorkerDone(meta.sender_rank, server);
-      server->Respond(meta);
       return;
     default:
       return handlers_.at(po_->rank())->Handle(meta, data, server);
